@@ -1,0 +1,244 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled fingerprint core: feature hashing, weighted simhash, Hamming distance.
+
+No Scrapy here and no argument checking beyond what keeps C memory-safe: the
+Python facade (``_simhash.py``) validates user input and gives the errors.
+
+Conventions (DESIGN.md): bit ``j`` of a fingerprint is ``(value >> j) & 1`` and
+corresponds to ``W[j]``; it is set iff ``W[j] >= 0``. A feature's hash is the
+first word of MurmurHash3_x64_128 of its UTF-8 bytes with seed 0.
+"""
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memset
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+
+import numpy as np
+
+cdef extern from "_murmur3.h" nogil:
+    uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
+    int simdup_popcount64(uint64_t x)
+
+# SIGN_TABLE[b][k] = +1.0 if bit k of byte b is set else -1.0: one row covers
+# 8 weight slots, so the weighted inner loop is 8 short contiguous FMAs.
+cdef double SIGN_TABLE[256][8]
+# SPREAD_TABLE[b] puts bit k of byte b into byte k of a 64-bit word, so one
+# addition bumps 8 byte-wide counters at once (unit-weight fast path).
+cdef uint64_t SPREAD_TABLE[256]
+
+
+cdef void _init_tables() noexcept:
+    cdef int b, k
+    cdef uint64_t spread
+    for b in range(256):
+        spread = 0
+        for k in range(8):
+            if (b >> k) & 1:
+                SIGN_TABLE[b][k] = 1.0
+                spread |= (<uint64_t>1) << (8 * k)
+            else:
+                SIGN_TABLE[b][k] = -1.0
+        SPREAD_TABLE[b] = spread
+
+
+_init_tables()
+
+
+cdef inline uint64_t _hash_object(object feature) except? 0:
+    """Hash one str or bytes feature (the caller has checked its type)."""
+    cdef const char *data
+    cdef Py_ssize_t size
+    if isinstance(feature, str):
+        data = PyUnicode_AsUTF8AndSize(feature, &size)
+    else:
+        data = PyBytes_AS_STRING(feature)
+        size = PyBytes_GET_SIZE(feature)
+    return simdup_murmur3_64(data, size, 0)
+
+
+def hash64(feature):
+    """64-bit hash of one ``str`` (UTF-8) or ``bytes`` feature."""
+    if not isinstance(feature, (str, bytes)):
+        raise TypeError(f"a feature must be str or bytes, not {type(feature).__name__}")
+    return _hash_object(feature)
+
+
+cpdef hash_features(list features):
+    """Hash a list of str/bytes features into a uint64 array.
+
+    Raises TypeError naming the first element that is neither str nor bytes.
+    """
+    cdef Py_ssize_t n = len(features), i
+    out = np.empty(n, dtype=np.uint64)
+    cdef uint64_t[::1] view = out
+    cdef object feature
+    for i in range(n):
+        feature = features[i]
+        if not isinstance(feature, (str, bytes)):
+            raise TypeError(
+                f"features[{i}] must be str or bytes, not {type(feature).__name__}")
+        view[i] = _hash_object(feature)
+    return out
+
+
+cdef void _accumulate_unit(const uint64_t *hashes, Py_ssize_t n, double *W) noexcept nogil:
+    """W[j] = (#hashes with bit j set) - (#hashes without it)."""
+    cdef uint64_t lanes[8]      # 8 x 8 byte-wide counters, flushed before overflow
+    cdef int64_t ones[64]
+    cdef Py_ssize_t i, start = 0, stop
+    cdef uint64_t h
+    cdef int b, k
+    memset(ones, 0, sizeof(ones))
+    while start < n:
+        stop = start + 255 if n - start > 255 else n
+        memset(lanes, 0, sizeof(lanes))
+        for i in range(start, stop):
+            h = hashes[i]
+            lanes[0] += SPREAD_TABLE[h & 0xFF]
+            lanes[1] += SPREAD_TABLE[(h >> 8) & 0xFF]
+            lanes[2] += SPREAD_TABLE[(h >> 16) & 0xFF]
+            lanes[3] += SPREAD_TABLE[(h >> 24) & 0xFF]
+            lanes[4] += SPREAD_TABLE[(h >> 32) & 0xFF]
+            lanes[5] += SPREAD_TABLE[(h >> 40) & 0xFF]
+            lanes[6] += SPREAD_TABLE[(h >> 48) & 0xFF]
+            lanes[7] += SPREAD_TABLE[h >> 56]
+        for b in range(8):
+            for k in range(8):
+                ones[8 * b + k] += (lanes[b] >> (8 * k)) & 0xFF
+        start = stop
+    for k in range(64):
+        W[k] = <double>(2 * ones[k] - n)
+
+
+cdef void _accumulate_weighted(const uint64_t *hashes, const double *weights,
+                               Py_ssize_t n, double *W) noexcept nogil:
+    """W[j] = sum_i w_i * (+1 if bit j of hash_i else -1)."""
+    cdef Py_ssize_t i
+    cdef uint64_t h
+    cdef double w
+    cdef const double *row
+    cdef int b, k
+    for k in range(64):
+        W[k] = 0.0
+    for i in range(n):
+        h = hashes[i]
+        w = weights[i]
+        for b in range(8):
+            row = SIGN_TABLE[(h >> (8 * b)) & 0xFF]
+            for k in range(8):
+                W[8 * b + k] += w * row[k]
+
+
+cdef inline uint64_t _value_from_weights(const double *W) noexcept nogil:
+    cdef uint64_t value = 0
+    cdef int k
+    for k in range(64):
+        if W[k] >= 0.0:
+            value |= (<uint64_t>1) << k
+    return value
+
+
+cdef uint64_t _simhash_into(const uint64_t *hashes, const double *weights,
+                            Py_ssize_t n, double *W) noexcept nogil:
+    if weights == NULL:
+        _accumulate_unit(hashes, n, W)
+    else:
+        _accumulate_weighted(hashes, weights, n, W)
+    return _value_from_weights(W)
+
+
+def simhash_hashes(const uint64_t[::1] hashes, const double[::1] weights=None):
+    """Simhash of already hashed features: returns ``(value, W)``.
+
+    ``weights`` (same length as ``hashes``) or None for weight 1 each.
+    """
+    cdef Py_ssize_t n = hashes.shape[0]
+    if weights is not None and weights.shape[0] != n:
+        raise ValueError(f"weights has {weights.shape[0]} entries for {n} features")
+    W = np.empty(64, dtype=np.float64)
+    cdef double[::1] w_view = W
+    cdef uint64_t value
+    cdef const double *wptr = NULL
+    cdef const uint64_t *hptr = &hashes[0] if n > 0 else NULL
+    if weights is not None and n > 0:
+        wptr = &weights[0]
+    with nogil:
+        if n == 0:
+            for k in range(64):
+                w_view[k] = 0.0
+            value = _value_from_weights(&w_view[0])
+        elif wptr == NULL:
+            value = _simhash_into(hptr, NULL, n, &w_view[0])
+        else:
+            value = _simhash_into(hptr, wptr, n, &w_view[0])
+    return value, W
+
+
+def simhash_hashes_many(const uint64_t[::1] hashes, const int64_t[::1] offsets,
+                        const double[::1] weights=None):
+    """Simhash of many documents whose hashes are concatenated.
+
+    Document ``d`` owns ``hashes[offsets[d]:offsets[d + 1]]``; ``offsets`` has
+    ``n_docs + 1`` non-decreasing entries starting at 0 and ending at
+    ``len(hashes)``. Returns ``(values uint64[n], W float64[n, 64])``.
+    """
+    cdef Py_ssize_t n_docs = offsets.shape[0] - 1, d
+    cdef Py_ssize_t total = hashes.shape[0]
+    if n_docs < 0:
+        raise ValueError("offsets must have at least one entry")
+    if offsets[0] != 0 or offsets[n_docs] != total:
+        raise ValueError("offsets must start at 0 and end at len(hashes)")
+    for d in range(n_docs):
+        if offsets[d + 1] < offsets[d]:
+            raise ValueError("offsets must be non-decreasing")
+    if weights is not None and weights.shape[0] != total:
+        raise ValueError(f"weights has {weights.shape[0]} entries for {total} features")
+    values = np.empty(n_docs, dtype=np.uint64)
+    W = np.zeros((n_docs, 64), dtype=np.float64)
+    cdef uint64_t[::1] v_view = values
+    cdef double[:, ::1] w_view = W
+    cdef const uint64_t *hptr = &hashes[0] if total > 0 else NULL
+    cdef const double *wptr = NULL
+    if weights is not None and total > 0:
+        wptr = &weights[0]
+    cdef Py_ssize_t lo, hi
+    with nogil:
+        for d in range(n_docs):
+            lo = offsets[d]
+            hi = offsets[d + 1]
+            if hi == lo:
+                v_view[d] = _value_from_weights(&w_view[d, 0])
+            elif wptr == NULL:
+                v_view[d] = _simhash_into(hptr + lo, NULL, hi - lo, &w_view[d, 0])
+            else:
+                v_view[d] = _simhash_into(hptr + lo, wptr + lo, hi - lo, &w_view[d, 0])
+    return values, W
+
+
+cpdef int hamming(uint64_t a, uint64_t b) noexcept:
+    """Number of differing bits between two 64-bit fingerprints."""
+    return simdup_popcount64(a ^ b)
+
+
+def hamming_many(const uint64_t[::1] values, uint64_t query):
+    """Hamming distance of every element of ``values`` to ``query`` (uint8 array)."""
+    cdef Py_ssize_t n = values.shape[0], i
+    out = np.empty(n, dtype=np.uint8)
+    cdef uint8_t[::1] o = out
+    with nogil:
+        for i in range(n):
+            o[i] = <uint8_t>simdup_popcount64(values[i] ^ query)
+    return out
+
+
+def hamming_pairs(const uint64_t[::1] a, const uint64_t[::1] b):
+    """Element-wise Hamming distance of two equal-length uint64 arrays."""
+    cdef Py_ssize_t n = a.shape[0], i
+    if b.shape[0] != n:
+        raise ValueError(f"arrays differ in length: {n} and {b.shape[0]}")
+    out = np.empty(n, dtype=np.uint8)
+    cdef uint8_t[::1] o = out
+    with nogil:
+        for i in range(n):
+            o[i] = <uint8_t>simdup_popcount64(a[i] ^ b[i])
+    return out

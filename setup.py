@@ -1,0 +1,27 @@
+"""Declares the compiled core; all metadata lives in setup.cfg.
+
+Every ``scrapy_simdup/*.pyx`` is one extension module. Compiler directives are
+in each ``.pyx`` header so ``cythonize -i`` on a single file builds it the same.
+"""
+import glob
+import os
+import platform
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+compile_args = ["-O3"]
+if platform.machine() in ("x86_64", "AMD64") and os.name != "nt":
+    # hardware popcount: every x86-64 CPU since 2008 has it.
+    compile_args.append("-mpopcnt")
+
+extensions = [
+    Extension(
+        "scrapy_simdup." + os.path.splitext(os.path.basename(path))[0],
+        [path],
+        extra_compile_args=compile_args,
+    )
+    for path in sorted(glob.glob(os.path.join("scrapy_simdup", "*.pyx")))
+]
+
+setup(ext_modules=cythonize(extensions, language_level=3))

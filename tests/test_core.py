@@ -1,0 +1,150 @@
+"""The compiled fingerprint core against the reference implementation."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import scrapy_simdup
+from scrapy_simdup import _core, hamming, simhash, simhash_many
+
+from reference import ref_hamming, ref_hash64, ref_simhash
+
+features_st = st.lists(st.one_of(st.text(max_size=40), st.binary(max_size=40)), max_size=60)
+weight_st = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+u64 = st.integers(min_value=0, max_value=2**64 - 1)
+
+
+@given(st.one_of(st.text(max_size=100), st.binary(max_size=100)))
+def test_hash64_matches_mmh3(feature):
+    assert _core.hash64(feature) == ref_hash64(feature)
+
+
+def test_hash64_every_tail_length():
+    # MurmurHash3 has a separate code path for each length mod 16.
+    for length in range(0, 50):
+        data = bytes(range(length))
+        assert _core.hash64(data) == ref_hash64(data), length
+
+
+@given(features_st)
+def test_simhash_unit_weights_matches_reference(features):
+    value, W = simhash(features)
+    ref_value, ref_W = ref_simhash(features)
+    assert value == ref_value
+    np.testing.assert_array_equal(W, ref_W)
+    assert isinstance(value, int) and 0 <= value < 2**64
+    assert W.shape == (64,) and W.dtype == np.float64
+
+
+@given(st.lists(st.tuples(st.text(max_size=20), weight_st), max_size=60))
+def test_simhash_weighted_matches_reference(pairs):
+    features = [f for f, _ in pairs]
+    weights = [w for _, w in pairs]
+    value, W = simhash(features, weights)
+    ref_value, ref_W = ref_simhash(features, weights)
+    np.testing.assert_allclose(W, ref_W, rtol=1e-9, atol=1e-6)
+    # Bits whose weight is (numerically) zero may legitimately differ by
+    # summation order; all others must agree.
+    stable = np.abs(ref_W) > 1e-6
+    for j in np.flatnonzero(stable):
+        assert (value >> int(j)) & 1 == (ref_value >> int(j)) & 1
+
+
+def test_unit_path_counts_past_byte_counter_flush():
+    # The unit-weight path flushes 8-bit lane counters every 255 features.
+    features = [f"f{i % 300}" for i in range(2000)]
+    value, W = simhash(features)
+    ref_value, ref_W = ref_simhash(features)
+    assert value == ref_value
+    np.testing.assert_array_equal(W, ref_W)
+
+
+def test_empty_and_duplicates():
+    value, W = simhash([])
+    assert value == 2**64 - 1 and not W.any()
+    value1, W1 = simhash(["a"])
+    value3, W3 = simhash(["a", "a", "a"])
+    assert value1 == value3
+    np.testing.assert_array_equal(W3, 3 * W1)
+
+
+def test_str_and_bytes_features_agree():
+    assert simhash(["héllo", "wörld"]) [0] == simhash(["héllo".encode(), "wörld".encode()])[0]
+
+
+@given(st.lists(features_st, max_size=12))
+def test_simhash_many_matches_single(docs):
+    values, W = simhash_many(docs)
+    assert values.dtype == np.uint64 and values.shape == (len(docs),)
+    assert W.shape == (len(docs), 64)
+    for d, features in enumerate(docs):
+        value, w = simhash(features)
+        assert int(values[d]) == value
+        np.testing.assert_array_equal(W[d], w)
+
+
+@given(st.lists(st.lists(st.tuples(st.text(max_size=10), weight_st), max_size=20), max_size=8))
+def test_simhash_many_weighted(docs):
+    features = [[f for f, _ in doc] for doc in docs]
+    weights = [[w for _, w in doc] for doc in docs]
+    values, W = simhash_many(features, weights)
+    for d in range(len(docs)):
+        _, ref_W = ref_simhash(features[d], weights[d])
+        np.testing.assert_allclose(W[d], ref_W, rtol=1e-9, atol=1e-6)
+
+
+@given(u64, u64)
+def test_hamming_matches_reference(a, b):
+    assert hamming(a, b) == ref_hamming(a, b)
+
+
+@given(st.lists(u64, max_size=50), u64)
+def test_hamming_many(values, query):
+    out = _core.hamming_many(np.array(values, dtype=np.uint64), query)
+    assert out.tolist() == [ref_hamming(v, query) for v in values]
+    pairs = _core.hamming_pairs(np.array(values, dtype=np.uint64),
+                                np.full(len(values), query, dtype=np.uint64))
+    assert pairs.tolist() == out.tolist()
+
+
+@pytest.mark.parametrize("bad", [None, 42, "a string", b"bytes", {"a": 1}.keys(), 3.5])
+def test_non_sequence_features_rejected(bad):
+    with pytest.raises(TypeError):
+        simhash(bad)
+
+
+def test_none_feature_rejected_with_index():
+    with pytest.raises(TypeError, match=r"features\[1\]"):
+        simhash(["a", None])
+
+
+@pytest.mark.parametrize("weights", [[1.0, math.nan], [math.inf, 1.0], [1.0, -math.inf]])
+def test_non_finite_weights_rejected(weights):
+    with pytest.raises(ValueError, match="finite"):
+        simhash(["a", "b"], weights)
+
+
+def test_mismatched_lengths_rejected():
+    with pytest.raises(ValueError, match="2 features"):
+        simhash(["a", "b"], [1.0])
+    with pytest.raises(ValueError):
+        simhash_many([["a"], ["b"]], [[1.0]])
+    with pytest.raises(TypeError):
+        simhash(["a"], ["heavy"])
+
+
+def test_hamming_rejects_bad_values():
+    with pytest.raises(ValueError):
+        hamming(-1, 0)
+    with pytest.raises(ValueError):
+        hamming(2**64, 0)
+    with pytest.raises(TypeError):
+        hamming("1", 0)
+
+
+def test_public_surface():
+    assert scrapy_simdup.__version__
+    for name in ("simhash", "simhash_many", "hamming"):
+        assert name in scrapy_simdup.__all__
