@@ -12,6 +12,19 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM
+from cpython.ref cimport PyObject
+
+cdef extern from "Python.h":
+    # Compact ASCII strings are their own UTF-8: hash the buffer in place.
+    bint PyUnicode_Check(object o)
+    bint PyBytes_Check(object o)
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void *PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) nogil
 
 import numpy as np
 
@@ -48,7 +61,9 @@ cdef inline uint64_t _hash_object(object feature) except? 0:
     """Hash one str or bytes feature (the caller has checked its type)."""
     cdef const char *data
     cdef Py_ssize_t size
-    if isinstance(feature, str):
+    if PyUnicode_Check(feature):
+        if PyUnicode_IS_COMPACT_ASCII(feature):
+            return simdup_murmur3_64(PyUnicode_DATA(feature), PyUnicode_GET_LENGTH(feature), 0)
         data = PyUnicode_AsUTF8AndSize(feature, &size)
     else:
         data = PyBytes_AS_STRING(feature)
@@ -72,9 +87,12 @@ cpdef hash_features(list features):
     out = np.empty(n, dtype=np.uint64)
     cdef uint64_t[::1] view = out
     cdef object feature
+    cdef Py_ssize_t ahead = 8   # prefetch distance: strings are scattered in memory
     for i in range(n):
-        feature = features[i]
-        if not isinstance(feature, (str, bytes)):
+        if i + ahead < n:
+            __builtin_prefetch(PyList_GET_ITEM(features, i + ahead))
+        feature = <object>PyList_GET_ITEM(features, i)
+        if not (PyUnicode_Check(feature) or PyBytes_Check(feature)):
             raise TypeError(
                 f"features[{i}] must be str or bytes, not {type(feature).__name__}")
         view[i] = _hash_object(feature)

@@ -38,29 +38,18 @@ static inline uint64_t simdup_murmur3_64(const void *key, Py_ssize_t len, uint32
         h2 = simdup_rotl64(h2, 31); h2 += h1; h2 = h2 * 5 + 0x38495ab5;
     }
 
-    const uint8_t *tail = data + nblocks * 16;
-    k1 = 0;
-    k2 = 0;
-    switch (len & 15) {
-    case 15: k2 ^= ((uint64_t)tail[14]) << 48; /* fall through */
-    case 14: k2 ^= ((uint64_t)tail[13]) << 40; /* fall through */
-    case 13: k2 ^= ((uint64_t)tail[12]) << 32; /* fall through */
-    case 12: k2 ^= ((uint64_t)tail[11]) << 24; /* fall through */
-    case 11: k2 ^= ((uint64_t)tail[10]) << 16; /* fall through */
-    case 10: k2 ^= ((uint64_t)tail[9]) << 8;   /* fall through */
-    case 9:  k2 ^= ((uint64_t)tail[8]);
-             k2 *= c2; k2 = simdup_rotl64(k2, 33); k2 *= c1; h2 ^= k2;
-             /* fall through */
-    case 8:  k1 ^= ((uint64_t)tail[7]) << 56;  /* fall through */
-    case 7:  k1 ^= ((uint64_t)tail[6]) << 48;  /* fall through */
-    case 6:  k1 ^= ((uint64_t)tail[5]) << 40;  /* fall through */
-    case 5:  k1 ^= ((uint64_t)tail[4]) << 32;  /* fall through */
-    case 4:  k1 ^= ((uint64_t)tail[3]) << 24;  /* fall through */
-    case 3:  k1 ^= ((uint64_t)tail[2]) << 16;  /* fall through */
-    case 2:  k1 ^= ((uint64_t)tail[1]) << 8;   /* fall through */
-    case 1:  k1 ^= ((uint64_t)tail[0]);
-             k1 *= c1; k1 = simdup_rotl64(k1, 31); k1 *= c2; h1 ^= k1;
-    }
+    /* Tail: copy the last len % 16 bytes into a zeroed buffer and mix both
+     * halves branch-free. The reference's fall-through switch is a jump table
+     * that mispredicts on every feature when lengths vary (they do: words). */
+    const Py_ssize_t rem = len & 15;
+    uint8_t buf[16] = {0};
+    memcpy(buf, data + nblocks * 16, (size_t)rem);
+    memcpy(&k1, buf, 8);
+    memcpy(&k2, buf + 8, 8);
+    k2 *= c2; k2 = simdup_rotl64(k2, 33); k2 *= c1;
+    h2 ^= rem > 8 ? k2 : 0;
+    k1 *= c1; k1 = simdup_rotl64(k1, 31); k1 *= c2;
+    h1 ^= rem > 0 ? k1 : 0;
 
     h1 ^= (uint64_t)len;
     h2 ^= (uint64_t)len;
