@@ -4,6 +4,29 @@ Public names are re-exported here; modules starting with ``_`` are private.
 """
 from ._version import __version__
 from ._simhash import SimhashResult, hamming, simhash, simhash_many
+from ._config import SimdupConfig
+
+# Scrapy components, imported on first use (PEP 562) so that ``import
+# scrapy_simdup`` stays light for code that only fingerprints.
+_SCRAPY_NAMES = {
+    "Addon": "._addon",
+    "SimdupDownloaderMiddleware": "._middleware",
+    "NearDuplicateResponse": "._middleware",
+    "SimdupPipeline": "._pipeline",
+    "NearDuplicateItem": "._pipeline",
+    "SimdupLogStats": "._logstats",
+}
+
+
+def __getattr__(name):
+    module = _SCRAPY_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "__version__",
@@ -11,4 +34,11 @@ __all__ = [
     "hamming",
     "simhash",
     "simhash_many",
+    "SimdupConfig",
+    "Addon",
+    "SimdupDownloaderMiddleware",
+    "NearDuplicateResponse",
+    "SimdupPipeline",
+    "NearDuplicateItem",
+    "SimdupLogStats",
 ]

@@ -1,0 +1,165 @@
+"""Index backends: where the Scrapy components look fingerprints up and add them.
+
+The backend interface
+---------------------
+A backend keeps the fingerprints of the pages (or items) kept so far, and the
+mapping between the index's integer ids and the caller's keys (the page URL,
+or the item id). It exposes::
+
+    async def check_and_add(value, W, key) -> Match | None
+        Look ``value`` (a 64-bit simhash, int) up with its bit weights ``W``
+        (float64[64]); if a stored fingerprint is within the distance, return
+        ``Match(duplicate_of=<its key>, distance=<int>)`` and store nothing;
+        otherwise store ``value`` under ``key`` and return None. Within one
+        process this is atomic: two concurrent copies never both get None.
+
+    async def check_and_add_many(values, W, keys) -> list[Match | None]
+        The same for a batch (``W`` of shape (n, 64)), in order: a later
+        element of the batch is matched against the earlier ones too. One call
+        per batch, so a networked backend can pipeline it.
+
+    __len__() / size           number of fingerprints stored
+    probes                     cumulative number of buckets probed (int), or
+                               None when the backend cannot tell
+    async def close()          flush/persist and release resources
+
+:func:`make_backend` is the one place that picks a backend from
+``SIMDUP_INDEX``; :func:`make_batch_writer` the one place that builds the
+writer the middleware feeds every checked fingerprint to (None: no writer).
+"""
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ._config import SimdupConfig
+
+__all__ = ["Match", "IndexBackend", "MemoryBackend", "make_backend", "make_batch_writer"]
+
+
+class Match(NamedTuple):
+    """The stored page a fingerprint duplicates, and the Hamming distance."""
+
+    duplicate_of: str
+    distance: int
+
+
+class IndexBackend(abc.ABC):
+    """Interface every index backend implements (see the module docstring)."""
+
+    #: cumulative buckets probed by lookups, or None if unknown
+    probes: int | None = None
+
+    @abc.abstractmethod
+    async def check_and_add(self, value: int, W, key: str) -> Match | None:
+        ...
+
+    async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
+        return [await self.check_and_add(int(v), w, k) for v, w, k in zip(values, W, keys)]
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        ...
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    async def close(self) -> None:  # noqa: B027 (optional hook)
+        pass
+
+
+# Settings the index constructors take, for error messages naming the setting.
+_INDEX_OPTIONS = {"distance": "SIMDUP_DISTANCE", "recall": "SIMDUP_RECALL",
+                  "max_probes": "SIMDUP_MAX_PROBES"}
+
+
+def _index_error(exc: Exception, options: dict) -> ValueError:
+    message = str(exc)
+    for option, setting in _INDEX_OPTIONS.items():
+        if option in message and option in options:
+            return ValueError(f"{setting}: {message}")
+    return ValueError(f"invalid index settings (SIMDUP_SEARCH, SIMDUP_DISTANCE, "
+                      f"SIMDUP_RECALL, SIMDUP_MAX_PROBES): {message}")
+
+
+def make_index(config: SimdupConfig):
+    """A fresh in-memory index for ``config`` (PSMIndex, or BPHSIndex when exact)."""
+    from . import BPHSIndex, PSMIndex  # noqa: PLC0415 (import cycle with the package)
+
+    if config.search == "exact":
+        options: dict[str, Any] = {"distance": config.distance}
+    else:
+        options = {"distance": config.distance, "recall": config.recall,
+                   "max_probes": config.max_probes}
+    cls = BPHSIndex if config.search == "exact" else PSMIndex
+    try:
+        return cls(**options)
+    except (TypeError, ValueError) as exc:
+        raise _index_error(exc, options) from exc
+
+
+class MemoryBackend(IndexBackend):
+    """In-process backend over a :class:`PSMIndex` or :class:`BPHSIndex`.
+
+    ``check_and_add`` never awaits between the query and the add, so it is
+    atomic under the event loop.
+    """
+
+    def __init__(self, index, keys: dict[int, str] | None = None) -> None:
+        self.index = index
+        self.keys: dict[int, str] = {} if keys is None else keys
+        self._own_probes = 0
+
+    @classmethod
+    def from_config(cls, config: SimdupConfig, crawler=None, namespace: str = "pages"):
+        return cls(make_index(config))
+
+    @property
+    def probes(self) -> int | None:  # type: ignore[override]
+        value = getattr(self.index, "probes", None)
+        return int(value) if value is not None else None
+
+    def _check_and_add(self, value: int, W, key: str) -> Match | None:
+        hits = self.index.query(value, W, first=True)
+        if hits:
+            best_id, distance = min(hits, key=lambda hit: hit[1])
+            return Match(self.keys.get(int(best_id), f"#{int(best_id)}"), int(distance))
+        ids = self.index.add(np.array([value], dtype=np.uint64))
+        self.keys[int(ids[0])] = key
+        return None
+
+    async def check_and_add(self, value: int, W, key: str) -> Match | None:
+        return self._check_and_add(value, W, key)
+
+    async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
+        W = np.asarray(W, dtype=np.float64)
+        return [self._check_and_add(int(v), W[i], k)
+                for i, (v, k) in enumerate(zip(values, keys))]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages") -> IndexBackend:
+    """The backend ``SIMDUP_INDEX`` asks for; ``namespace`` separates pages from items."""
+    if config.index == "memory":
+        return MemoryBackend.from_config(config, crawler, namespace)
+    try:
+        from ._backend_redis import RedisBackend  # noqa: PLC0415 (optional)
+    except ImportError as exc:
+        raise ValueError(f"SIMDUP_INDEX={config.index!r} needs the Redis backend, which is "
+                         f"not available: {exc}") from exc
+    return RedisBackend.from_config(config, crawler, namespace)
+
+
+def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "pages"):
+    """The writer fed every checked fingerprint (``SIMDUP_DIR``), or None.
+
+    The middleware calls ``writer.add(value, W, key, match)`` for every page
+    checked and ``await writer.close()`` at the end.
+    """
+    return None

@@ -1,0 +1,132 @@
+"""What the downloader middleware and the item pipeline share: set-up from the
+crawler, the fingerprint -> lookup -> verdict step, stats, errors and shutdown.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from . import _logstats
+from ._backends import Match, make_backend, make_batch_writer
+from ._config import SimdupConfig
+
+logger = logging.getLogger("scrapy_simdup")
+
+
+class Verdict:
+    """The outcome of checking one page or item."""
+
+    __slots__ = ("simhash", "match", "skipped")
+
+    def __init__(self, simhash: int | None = None, match: Match | None = None,
+                 skipped: str | None = None) -> None:
+        self.simhash = simhash
+        self.match = match
+        self.skipped = skipped
+
+    def as_tag(self) -> dict[str, Any]:
+        tag = {"simhash": self.simhash,
+               "duplicate_of": self.match.duplicate_of if self.match else None,
+               "distance": self.match.distance if self.match else None}
+        if self.skipped is not None:
+            tag["skipped"] = self.skipped
+        return tag
+
+
+class SimdupComponent:
+    """Base of SimdupDownloaderMiddleware and SimdupPipeline (not public)."""
+
+    #: "pages" or "items": backend namespace and stats prefix
+    kind = "pages"
+    prefix = "simdup/"
+
+    def __init__(self, crawler, config: SimdupConfig, fingerprinter=None, backend=None) -> None:
+        from . import SkippedPage  # noqa: PLC0415 (import cycle with the package)
+
+        self.crawler = crawler
+        self.config = config
+        self.stats = crawler.stats
+        self.fingerprinter = fingerprinter if fingerprinter is not None else \
+            config.make_fingerprinter()
+        self.backend = backend if backend is not None else make_backend(
+            config, crawler, self.kind)
+        self.writer = make_batch_writer(config, crawler, self.kind)
+        self.logstats = _logstats.attach(crawler, config)
+        self._skipped_exc = SkippedPage
+        self._stopping = False
+        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        config = SimdupConfig.from_settings(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured
+        return cls(crawler, config)
+
+    # -- the one step ---------------------------------------------------------
+    def skip(self, reason: str, key: str) -> Verdict:
+        self.stats.inc_value(f"{self.prefix}skipped/{reason}")
+        if self.config.debug:
+            logger.debug("Simdup skipped %s: %s", key, reason,
+                         extra={"spider": self.crawler.spider})
+        return Verdict(skipped=reason)
+
+    async def check(self, fingerprint: Callable[[], Any], key: str) -> Verdict | None:
+        """Fingerprint (``fingerprint()``), look up and add; None on an error."""
+        t0 = time.perf_counter()
+        try:
+            fp = fingerprint()
+        except self._skipped_exc as exc:
+            return self.skip(getattr(exc, "reason", None) or "other", key)
+        except Exception:  # noqa: BLE001 (any failure: count, log, keep or stop)
+            self.error(key, "fingerprinting")
+            return None
+        value, W = fp
+        t1 = time.perf_counter()
+        try:
+            match = await self.backend.check_and_add(value, W, key)
+        except Exception:  # noqa: BLE001
+            self.error(key, "index lookup")
+            return None
+        t2 = time.perf_counter()
+        self.logstats.record(self.kind, t1 - t0, t2 - t1)
+        stats = self.stats
+        stats.inc_value(self.prefix + "checked")
+        stats.set_value(self.prefix + "index_size", len(self.backend))
+        probes = self.backend.probes
+        if probes is not None:
+            stats.set_value(self.prefix + "probes", probes)
+        if self.writer is not None:
+            self.writer.add(value, W, key, match)
+        if match is not None:
+            stats.inc_value(self.prefix + "duplicates")
+        if self.config.debug:
+            logger.debug("Simdup checked %s: simhash %016x, %s", key, value,
+                         f"duplicate of {match.duplicate_of} at distance {match.distance}"
+                         if match else "new", extra={"spider": self.crawler.spider})
+        return Verdict(int(value), match)
+
+    def error(self, key: str, what: str) -> None:
+        self.stats.inc_value(self.prefix + "errors")
+        logger.exception("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s)", what, key,
+                         self.config.on_error, extra={"spider": self.crawler.spider})
+        if self.config.on_error == "stop" and not self._stopping:
+            self._stopping = True
+            self._close_spider("simdup_error")
+
+    def _close_spider(self, reason: str) -> None:
+        engine = self.crawler.engine
+        if hasattr(engine, "close_spider_async"):
+            from scrapy.utils.defer import deferred_from_coro  # noqa: PLC0415
+            deferred_from_coro(engine.close_spider_async(reason=reason))
+        else:  # pragma: no cover (Scrapy < 2.14)
+            engine.close_spider(self.crawler.spider, reason)
+
+    async def _spider_closed(self, spider, reason) -> None:
+        if self.writer is not None:
+            await self.writer.close()
+        await self.backend.close()

@@ -1,0 +1,90 @@
+"""SimdupPipeline: drop or tag near-duplicate items by their text fields."""
+from __future__ import annotations
+
+import itertools
+import logging
+
+from itemadapter import ItemAdapter
+from scrapy.exceptions import DropItem
+
+from ._component import SimdupComponent
+
+__all__ = ["SimdupPipeline", "NearDuplicateItem"]
+
+logger = logging.getLogger("scrapy_simdup")
+
+
+class NearDuplicateItem(DropItem):
+    """Raised for a dropped near-duplicate item (``SIMDUP_ACTION = "drop"``)."""
+
+    def __init__(self, key: str, duplicate_of: str, distance: int, simhash: int) -> None:
+        super().__init__(f"near-duplicate of {duplicate_of} (distance {distance}): {key}")
+        self.key = key
+        self.duplicate_of = duplicate_of
+        self.distance = distance
+        self.simhash = simhash
+
+
+def _as_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        parts = [t for t in map(_as_text, value) if t]
+        return "\n".join(parts)
+    return str(value)
+
+
+class SimdupPipeline(SimdupComponent):
+    """Fingerprints the text of ``SIMDUP_ITEM_FIELDS`` (joined) of every item.
+
+    The item's key is its ``SIMDUP_ITEM_ID_FIELD`` (default ``url``) or, when
+    missing, ``item-<n>``. Duplicates are dropped (``DropItem``) or, with
+    ``SIMDUP_ACTION = "tag"``, get ``SIMDUP_TAG_FIELD`` (default ``simdup``)
+    set to ``{"simhash", "duplicate_of", "distance"}``. Stats: ``simdup/items/*``.
+    """
+
+    kind = "items"
+    prefix = "simdup/items/"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._counter = itertools.count(1)
+        self._warned_tag = False
+
+    async def process_item(self, item, spider=None):
+        adapter = ItemAdapter(item)
+        n = next(self._counter)
+        key = None
+        if self.config.item_id_field and adapter.get(self.config.item_id_field) is not None:
+            key = str(adapter.get(self.config.item_id_field))
+        key = key or f"item-{n}"
+        texts = [_as_text(adapter.get(name)) for name in self.config.item_fields]
+        texts = [t for t in texts if t]
+        if not texts:
+            verdict = self.skip("no_text", key)
+        else:
+            text = "\n".join(texts)
+            verdict = await self.check(lambda: self.fingerprinter.fingerprint_text(text), key)
+            if verdict is None:
+                return item
+        match = verdict.match
+        if match is not None and self.config.action == "drop":
+            self.stats.inc_value(self.prefix + "dropped")
+            raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash)
+        if self.config.action == "tag":
+            if match is not None:
+                self.stats.inc_value(self.prefix + "tagged")
+            try:
+                adapter[self.config.tag_field] = verdict.as_tag()
+            except KeyError:
+                self.stats.inc_value(self.prefix + "errors")
+                if not self._warned_tag:
+                    self._warned_tag = True
+                    logger.warning("Cannot tag %s items: they have no %r field (declare it "
+                                   "or set SIMDUP_TAG_FIELD)", type(item).__name__,
+                                   self.config.tag_field, extra={"spider": self.crawler.spider})
+        return item
