@@ -1,0 +1,133 @@
+"""BatchWriter: accumulate checked fingerprints in memory, flush them as batch files.
+
+Every fingerprint the crawl checks goes into the in-memory batch ``Q``; at
+``batch_size`` entries (and at ``close()``) ``Q`` is written to the directory as
+one batch (see :mod:`scrapy_simdup._batchfile` for the format). A crash loses
+at most the unflushed part of ``Q``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ._atomic import CorruptFileError, remove_stale_temporaries
+from ._batchfile import BATCH_DTYPE, HEADER_BITS, escape_url, header_absw, list_batches, read_meta, write_batch
+
+_NAME_RE = re.compile(r"^batch-(\d+)-")
+
+
+class BatchWriter:
+    """Append ``(value, W, url)`` records; write a batch file every ``batch_size`` records.
+
+    ``on_flush`` callables are called with the path of each new batch header
+    (the persistence layer uses this to snapshot the index at the same moment).
+    """
+
+    def __init__(self, directory, batch_size: int = 100_000, on_flush=None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.directory)
+        self.batch_size = batch_size
+        self.on_flush = list(on_flush or [])
+        self._values: list = []
+        self._absw: list = []
+        self._urls: list = []
+        self.flushed_batches = 0
+        self.flushed_records = 0
+        self._seq, self._next_id = self._scan_existing()
+        self._closed = False
+
+    def _scan_existing(self) -> tuple[int, int]:
+        seq = 0
+        next_id = 0
+        for header in list_batches(self.directory):
+            match = _NAME_RE.match(header.name)
+            if match:
+                seq = max(seq, int(match.group(1)))
+            try:
+                meta = read_meta(header)
+            except CorruptFileError:
+                continue  # reported by `simdup stats` / the merge, not fatal for writing
+            next_id = max(next_id, meta.get("first_id", 0) + meta["count"])
+        return seq, next_id
+
+    def __len__(self) -> int:
+        """Records waiting in memory (not yet flushed)."""
+        return len(self._values)
+
+    @property
+    def next_id(self) -> int:
+        """The record id the next appended fingerprint gets."""
+        return self._next_id + len(self._values)
+
+    def append(self, value, W, url) -> int:
+        """Add one checked fingerprint; returns its record id. Flushes when the batch is full."""
+        if self._closed:
+            raise RuntimeError("BatchWriter is closed")
+        value = int(value)
+        if not 0 <= value < 1 << 64:
+            raise ValueError(f"value must be a 64-bit unsigned int, got {value}")
+        absw = np.asarray(W)
+        if absw.shape == (64,):
+            absw = header_absw(absw)
+        elif absw.shape == (HEADER_BITS,):
+            absw = np.minimum(np.abs(absw.astype(np.float64)), 65504.0).astype(np.float16)
+        else:
+            raise ValueError(f"W must have shape (64,) (or ({HEADER_BITS},) header weights), "
+                             f"got {absw.shape}")
+        record_id = self.next_id
+        self._values.append(value)
+        self._absw.append(absw)
+        self._urls.append(escape_url(url))
+        if len(self._values) >= self.batch_size:
+            self.flush()
+        return record_id
+
+    def append_many(self, values, W, urls) -> None:
+        """Append many records at once (``W`` is ``(n, 64)`` weights or ``(n, 32)`` header |W|)."""
+        values = np.asarray(values, dtype=np.uint64)
+        W = np.asarray(W)
+        urls = list(urls)
+        if not (len(values) == len(W) == len(urls)):
+            raise ValueError(f"values, W and urls differ in length: {len(values)}, {len(W)}, {len(urls)}")
+        for i in range(len(values)):
+            self.append(int(values[i]), W[i], urls[i])
+
+    def flush(self) -> Path | None:
+        """Write the pending records as one batch file; returns its header path (None if empty)."""
+        if not self._values:
+            return None
+        n = len(self._values)
+        records = np.empty(n, dtype=BATCH_DTYPE)
+        records["value"] = np.array(self._values, dtype=np.uint64)
+        records["id"] = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        records["absw"] = np.stack(self._absw)
+        self._seq += 1
+        name = f"batch-{self._seq:08d}-{os.getpid()}"
+        path = write_batch(self.directory, name, records, self._urls)
+        self._next_id += n
+        self._values, self._absw, self._urls = [], [], []
+        self.flushed_batches += 1
+        self.flushed_records += n
+        for callback in self.on_flush:
+            callback(path)
+        return path
+
+    def close(self) -> Path | None:
+        """Flush what is left and refuse further appends."""
+        if self._closed:
+            return None
+        path = self.flush()
+        self._closed = True
+        return path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

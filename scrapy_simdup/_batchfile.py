@@ -1,0 +1,200 @@
+"""Batch file format (version 1): what a crawl flushes for the offline merge.
+
+A batch named ``B`` (``batch-<crawl>-<seq>``) is three files in ``SIMDUP_DIR``:
+
+``B.npy``
+    A plain NumPy ``.npy`` file (``np.load`` reads it) holding a structured
+    array of ``count`` records with dtype :data:`BATCH_DTYPE`:
+
+    ========  ==============  ===============================================
+    field     type            meaning
+    ========  ==============  ===============================================
+    value     ``<u8``         the 64-bit simhash
+    id        ``<i8``         record id, unique within the directory, increasing
+    absw      ``<f2`` x 32    ``|W[63 - i]|`` for ``i = 0..31``: the weight
+                              magnitudes of the 32 most significant bits (the
+                              only bits a PSM header can use), clipped to 65504
+    ========  ==============  ===============================================
+
+    80 bytes per fingerprint instead of 8 + 64 x 8: PSM batch mode needs the
+    volatility of the header bits only (``p_j`` is a function of ``|W[j]|``).
+``B.urls``
+    The records' URLs, UTF-8, one per line in record order, each ending in
+    ``\\n`` (a URL containing a raw newline or carriage return has it
+    percent-escaped).
+``B.json``
+    The header, written last (its presence commits the batch): ``format``
+    (``"simdup-batch"``), ``version`` (1), ``count``, ``first_id``,
+    ``header_bits`` (32), ``dtype`` (the NumPy descr), ``npy_bytes``,
+    ``npy_crc32``, ``urls_bytes``, ``urls_crc32``, ``created`` (Unix time).
+
+Each file is written to a temporary name, fsynced and renamed into place, so
+a crash leaves either no batch or a complete one; a ``.npy``/``.urls`` without
+its ``.json`` is an unfinished flush and is ignored. On load, sizes and CRC-32
+are checked and a damaged batch raises :class:`CorruptFileError` naming the file.
+"""
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ._atomic import CorruptFileError, atomic_write, atomic_write_json, crc32_file, read_json
+
+FORMAT = "simdup-batch"
+VERSION = 1
+HEADER_BITS = 32
+BATCH_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8"), ("absw", "<f2", (HEADER_BITS,))])
+_F16_MAX = float(np.finfo(np.float16).max)
+
+
+def header_absw(W) -> np.ndarray:
+    """``|W|`` of the 32 most significant bits as float16, most significant first.
+
+    ``W`` is one weight vector ``(64,)`` or many ``(n, 64)``.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    if W.shape[-1] != 64:
+        raise ValueError(f"W must have 64 weights per fingerprint, got shape {W.shape}")
+    top = np.abs(W[..., 63:63 - HEADER_BITS:-1])
+    return np.minimum(top, _F16_MAX).astype(np.float16)
+
+
+def escape_url(url) -> str:
+    if isinstance(url, bytes):
+        url = url.decode("utf-8", "surrogateescape")
+    elif not isinstance(url, str):
+        raise TypeError(f"url must be str, not {type(url).__name__}")
+    if "\n" in url or "\r" in url:
+        url = url.replace("\r", "%0D").replace("\n", "%0A")
+    return url
+
+
+@dataclass
+class Batch:
+    """A batch read from disk: ``records`` (BATCH_DTYPE array) and ``urls`` (list of str)."""
+
+    name: str
+    path: Path
+    records: np.ndarray
+    urls: list
+    meta: dict
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def write_batch(directory, name: str, records: np.ndarray, urls) -> Path:
+    """Write one batch atomically; returns the path of its ``.json`` header."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    records = np.ascontiguousarray(records)
+    if records.dtype != BATCH_DTYPE:
+        raise TypeError(f"records must have dtype {BATCH_DTYPE}, got {records.dtype}")
+    urls = [escape_url(u) for u in urls]
+    if len(urls) != len(records):
+        raise ValueError(f"{len(urls)} URLs for {len(records)} records")
+    npy_path = directory / f"{name}.npy"
+    with atomic_write(npy_path) as handle:
+        np.save(handle, records, allow_pickle=False)
+    url_bytes = "".join(u + "\n" for u in urls).encode("utf-8", "surrogateescape")
+    urls_path = directory / f"{name}.urls"
+    with atomic_write(urls_path) as handle:
+        handle.write(url_bytes)
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "count": int(len(records)),
+        "first_id": int(records["id"][0]) if len(records) else 0,
+        "header_bits": HEADER_BITS,
+        "dtype": BATCH_DTYPE.descr,
+        "npy_bytes": npy_path.stat().st_size,
+        "npy_crc32": crc32_file(npy_path),
+        "urls_bytes": len(url_bytes),
+        "urls_crc32": zlib.crc32(url_bytes) & 0xFFFFFFFF,
+        "created": time.time(),
+    }
+    json_path = directory / f"{name}.json"
+    atomic_write_json(json_path, meta)
+    return json_path
+
+
+def read_meta(json_path) -> dict:
+    """Read and validate a batch header (not the data)."""
+    json_path = Path(json_path)
+    meta = read_json(json_path, "batch header")
+    if meta.get("format") != FORMAT:
+        raise CorruptFileError(json_path, f"not a {FORMAT} header (format={meta.get('format')!r})")
+    if meta.get("version") != VERSION:
+        raise CorruptFileError(
+            json_path, f"batch format version {meta.get('version')!r} is not supported "
+            f"(this scrapy-simdup reads version {VERSION})")
+    for key in ("count", "npy_bytes", "npy_crc32", "urls_bytes", "urls_crc32"):
+        if not isinstance(meta.get(key), int) or meta[key] < 0:
+            raise CorruptFileError(json_path, f"batch header field {key!r} is missing or invalid")
+    return meta
+
+
+def read_batch(json_path, with_urls: bool = True, verify: bool = True) -> Batch:
+    """Load a batch, checking lengths and checksums. Raises CorruptFileError naming the bad file."""
+    json_path = Path(json_path)
+    meta = read_meta(json_path)
+    name = json_path.name[: -len(".json")]
+    npy_path = json_path.with_name(name + ".npy")
+    urls_path = json_path.with_name(name + ".urls")
+    try:
+        size = npy_path.stat().st_size
+    except FileNotFoundError:
+        raise CorruptFileError(npy_path, "batch data file is missing") from None
+    if size != meta["npy_bytes"]:
+        raise CorruptFileError(npy_path, f"batch data is {size} bytes, header says {meta['npy_bytes']}"
+                               " (truncated or overwritten)")
+    if verify and crc32_file(npy_path) != meta["npy_crc32"]:
+        raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
+    try:
+        records = np.load(npy_path, allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is corruption
+        raise CorruptFileError(npy_path, f"not a readable .npy file ({exc})") from None
+    if records.dtype != BATCH_DTYPE or records.ndim != 1 or len(records) != meta["count"]:
+        raise CorruptFileError(npy_path, f"unexpected array {records.dtype} {records.shape}, "
+                               f"expected {meta['count']} records of {BATCH_DTYPE}")
+    urls: list = []
+    if with_urls:
+        try:
+            data = urls_path.read_bytes()
+        except FileNotFoundError:
+            raise CorruptFileError(urls_path, "batch URL file is missing") from None
+        if len(data) != meta["urls_bytes"]:
+            raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
+                                   f"{meta['urls_bytes']} (truncated or overwritten)")
+        if verify and (zlib.crc32(data) & 0xFFFFFFFF) != meta["urls_crc32"]:
+            raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
+        urls = data.decode("utf-8", "surrogateescape").split("\n")
+        if urls and urls[-1] == "":
+            urls.pop()
+        if len(urls) != meta["count"]:
+            raise CorruptFileError(urls_path, f"{len(urls)} URLs for {meta['count']} records")
+    return Batch(name, json_path, records, urls, meta)
+
+
+def list_batches(directory) -> list[Path]:
+    """Committed batch headers in ``directory``, oldest first (by name)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("batch-*.json") if not p.name.startswith("."))
+
+
+def unfinished_batches(directory) -> list[Path]:
+    """Data files whose header was never written (a flush interrupted by a crash)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    out = []
+    for p in sorted(directory.glob("batch-*.npy")):
+        if not p.with_suffix(".json").exists():
+            out.append(p)
+    return out

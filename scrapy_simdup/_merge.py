@@ -1,0 +1,598 @@
+"""PSM batch mode: merge crawl batches into one on-disk collection, find every near-duplicate.
+
+The collection (a directory, by default ``<first DIR>/collection``):
+
+``H.bin``
+    The collection ``H``: raw little-endian records of :data:`H_DTYPE`
+    (``value <u8``, ``id <i8``), a sequence of *runs*, each sorted by value
+    (every merged batch is sorted and appended as one run).
+    ``np.fromfile("H.bin", dtype=[("value", "<u8"), ("id", "<i8")])`` reads it.
+``urls.bin`` / ``urls.idx``
+    URL of collection id ``i``: bytes ``idx[i-1]:idx[i]`` (``idx[-1] = 0``) of
+    ``urls.bin``; ``urls.idx`` is raw ``<i8`` end offsets.
+``pairs.bin``
+    Every duplicate pair found so far: raw :data:`PAIR_DTYPE` records
+    (``id``, ``duplicate_of``, ``distance``), ``duplicate_of`` the earlier record.
+``collection.json``
+    Written last, atomically, after the appends above are fsynced: ``format``
+    (``"simdup-collection"``), ``version``, ``count``, byte lengths and a
+    CRC-32 per run, the merged batches (so they are not merged twice).
+    Bytes past the recorded lengths (an append cut by a crash) are ignored
+    and overwritten by the next merge.
+
+The merge of a pending batch ``Q`` (at most ``m`` fingerprints): read ``H``
+chunk by chunk (runs, each already sorted; at most ``m`` records per chunk),
+match every still-active element of ``Q`` against the chunk with the online
+PSM scan (PSM-F deactivates an element at its first match), match ``Q``
+against its own earlier elements, then sort ``Q`` and append it to ``H``.
+``exact`` uses BPHS batch mode instead (tables built over ``Q``, each chunk
+element looked up in them), the reference for recall.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import _batchscan
+from ._atomic import CorruptFileError, atomic_write_json, fsync_dir, read_json
+from ._batchfile import list_batches, read_batch, read_meta, unfinished_batches
+from ._batchprobes import header_probabilities, probe_masks
+
+FORMAT = "simdup-collection"
+VERSION = 1
+H_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8")])
+PAIR_DTYPE = np.dtype([("id", "<i8"), ("duplicate_of", "<i8"), ("distance", "u1")])
+
+DEFAULT_DISTANCE = 3
+DEFAULT_PROBES = 32
+DEFAULT_CHUNK = 1 << 20
+
+
+# ----------------------------------------------------------------------------- collection
+
+
+class Collection:
+    """The on-disk collection ``H`` (see the module docstring)."""
+
+    def __init__(self, path, create: bool = False):
+        self.path = Path(path)
+        self.meta_path = self.path / "collection.json"
+        if not self.meta_path.exists():
+            if not create:
+                raise CorruptFileError(self.meta_path, "no collection here (run `simdup merge` first)")
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.meta = {"format": FORMAT, "version": VERSION, "count": 0, "runs": [],
+                         "urls_bytes": 0, "pairs": 0, "merged": {}, "created": time.time()}
+            for name in ("H.bin", "urls.bin", "urls.idx", "pairs.bin"):
+                (self.path / name).touch()
+            atomic_write_json(self.meta_path, self.meta)
+        else:
+            self.meta = self._load_meta()
+        self._check_lengths()
+
+    def _load_meta(self) -> dict:
+        meta = read_json(self.meta_path, "collection header")
+        if meta.get("format") != FORMAT:
+            raise CorruptFileError(self.meta_path, f"not a {FORMAT} header")
+        if meta.get("version") != VERSION:
+            raise CorruptFileError(self.meta_path, f"collection version {meta.get('version')!r} "
+                                   f"is not supported (this scrapy-simdup reads {VERSION})")
+        for key in ("count", "urls_bytes", "pairs"):
+            if not isinstance(meta.get(key), int) or meta[key] < 0:
+                raise CorruptFileError(self.meta_path, f"field {key!r} is missing or invalid")
+        if not isinstance(meta.get("runs"), list) or not isinstance(meta.get("merged"), dict):
+            raise CorruptFileError(self.meta_path, "fields 'runs'/'merged' are missing or invalid")
+        if sum(r["count"] for r in meta["runs"]) != meta["count"]:
+            raise CorruptFileError(self.meta_path, "run lengths do not add up to the count")
+        return meta
+
+    def _check_lengths(self) -> None:
+        need = {
+            "H.bin": self.count * H_DTYPE.itemsize,
+            "urls.idx": self.count * 8,
+            "urls.bin": self.meta["urls_bytes"],
+            "pairs.bin": self.meta["pairs"] * PAIR_DTYPE.itemsize,
+        }
+        for name, size in need.items():
+            path = self.path / name
+            try:
+                have = path.stat().st_size
+            except FileNotFoundError:
+                raise CorruptFileError(path, "collection file is missing") from None
+            if have < size:
+                raise CorruptFileError(path, f"collection file is {have} bytes, the header "
+                                       f"needs {size} (truncated)")
+
+    @property
+    def count(self) -> int:
+        return int(self.meta["count"])
+
+    def chunks(self, chunk_size: int, verify: bool = True):
+        """Yield ``(start, records)``: consecutive runs, each chunk sorted, at most
+        ``chunk_size`` records (a run longer than that is one chunk of its own)."""
+        path = self.path / "H.bin"
+        runs = self.meta["runs"]
+        with open(path, "rb") as handle:
+            start = 0
+            i = 0
+            while i < len(runs):
+                group = [runs[i]]
+                i += 1
+                while i < len(runs) and sum(r["count"] for r in group) + runs[i]["count"] <= chunk_size:
+                    group.append(runs[i])
+                    i += 1
+                parts = []
+                for run in group:
+                    data = handle.read(run["count"] * H_DTYPE.itemsize)
+                    if len(data) != run["count"] * H_DTYPE.itemsize:
+                        raise CorruptFileError(path, "collection data ends early (truncated)")
+                    if verify and (zlib.crc32(data) & 0xFFFFFFFF) != run["crc32"]:
+                        raise CorruptFileError(path, f"checksum mismatch in the run starting at "
+                                               f"record {start + sum(len(p) for p in parts)}")
+                    parts.append(np.frombuffer(data, dtype=H_DTYPE))
+                records = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                if len(parts) > 1:
+                    records = records[np.argsort(records["value"], kind="stable")]
+                yield start, records
+                start += len(records)
+
+    def urls(self, ids) -> list[str]:
+        """URLs of collection ids (random access through ``urls.idx``)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return []
+        idx = np.memmap(self.path / "urls.idx", dtype="<i8", mode="r", shape=(self.count,))
+        ends = idx[ids]
+        starts = np.where(ids > 0, idx[np.maximum(ids - 1, 0)], 0)
+        out = []
+        with open(self.path / "urls.bin", "rb") as handle:
+            for s, e in zip(starts.tolist(), ends.tolist()):
+                handle.seek(s)
+                out.append(handle.read(e - s).decode("utf-8", "surrogateescape"))
+        del idx
+        return out
+
+    def pairs(self) -> np.ndarray:
+        n = self.meta["pairs"]
+        if n == 0:
+            return np.zeros(0, dtype=PAIR_DTYPE)
+        return np.fromfile(self.path / "pairs.bin", dtype=PAIR_DTYPE, count=n)
+
+    def _append(self, name: str, offset: int, data: bytes) -> None:
+        with open(self.path / name, "r+b") as handle:
+            handle.seek(offset)
+            handle.write(data)
+            handle.truncate()
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def append(self, sorted_q: np.ndarray, urls: list[str], pairs: np.ndarray,
+               merged: dict) -> None:
+        """Append a sorted run with its URLs and pairs; commit by rewriting the header."""
+        data = np.ascontiguousarray(sorted_q, dtype=H_DTYPE).tobytes()
+        self._append("H.bin", self.count * H_DTYPE.itemsize, data)
+        encoded = [u.encode("utf-8", "surrogateescape") for u in urls]
+        lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
+        ends = self.meta["urls_bytes"] + np.cumsum(lengths)
+        self._append("urls.bin", self.meta["urls_bytes"], b"".join(encoded))
+        self._append("urls.idx", self.count * 8, ends.astype("<i8").tobytes())
+        self._append("pairs.bin", self.meta["pairs"] * PAIR_DTYPE.itemsize,
+                     np.ascontiguousarray(pairs, dtype=PAIR_DTYPE).tobytes())
+        fsync_dir(self.path)
+        meta = dict(self.meta)
+        meta["runs"] = self.meta["runs"] + ([{"count": len(sorted_q), "crc32": zlib.crc32(data) & 0xFFFFFFFF}]
+                                            if len(sorted_q) else [])
+        meta["count"] = self.count + len(sorted_q)
+        meta["urls_bytes"] = int(ends[-1]) if len(ends) else self.meta["urls_bytes"]
+        meta["pairs"] = self.meta["pairs"] + len(pairs)
+        meta["merged"] = {**self.meta["merged"], **merged}
+        meta["updated"] = time.time()
+        atomic_write_json(self.meta_path, meta)
+        self.meta = meta
+
+
+# ----------------------------------------------------------------------------- matching
+
+
+def header_bits(chunk_size: int) -> int:
+    """PSM header length for chunks of ``chunk_size``: ``t = log2(m)`` (8..30)."""
+    return int(min(30, max(8, round(math.log2(max(chunk_size, 2))))))
+
+
+class PSMBatchMatcher:
+    """Online PSM matching of a batch against sorted chunks (compiled scan)."""
+
+    def __init__(self, q_values, q_absw, distance, probes, first, t):
+        self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.t = t
+        self.h = distance
+        self.first = first
+        p = header_probabilities(q_absw, t)
+        self.masks, self.nprobes = probe_masks(p, distance, probes)
+        self.masks = np.ascontiguousarray(self.masks)
+
+    def match(self, chunk_values, active):
+        offsets = _batchscan.bucket_offsets(chunk_values, self.t)
+        return _batchscan.scan_chunk(chunk_values, offsets, self.t, self.values, self.masks,
+                                     self.nprobes, self.h, active, self.first)
+
+
+class ExactBatchMatcher:
+    """BPHS batch mode: tables over ``Q``, each chunk element looked up in them.
+
+    Uses the index module's :class:`BPHSIndex` when it is importable; otherwise
+    an exact PSM scan that probes every header flip set of size <= h.
+    """
+
+    def __init__(self, q_values, distance, t):
+        self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.h = distance
+        self.t = t
+        self.index = None
+        try:
+            from . import BPHSIndex  # noqa: PLC0415
+        except ImportError:
+            BPHSIndex = None
+        if BPHSIndex is not None:
+            self.index = BPHSIndex(distance=distance)
+            self.index.add(self.values)
+        else:
+            import itertools  # noqa: PLC0415
+            t_exact = min(t, 16)
+            self.t = t_exact
+            sets = [c for s in range(1, distance + 1) for c in itertools.combinations(range(t_exact), s)]
+            row = np.array([sum(1 << (63 - b) for b in c) for c in sets], dtype=np.uint64)
+            self.masks = np.ascontiguousarray(np.broadcast_to(row, (len(self.values), len(row))))
+            self.nprobes = np.full(len(self.values), len(row), dtype=np.int32)
+
+    def match(self, chunk_values, active):
+        if self.index is None:
+            offsets = _batchscan.bucket_offsets(chunk_values, self.t)
+            return _batchscan.scan_chunk(chunk_values, offsets, self.t, self.values, self.masks,
+                                         self.nprobes, self.h, active, False)
+        qs, ys, ds = [], [], []
+        results = self.index.query_many(chunk_values, first=False)
+        for j, hits in enumerate(results):
+            for qi, dist in hits:
+                if active[qi]:
+                    qs.append(qi)
+                    ys.append(j)
+                    ds.append(dist)
+        return (np.array(qs, dtype=np.int64), np.array(ys, dtype=np.int64),
+                np.array(ds, dtype=np.uint8))
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+@dataclass
+class MergeSummary:
+    method: str
+    distance: int
+    probes: int | None
+    batches: int = 0
+    fingerprints: int = 0
+    collection_before: int = 0
+    collection_after: int = 0
+    chunks_scanned: int = 0
+    pairs: int = 0
+    duplicates: int = 0
+    distance_histogram: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    skipped_unfinished: list = field(default_factory=list)
+
+    @property
+    def throughput(self) -> float:
+        return self.fingerprints / self.seconds if self.seconds > 0 else float("inf")
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["throughput"] = round(self.throughput, 1) if self.seconds > 0 else None
+        d["seconds"] = round(self.seconds, 3)
+        return d
+
+
+class Progress:
+    """A one-line progress bar on stderr (no dependency); silent when not a TTY unless forced."""
+
+    def __init__(self, total: int, label: str = "merge", enabled: bool | None = None, stream=None):
+        self.total = max(int(total), 1)
+        self.done = 0
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.started = time.monotonic()
+        self._last = 0.0
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and (now - self._last >= 0.2 or self.done >= self.total):
+            self._last = now
+            frac = min(self.done / self.total, 1.0)
+            bar = "#" * int(30 * frac)
+            elapsed = now - self.started
+            eta = elapsed / frac - elapsed if frac > 0 else 0.0
+            self.stream.write(f"\r{self.label} [{bar:<30}] {100 * frac:5.1f}% "
+                              f"{self.done:,}/{self.total:,} eta {eta:5.0f}s")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _batch_key(path: Path) -> str:
+    return str(path.resolve())
+
+
+def pending_batches(dirs, collection: Collection | None) -> list[Path]:
+    merged = collection.meta["merged"] if collection is not None else {}
+    out = []
+    for d in dirs:
+        for p in list_batches(d):
+            if _batch_key(p) not in merged:
+                out.append(p)
+    return out
+
+
+def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: int | None = None,
+          first: bool = True, exact: bool = False, chunk_size: int = DEFAULT_CHUNK,
+          pairs_out=None, clusters_out=None, progress: bool | None = None,
+          verify: bool = True) -> MergeSummary:
+    """Merge every pending batch of ``dirs`` into ``collection``; see the module docstring.
+
+    ``first`` is PSM-F (one earlier duplicate per fingerprint) vs PSM-A (all);
+    ``exact`` is BPHS batch mode (all pairs within ``distance``, exact).
+    ``pairs_out``/``clusters_out`` are paths (or open text files) for JSON Lines.
+    """
+    dirs = [Path(d) for d in dirs]
+    if not dirs:
+        raise ValueError("merge needs at least one directory")
+    for d in dirs:
+        if not d.is_dir():
+            raise ValueError(f"{d}: not a directory")
+    if isinstance(distance, bool) or not isinstance(distance, int) or not 0 <= distance <= 16:
+        raise ValueError(f"distance must be an int in 0..16, got {distance!r}")
+    if probes is None:
+        probes = DEFAULT_PROBES
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
+        raise ValueError(f"probes must be a non-negative int, got {probes!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    coll = Collection(collection if collection is not None else dirs[0] / "collection", create=True)
+    method = "bphs" if exact else ("psm-f" if first else "psm-a")
+    summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
+                           collection_before=coll.count)
+    for d in dirs:
+        summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
+    started = time.perf_counter()
+    pending = pending_batches(dirs, coll)
+    metas = [(p, read_meta(p)) for p in pending]
+    total = sum(m["count"] for _, m in metas)
+    bar = Progress(total * max(1, len(coll.meta["runs"]) + 1), "simdup merge", progress)
+    run_pairs = []
+    t = header_bits(chunk_size)
+    # group pending batches into Q's of at most chunk_size fingerprints
+    groups, cur, cur_n = [], [], 0
+    for p, m in metas:
+        if cur and cur_n + m["count"] > chunk_size:
+            groups.append(cur)
+            cur, cur_n = [], 0
+        cur.append(p)
+        cur_n += m["count"]
+    if cur:
+        groups.append(cur)
+    for group in groups:
+        batches = [read_batch(p, verify=verify) for p in group]
+        records = np.concatenate([b.records for b in batches]) if batches else None
+        urls = [u for b in batches for u in b.urls]
+        m = len(records)
+        base = coll.count
+        gids = base + np.arange(m, dtype=np.int64)
+        q_values = np.ascontiguousarray(records["value"])
+        active = np.ones(m, dtype=np.uint8)
+        if exact:
+            matcher = ExactBatchMatcher(q_values, distance, t)
+        else:
+            matcher = PSMBatchMatcher(q_values, records["absw"], distance, probes, first, t)
+        found_q, found_dup, found_d = [], [], []
+        for _start, chunk in coll.chunks(chunk_size, verify=verify):
+            if not active.any():
+                bar.update(m)
+                continue
+            chunk_values = np.ascontiguousarray(chunk["value"])
+            qi, yi, dd = matcher.match(chunk_values, active)
+            found_q.append(qi)
+            found_dup.append(chunk["id"][yi])
+            found_d.append(dd)
+            summary.chunks_scanned += 1
+            bar.update(m)
+        # pairs inside Q (all modes look at all pairs, then keep the earlier one)
+        order = np.argsort(q_values, kind="stable")
+        sorted_q = np.ascontiguousarray(q_values[order])
+        self_active = active.copy() if first else np.ones(m, dtype=np.uint8)
+        if exact:
+            self_matcher = ExactBatchMatcher(q_values, distance, t)
+            qi, yi, dd = self_matcher.match(sorted_q, np.ones(m, dtype=np.uint8))
+        else:
+            self_matcher = matcher
+            self_matcher.first = False
+            qi, yi, dd = self_matcher.match(sorted_q, self_active)
+            self_matcher.first = first
+        yi = order[yi]
+        keep = yi < qi
+        qi, yi, dd = qi[keep], yi[keep], dd[keep]
+        if first and len(qi):
+            # one match per element (the first found), and only for elements not matched in H
+            sel = np.unique(qi, return_index=True)[1]
+            qi, yi, dd = qi[sel], yi[sel], dd[sel]
+        found_q.append(qi)
+        found_dup.append(gids[yi])
+        found_d.append(dd)
+        bar.update(m)
+        fq = np.concatenate(found_q)
+        pairs = np.empty(len(fq), dtype=PAIR_DTYPE)
+        pairs["id"] = gids[fq]
+        pairs["duplicate_of"] = np.concatenate(found_dup)
+        pairs["distance"] = np.concatenate(found_d)
+        if exact or not first:
+            # the exact scan reports pairs regardless of `first`; keep all
+            pass
+        pairs = pairs[np.lexsort((pairs["duplicate_of"], pairs["id"]))]
+        run = np.empty(m, dtype=H_DTYPE)
+        run["value"] = q_values[order]
+        run["id"] = gids[order]
+        coll.append(run, urls, pairs, {_batch_key(b.path): {"count": len(b),
+                                                            "crc32": b.meta["npy_crc32"]}
+                                       for b in batches})
+        run_pairs.append(pairs)
+        summary.batches += len(batches)
+        summary.fingerprints += m
+    bar.close()
+    all_run = np.concatenate(run_pairs) if run_pairs else np.zeros(0, dtype=PAIR_DTYPE)
+    summary.seconds = time.perf_counter() - started
+    summary.collection_after = coll.count
+    summary.pairs = len(all_run)
+    summary.duplicates = int(len(np.unique(all_run["id"])))
+    hist = np.bincount(all_run["distance"], minlength=distance + 1) if len(all_run) else []
+    summary.distance_histogram = {str(i): int(c) for i, c in enumerate(hist) if c}
+    if pairs_out is not None:
+        write_pairs(coll, all_run, pairs_out)
+    if clusters_out is not None:
+        write_clusters(coll, coll.pairs(), clusters_out)
+    return summary
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def _open_out(target):
+    if hasattr(target, "write"):
+        return target, False
+    return open(target, "w", encoding="utf-8"), True
+
+
+def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
+    """JSON Lines ``{"url", "duplicate_of", "distance"}``, one per pair."""
+    handle, close = _open_out(target)
+    try:
+        step = 100_000
+        for s in range(0, len(pairs), step):
+            part = pairs[s:s + step]
+            a = coll.urls(part["id"])
+            b = coll.urls(part["duplicate_of"])
+            for u, v, d in zip(a, b, part["distance"].tolist()):
+                handle.write(json.dumps({"url": u, "duplicate_of": v, "distance": d},
+                                        ensure_ascii=False) + "\n")
+    finally:
+        if close:
+            handle.close()
+    return len(pairs)
+
+
+def components(n_ids: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
+    """Union-find over pairs ``(a[i], b[i])``: {root: sorted members} for components of size >= 2."""
+    parent: dict = {}
+
+    def find(x):
+        root = x
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(x, x) != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    for x, y in zip(a.tolist(), b.tolist()):
+        rx, ry = find(x), find(y)
+        if rx != ry:
+            if rx < ry:
+                parent[ry] = rx
+            else:
+                parent[rx] = ry
+    groups: dict = {}
+    for x in parent:
+        groups.setdefault(find(x), set()).add(x)
+    for root in list(groups):
+        groups[root].add(root)
+    return {root: sorted(members) for root, members in groups.items()}
+
+
+def write_clusters(coll: Collection, pairs: np.ndarray, target) -> int:
+    """JSON Lines ``{"representative", "size", "urls"}`` per connected component.
+
+    The representative is the earliest record (lowest collection id) of the cluster.
+    """
+    groups = components(None, pairs["id"], pairs["duplicate_of"])
+    handle, close = _open_out(target)
+    try:
+        for root in sorted(groups):
+            members = groups[root]
+            urls = coll.urls(members)
+            handle.write(json.dumps({"representative": urls[0], "size": len(members),
+                                     "urls": urls}, ensure_ascii=False) + "\n")
+    finally:
+        if close:
+            handle.close()
+    return len(groups)
+
+
+# ----------------------------------------------------------------------------- stats
+
+
+def stats(dirs, collection=None) -> dict:
+    """What the directories and the collection hold (``simdup stats``)."""
+    dirs = [Path(d) for d in dirs]
+    out: dict = {"directories": [], "collection": None}
+    coll = None
+    cpath = Path(collection) if collection is not None else (dirs[0] / "collection" if dirs else None)
+    if cpath is not None and (cpath / "collection.json").exists():
+        coll = Collection(cpath)
+    for d in dirs:
+        if not d.is_dir():
+            raise ValueError(f"{d}: not a directory")
+        entry = {"path": str(d), "batches": 0, "fingerprints": 0, "pending_batches": 0,
+                 "pending_fingerprints": 0, "unfinished": [], "corrupt": [],
+                 "bytes": sum(p.stat().st_size for p in d.rglob("*") if p.is_file())}
+        merged = coll.meta["merged"] if coll is not None else {}
+        for p in list_batches(d):
+            try:
+                meta = read_meta(p)
+            except CorruptFileError as exc:
+                entry["corrupt"].append(str(exc))
+                continue
+            entry["batches"] += 1
+            entry["fingerprints"] += meta["count"]
+            if _batch_key(p) not in merged:
+                entry["pending_batches"] += 1
+                entry["pending_fingerprints"] += meta["count"]
+        entry["unfinished"] = [str(p) for p in unfinished_batches(d)]
+        index_meta = d / "index.json"
+        if index_meta.exists():
+            try:
+                entry["index"] = read_json(index_meta, "index snapshot header")
+            except CorruptFileError as exc:
+                entry["corrupt"].append(str(exc))
+        out["directories"].append(entry)
+    if coll is not None:
+        pairs = coll.pairs()
+        hist = np.bincount(pairs["distance"]) if len(pairs) else np.zeros(0, dtype=np.int64)
+        clusters = components(None, pairs["id"], pairs["duplicate_of"]) if len(pairs) else {}
+        out["collection"] = {
+            "path": str(coll.path), "count": coll.count, "runs": len(coll.meta["runs"]),
+            "merged_batches": len(coll.meta["merged"]),
+            "bytes": sum(p.stat().st_size for p in coll.path.iterdir() if p.is_file()),
+            "pairs": int(len(pairs)), "duplicates": int(len(np.unique(pairs["id"]))),
+            "clusters": len(clusters),
+            "distance_histogram": {str(i): int(c) for i, c in enumerate(hist) if c},
+        }
+    return out
