@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ._atomic import CorruptFileError, remove_stale_temporaries
-from ._batchfile import BATCH_DTYPE, HEADER_BITS, escape_url, header_absw, list_batches, read_meta, write_batch
+from ._batchfile import BATCH_DTYPE, escape_url, header_weights, list_batches, read_meta, write_batch
 
 _NAME_RE = re.compile(r"^batch-(\d+)-")
 
@@ -36,6 +36,7 @@ class BatchWriter:
         self.on_flush = list(on_flush or [])
         self._values: list = []
         self._absw: list = []
+        self._wrms: list = []
         self._urls: list = []
         self.flushed_batches = 0
         self.flushed_records = 0
@@ -72,24 +73,21 @@ class BatchWriter:
         value = int(value)
         if not 0 <= value < 1 << 64:
             raise ValueError(f"value must be a 64-bit unsigned int, got {value}")
-        absw = np.asarray(W)
-        if absw.shape == (64,):
-            absw = header_absw(absw)
-        elif absw.shape == (HEADER_BITS,):
-            absw = np.minimum(np.abs(absw.astype(np.float64)), 65504.0).astype(np.float16)
-        else:
-            raise ValueError(f"W must have shape (64,) (or ({HEADER_BITS},) header weights), "
-                             f"got {absw.shape}")
+        W = np.asarray(W)
+        if W.shape != (64,):
+            raise ValueError(f"W must have shape (64,), got {W.shape}")
+        absw, wrms = header_weights(W)
         record_id = self.next_id
         self._values.append(value)
         self._absw.append(absw)
+        self._wrms.append(wrms)
         self._urls.append(escape_url(url))
         if len(self._values) >= self.batch_size:
             self.flush()
         return record_id
 
     def append_many(self, values, W, urls) -> None:
-        """Append many records at once (``W`` is ``(n, 64)`` weights or ``(n, 32)`` header |W|)."""
+        """Append many records at once (``W`` is ``(n, 64)``)."""
         values = np.asarray(values, dtype=np.uint64)
         W = np.asarray(W)
         urls = list(urls)
@@ -107,11 +105,12 @@ class BatchWriter:
         records["value"] = np.array(self._values, dtype=np.uint64)
         records["id"] = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         records["absw"] = np.stack(self._absw)
+        records["wrms"] = np.array(self._wrms, dtype=np.float32)
         self._seq += 1
         name = f"batch-{self._seq:08d}-{os.getpid()}"
         path = write_batch(self.directory, name, records, self._urls)
         self._next_id += n
-        self._values, self._absw, self._urls = [], [], []
+        self._values, self._absw, self._wrms, self._urls = [], [], [], []
         self.flushed_batches += 1
         self.flushed_records += n
         for callback in self.on_flush:

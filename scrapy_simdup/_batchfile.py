@@ -11,12 +11,14 @@ A batch named ``B`` (``batch-<crawl>-<seq>``) is three files in ``SIMDUP_DIR``:
     ========  ==============  ===============================================
     value     ``<u8``         the 64-bit simhash
     id        ``<i8``         record id, unique within the directory, increasing
+    wrms      ``<f4``         ``sqrt(mean(W ** 2))`` over all 64 weights (the
+                              volatility model reads ``|W[j]| / wrms``)
     absw      ``<f2`` x 32    ``|W[63 - i]|`` for ``i = 0..31``: the weight
                               magnitudes of the 32 most significant bits (the
                               only bits a PSM header can use), clipped to 65504
     ========  ==============  ===============================================
 
-    80 bytes per fingerprint instead of 8 + 64 x 8: PSM batch mode needs the
+    84 bytes per fingerprint instead of 8 + 64 x 8: PSM batch mode needs the
     volatility of the header bits only (``p_j`` is a function of ``|W[j]|``).
 ``B.urls``
     The records' URLs, UTF-8, one per line in record order, each ending in
@@ -47,20 +49,26 @@ from ._atomic import CorruptFileError, atomic_write, atomic_write_json, crc32_fi
 FORMAT = "simdup-batch"
 VERSION = 1
 HEADER_BITS = 32
-BATCH_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8"), ("absw", "<f2", (HEADER_BITS,))])
+BATCH_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8"), ("wrms", "<f4"),
+                        ("absw", "<f2", (HEADER_BITS,))])
 _F16_MAX = float(np.finfo(np.float16).max)
 
 
-def header_absw(W) -> np.ndarray:
-    """``|W|`` of the 32 most significant bits as float16, most significant first.
+def header_weights(W) -> tuple[np.ndarray, np.ndarray]:
+    """``(absw, wrms)``: ``|W|`` of the 32 most significant bits as float16 (most
+    significant first) and the RMS of all 64 weights as float32.
 
     ``W`` is one weight vector ``(64,)`` or many ``(n, 64)``.
     """
     W = np.asarray(W, dtype=np.float64)
     if W.shape[-1] != 64:
         raise ValueError(f"W must have 64 weights per fingerprint, got shape {W.shape}")
+    if not np.all(np.isfinite(W)):
+        raise ValueError("W must be finite (no NaN or infinity)")
     top = np.abs(W[..., 63:63 - HEADER_BITS:-1])
-    return np.minimum(top, _F16_MAX).astype(np.float16)
+    absw = np.minimum(top, _F16_MAX).astype(np.float16)
+    wrms = np.sqrt(np.mean(W * W, axis=-1)).astype(np.float32)
+    return absw, wrms
 
 
 def escape_url(url) -> str:

@@ -5,97 +5,70 @@ identifying the volatile bits ... saves time in identifying top
 bit-combinations every time a new chunk is loaded"), then reused for every
 chunk of the collection by :func:`scrapy_simdup._batchscan.scan_chunk`.
 
-The flip-set order is the VOSH order (decreasing ``p(S)``); the bit
-volatilities ``p_j = P(Y > |W[j]|)`` come from the index's calibrated
-:class:`VolatilityModel` when it is available.
+The flip sets come in VOSH order (non-increasing ``p(S)``) from the index
+module's compiled generator (``_vosh.h``, called by
+:func:`scrapy_simdup._batchscan.batch_flip_masks`); the bit log-odds
+``log(p_j / (1 - p_j))`` come from the index's calibrated volatility model,
+evaluated on ``c_j = |W[j]| / rms(W)``.
 """
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
-#: most volatile header bits considered per element (sets over these only)
-VOLATILE_BITS = 16
+from . import _batchscan
 
 
-def _volatility_model():
+def _model_log_odds():
+    """The calibrated model's ``c -> log-odds`` function, or None if not importable."""
     try:
-        from . import VolatilityModel  # noqa: PLC0415 - written by the index module
+        from ._index import VolatilityModel  # noqa: PLC0415 - the index module
     except ImportError:
         return None
-    try:
-        return VolatilityModel.default()
-    except Exception:  # noqa: BLE001 - any incompatibility: use the fallback
-        return None
-
-
-def header_probabilities(absw: np.ndarray, t: int) -> np.ndarray:
-    """Flip probabilities ``(m, t)`` of the ``t`` header bits (column 0 = bit 63).
-
-    ``absw`` is the batch files' ``absw`` field (``|W|`` of bits 63..32).
-    """
-    a = np.asarray(absw[:, :t], dtype=np.float64)
-    model = _volatility_model()
-    if model is not None:
+    for factory in ("default", "load_default", "builtin"):
+        make = getattr(VolatilityModel, factory, None)
+        if make is None:
+            continue
         try:
-            p = np.asarray(model.flip_probability(a), dtype=np.float64)
-            if p.shape == a.shape:
-                return np.clip(p, 1e-12, 0.5)
+            model = make()
         except Exception:  # noqa: BLE001
-            pass
-    # Fallback (no calibrated model importable): a Laplace tail scaled by the
-    # fingerprint's own mean |W| (the W scale grows with the page length).
-    scale = np.maximum(absw.astype(np.float64).mean(axis=1, keepdims=True), 1e-9) * 0.5
-    return np.clip(0.5 * np.exp(-a / scale), 1e-12, 0.5)
+            continue
+        for name in ("log_odds", "log_odds_c"):
+            fn = getattr(model, name, None)
+            if fn is not None:
+                return fn
+    return None
 
 
-def _subsets(v: int, h: int) -> np.ndarray:
-    """All subsets of ``range(v)`` of sizes ``1..h`` as an index array padded with ``v``."""
-    rows = []
-    for size in range(1, h + 1):
-        for combo in itertools.combinations(range(v), size):
-            rows.append(list(combo) + [v] * (h - size))
-    return np.array(rows, dtype=np.int64).reshape(-1, max(h, 1))
+def _fallback_log_odds(c: np.ndarray) -> np.ndarray:
+    # Used only when the index's calibrated model is unavailable: a Laplace
+    # tail p = 0.5 exp(-c / 0.35) on the normalised weight.
+    p = np.clip(0.5 * np.exp(-c / 0.35), 1e-300, 0.5 - 1e-12)
+    return np.log(p) - np.log1p(-p)
 
 
-def probe_masks(p: np.ndarray, h: int, k: int, block: int = 8192) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` most likely header flip sets of each row of ``p`` as masks.
+def header_log_odds(absw: np.ndarray, wrms: np.ndarray, t: int) -> np.ndarray:
+    """Log-odds ``(m, t)`` that each header bit flips (column ``c`` = bit ``63 - c``)."""
+    if not 1 <= t <= absw.shape[1]:
+        raise ValueError(f"t must be in 1..{absw.shape[1]}, got {t}")
+    rms = np.asarray(wrms, dtype=np.float64)[:, None]
+    c = np.asarray(absw[:, :t], dtype=np.float64) / np.where(rms > 0, rms, 1.0)
+    c = np.where(rms > 0, c, 0.0)
+    fn = _model_log_odds()
+    lw = None
+    if fn is not None:
+        try:
+            lw = np.asarray(fn(c), dtype=np.float64).reshape(c.shape)
+        except Exception:  # noqa: BLE001
+            lw = None
+    if lw is None:
+        lw = _fallback_log_odds(c)
+    return np.ascontiguousarray(lw)
 
-    ``p`` is ``(m, t)`` (column ``c`` is bit ``63 - c``). Returns ``(masks
-    uint64 (m, k), nprobes int32 (m,))``: masks with the flipped bits in their
-    physical positions, in decreasing ``p(S)`` (ties broken by fewer bits).
-    Sets range over each row's ``VOLATILE_BITS`` most volatile bits.
-    """
-    m, t = p.shape
-    h = min(h, t)
-    if h <= 0 or k <= 0 or m == 0:
+
+def probe_masks(absw: np.ndarray, wrms: np.ndarray, t: int, h: int, k: int):
+    """``(masks uint64 (m, k), nprobes int32 (m,))``: each element's ``k`` most
+    likely non-empty header flip sets, as XOR masks in their physical bits."""
+    if k <= 0 or h <= 0:
+        m = len(absw)
         return np.zeros((m, 0), dtype=np.uint64), np.zeros(m, dtype=np.int32)
-    v = min(t, VOLATILE_BITS)
-    sets = _subsets(v, h)                       # (S, h) indices into the volatile bits
-    k = min(k, len(sets))
-    sizes = (sets < v).sum(axis=1)
-    masks = np.empty((m, k), dtype=np.uint64)
-    logit = np.log(p) - np.log1p(-p)
-    for start in range(0, m, block):
-        stop = min(m, start + block)
-        lg = logit[start:stop]
-        order = np.argsort(-lg, axis=1, kind="stable")[:, :v]     # most volatile first
-        top = np.take_along_axis(lg, order, axis=1)
-        top = np.concatenate([top, np.zeros((stop - start, 1))], axis=1)
-        score = top[:, sets].sum(axis=2) - 1e-9 * sizes           # log p(S) + const
-        if k < len(sets):
-            best = np.argpartition(-score, k - 1, axis=1)[:, :k]
-            best = np.take_along_axis(
-                best, np.argsort(-np.take_along_axis(score, best, axis=1), axis=1, kind="stable"),
-                axis=1)
-        else:
-            best = np.argsort(-score, axis=1, kind="stable")
-        bitpos = 63 - order                                        # physical bit of each volatile slot
-        bitmask = np.concatenate(
-            [np.left_shift(np.uint64(1), bitpos.astype(np.uint64)),
-             np.zeros((stop - start, 1), dtype=np.uint64)], axis=1)
-        chosen = sets[best]                                        # (b, k, h)
-        rows = np.arange(stop - start)[:, None, None]
-        masks[start:stop] = np.bitwise_or.reduce(bitmask[rows, chosen], axis=2)
-    return masks, np.full(m, k, dtype=np.int32)
+    return _batchscan.batch_flip_masks(header_log_odds(absw, wrms, t), h, k)

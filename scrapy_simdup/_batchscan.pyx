@@ -30,6 +30,82 @@ cdef extern from "_murmur3.h" nogil:
 cdef extern from *:
     void __builtin_prefetch(const void *addr) nogil
 
+# The index module's VOSH generator (pure C header, shared, not re-implemented).
+cdef extern from "_vosh.h" nogil:
+    ctypedef struct vosh_node:
+        pass
+    ctypedef struct vosh_gen:
+        pass
+    int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
+                  int t, int h, vosh_node *heap, long cap)
+    int vosh_next(vosh_gen *g, uint64_t *mask_out, int *size_out)
+    long vosh_total(int t, int h)
+
+
+def batch_flip_masks(const double[:, ::1] lw, int h, int k):
+    """The ``k`` most likely header flip sets of every row, by VOSH.
+
+    ``lw[i, c]`` is the log-odds ``log(p / (1 - p))`` that bit ``63 - c`` of
+    element ``i`` flips (``c < t = lw.shape[1]``). Returns ``(masks uint64
+    (m, k), nprobes int32 (m,))``: the non-empty flip sets in non-increasing
+    ``p(S)`` (the empty set, the element's own header, is not listed).
+    """
+    cdef Py_ssize_t m = lw.shape[0]
+    cdef int t = <int>lw.shape[1]
+    if t < 1 or t > 32:
+        raise ValueError(f"lw must have 1..32 columns, got {t}")
+    if h < 0 or h > 8:
+        raise ValueError(f"h must be in 0..8, got {h}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    cdef long total = vosh_total(t, h) - 1
+    if k > total:
+        k = <int>total
+    masks = np.zeros((m, k), dtype=np.uint64)
+    nprobes = np.zeros(m, dtype=np.int32)
+    if k == 0 or m == 0:
+        return masks, nprobes
+    cdef uint64_t[:, ::1] mv = masks
+    cdef int32_t[::1] nv = nprobes
+    cdef long cap = h + 2 * (k + 2) + 2
+    cdef vosh_node *heap = <vosh_node *>malloc(cap * sizeof(vosh_node))
+    if heap == NULL:
+        raise MemoryError()
+    cdef double srt[32]
+    cdef uint64_t bit[32]
+    cdef vosh_gen g
+    cdef Py_ssize_t i
+    cdef int r, j, size, got, bad = 0
+    cdef double v
+    cdef uint64_t mk
+    try:
+        with nogil:
+            for i in range(m):
+                for r in range(t):          # stable insertion sort, descending
+                    v = lw[i, r]
+                    mk = (<uint64_t>1) << (63 - r)
+                    j = r
+                    while j > 0 and srt[j - 1] < v:
+                        srt[j] = srt[j - 1]
+                        bit[j] = bit[j - 1]
+                        j -= 1
+                    srt[j] = v
+                    bit[j] = mk
+                if vosh_init(&g, srt, bit, t, h, heap, cap) != 0:
+                    bad = 1
+                    break
+                got = 0
+                vosh_next(&g, &mk, &size)   # the empty set
+                while got < k and vosh_next(&g, &mk, &size) > 0:
+                    mv[i, got] = mk
+                    got += 1
+                nv[i] = got
+    finally:
+        free(heap)
+    if bad:
+        raise MemoryError("batch_flip_masks: VOSH heap too small")
+    return masks, nprobes
+
 
 def bucket_offsets(const uint64_t[::1] sorted_values, int t):
     """Offsets of the ``2^t`` header buckets of a sorted array: bucket ``b`` is

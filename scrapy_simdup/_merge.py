@@ -44,7 +44,7 @@ import numpy as np
 from . import _batchscan
 from ._atomic import CorruptFileError, atomic_write_json, fsync_dir, read_json
 from ._batchfile import list_batches, read_batch, read_meta, unfinished_batches
-from ._batchprobes import header_probabilities, probe_masks
+from ._batchprobes import probe_masks
 
 FORMAT = "simdup-collection"
 VERSION = 1
@@ -210,14 +210,12 @@ def header_bits(chunk_size: int) -> int:
 class PSMBatchMatcher:
     """Online PSM matching of a batch against sorted chunks (compiled scan)."""
 
-    def __init__(self, q_values, q_absw, distance, probes, first, t):
+    def __init__(self, q_values, q_absw, q_wrms, distance, probes, first, t):
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
         self.t = t
         self.h = distance
         self.first = first
-        p = header_probabilities(q_absw, t)
-        self.masks, self.nprobes = probe_masks(p, distance, probes)
-        self.masks = np.ascontiguousarray(self.masks)
+        self.masks, self.nprobes = probe_masks(q_absw, q_wrms, t, distance, probes)
 
     def match(self, chunk_values, active):
         offsets = _batchscan.bucket_offsets(chunk_values, self.t)
@@ -404,7 +402,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         if exact:
             matcher = ExactBatchMatcher(q_values, distance, t)
         else:
-            matcher = PSMBatchMatcher(q_values, records["absw"], distance, probes, first, t)
+            matcher = PSMBatchMatcher(q_values, records["absw"], records["wrms"], distance, probes, first, t)
         found_q, found_dup, found_d = [], [], []
         for _start, chunk in coll.chunks(chunk_size, verify=verify):
             if not active.any():
