@@ -5,6 +5,8 @@ Public names are re-exported here; modules starting with ``_`` are private.
 from ._version import __version__
 from ._simhash import SimhashResult, hamming, simhash, simhash_many
 from ._config import SimdupConfig
+from ._fingerprinter import (Fingerprint, Fingerprinter, SkippedPage,
+                             fingerprint_html, fingerprint_response)
 
 # Scrapy components, imported on first use (PEP 562) so that ``import
 # scrapy_simdup`` stays light for code that only fingerprints.
@@ -35,6 +37,11 @@ __all__ = [
     "simhash",
     "simhash_many",
     "SimdupConfig",
+    "Fingerprint",
+    "Fingerprinter",
+    "SkippedPage",
+    "fingerprint_html",
+    "fingerprint_response",
     "Addon",
     "SimdupDownloaderMiddleware",
     "NearDuplicateResponse",

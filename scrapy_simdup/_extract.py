@@ -1,0 +1,274 @@
+"""Main-content extraction from an lxml tree (read-only, one pass).
+
+The tree is walked once with ``lxml.etree.iterwalk``; it is never modified,
+so the tree Scrapy caches for ``response.css()``/``xpath()`` can be reused.
+
+1. Invisible and boilerplate regions are skipped as whole subtrees: script,
+   style, head, forms, navigation, header/footer/aside, elements that are
+   ``hidden``/``aria-hidden``, and elements whose class or id says
+   comments/sidebar/share/related/ad/cookie/newsletter/... (unless it also says
+   article/content/main/story/body, the usual readability exception).
+2. Text is cut into *blocks* at block-level tags; each block records its
+   character count and how much of it is link text, and belongs to the
+   innermost block element (its *container*).
+3. A block is *good* (content-like) when it has at least ``min_block_chars``
+   characters and a link density below ``max_link_density``; other text is
+   *bad*. Scores are summed up the container tree and the main container is
+   the one maximising ``good - bad`` (text density minus boilerplate).
+4. The main text is every block inside the main container that is long
+   enough and not link-dominated. If the main container holds fewer than
+   ``min_main_chars`` good characters (no main block), the text of all
+   non-boilerplate blocks is used instead (the visible text).
+
+The event logic lives in :class:`BlockBuilder` so that the BeautifulSoup
+walker (``_extract_bs4``) produces exactly the same blocks.
+"""
+from __future__ import annotations
+
+import re
+
+from lxml import etree
+
+EXTRACTOR_VERSION = 1
+
+# Never visible: always skipped.
+INVISIBLE_TAGS = frozenset(
+    "script style noscript template head title meta link iframe frame frameset "
+    "object embed applet svg math canvas video audio map area source track "
+    "select option optgroup textarea input button datalist".split())
+# Boilerplate regions: skipped in "main" mode.
+BOILERPLATE_TAGS = frozenset("nav header footer aside form dialog menu".split())
+BLOCK_TAGS = frozenset(
+    "address article aside blockquote body center dd details dir div dl dt fieldset "
+    "figcaption figure footer h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav "
+    "ol p pre section summary table tbody td tfoot th thead tr ul br caption legend".split())
+
+UNLIKELY = re.compile(
+    r"(?:^|[\s_-])(?:comments?|commentlist|disqus|sidebar|side-?bar|footer|nav|navbar|"
+    r"navigation|menu|breadcrumbs?|share|sharing|social|related|recommended|"
+    r"promo|advert\w*|ads?|adslot|sponsor\w*|cookies?|consent|newsletter|subscribe|"
+    r"subscription|signup|popup|modal|masthead|widget|pagination|pager|outbrain|"
+    r"taboola|skip-link|sr-only|visually-hidden|print-only)(?:$|[\s_-])", re.I)
+LIKELY = re.compile(r"article|content|main|story|entry|post-body|body|text", re.I)
+
+_WS = re.compile(r"\s+")
+
+
+class BlockBuilder:
+    """Turns start/text/end events into text blocks and a container tree."""
+
+    __slots__ = ("mode", "texts", "nchars", "lchars", "owner", "parent", "end",
+                 "stack", "cur", "parts", "part_chars", "link_chars", "link_depth",
+                 "tags", "want_tags")
+
+    def __init__(self, mode: str = "main", want_tags: bool = False):
+        self.mode = mode
+        self.texts: list[str] = []      # block texts
+        self.nchars: list[int] = []     # stripped chars per block
+        self.lchars: list[int] = []     # link chars per block
+        self.owner: list[int] = []      # container id per block
+        self.parent: list[int] = [-1]   # container parent (container 0 = root)
+        self.end: list[int] = [0]       # one past the last descendant container id
+        self.stack: list[int] = []      # per open element: 0 inline, 1 block, 2 skipped, 3 link
+        self.cur = 0
+        self.parts: list[str] = []
+        self.part_chars = 0
+        self.link_chars = 0
+        self.link_depth = 0
+        self.want_tags = want_tags
+        self.tags: list[str] = []
+
+    def start(self, tag: str, cls: str | None, eid: str | None, hidden: bool) -> bool:
+        """An element starts; returns True if its subtree must be skipped."""
+        if self.want_tags:
+            self.tags.append(tag if not cls else tag + "." + cls.split(None, 1)[0] if cls.strip() else tag)
+        if tag in INVISIBLE_TAGS or hidden:
+            self.stack.append(2)
+            if tag in BLOCK_TAGS:
+                self.flush()
+            return True
+        if self.mode == "main" and tag not in ("html", "body"):
+            if tag in BOILERPLATE_TAGS:
+                self.stack.append(2)
+                self.flush()
+                return True
+            if cls or eid:
+                label = f"{cls or ''} {eid or ''}"
+                if UNLIKELY.search(label) and not LIKELY.search(label):
+                    self.stack.append(2)
+                    if tag in BLOCK_TAGS:
+                        self.flush()
+                    return True
+        if tag in BLOCK_TAGS:
+            self.flush()
+            cid = len(self.parent)
+            self.parent.append(self.cur)
+            self.end.append(cid + 1)
+            self.cur = cid
+            self.stack.append(1)
+        elif tag == "a":
+            self.link_depth += 1
+            self.stack.append(3)
+        else:
+            self.stack.append(0)
+        return False
+
+    def data(self, text: str) -> None:
+        n = len(text)
+        if n:
+            self.parts.append(text)
+            self.part_chars += n
+            if self.link_depth:
+                self.link_chars += n
+
+    def finish(self) -> None:
+        """An element ends (after its subtree, before its tail)."""
+        kind = self.stack.pop()
+        if kind == 1:
+            self.flush()
+            cid = self.cur
+            self.end[cid] = len(self.parent)
+            self.cur = self.parent[cid]
+        elif kind == 3:
+            self.link_depth -= 1
+
+    def flush(self) -> None:
+        if not self.parts:
+            return
+        text = _WS.sub(" ", "".join(self.parts)).strip()
+        if text:
+            self.texts.append(text)
+            self.nchars.append(len(text))
+            self.lchars.append(min(self.link_chars, len(text)))
+            self.owner.append(self.cur)
+        self.parts = []
+        self.part_chars = 0
+        self.link_chars = 0
+
+    def close(self) -> None:
+        while self.stack:
+            self.finish()
+        self.flush()
+        self.end[0] = len(self.parent)
+
+    # ------------------------------------------------------------------ selection
+
+    def main_text(self, min_block_chars: int = 40, max_link_density: float = 0.33,
+                  min_main_chars: int = 200, keep_block_chars: int = 20) -> tuple[str, bool]:
+        """``(text, found)``: the main content, or all block text if none found."""
+        n_cont = len(self.parent)
+        if not self.texts:
+            return "", False
+        good = [0] * n_cont
+        bad = [0] * n_cont
+        for i, n in enumerate(self.nchars):
+            c = self.owner[i]
+            if n >= min_block_chars and self.lchars[i] <= n * max_link_density:
+                good[c] += n
+            else:
+                bad[c] += n
+        parent = self.parent
+        for c in range(n_cont - 1, 0, -1):     # children have larger ids
+            p = parent[c]
+            good[p] += good[c]
+            bad[p] += bad[c]
+        best = 0
+        best_score = good[0] - bad[0]
+        for c in range(1, n_cont):
+            s = good[c] - bad[c]
+            if s > best_score:
+                best, best_score = c, s
+        if good[best] < min_main_chars:
+            return "\n".join(self.texts), False
+        lo, hi = best, self.end[best]
+        out = []
+        for i, n in enumerate(self.nchars):
+            c = self.owner[i]
+            if lo <= c < hi and n >= keep_block_chars and self.lchars[i] <= n * 0.5:
+                out.append(self.texts[i])
+        return "\n".join(out), True
+
+    def all_text(self) -> str:
+        return "\n".join(self.texts)
+
+
+def walk_lxml(root, builder: BlockBuilder) -> BlockBuilder:
+    """Feed the events of an lxml tree (element or document) to ``builder``.
+
+    An explicit stack (no recursion, so arbitrarily deep pages are fine);
+    comments and processing instructions are skipped but their tails kept.
+    """
+    if hasattr(root, "getroot"):
+        root = root.getroot()
+    start = builder.start
+    data = builder.data
+    finish = builder.finish
+    tag = root.tag
+    if not isinstance(tag, str):
+        builder.close()
+        return builder
+    get = root.get
+    if start(tag.lower(), get("class"), get("id"),
+             get("hidden") is not None or get("aria-hidden") == "true"):
+        builder.close()
+        return builder
+    if root.text:
+        data(root.text)
+    elems = [root]
+    iters = [iter(root)]
+    while iters:
+        child = next(iters[-1], None)
+        if child is None:
+            iters.pop()
+            el = elems.pop()
+            finish()
+            if iters and el.tail:
+                data(el.tail)
+            continue
+        tag = child.tag
+        if not isinstance(tag, str):                 # comment, PI, entity
+            if child.tail:
+                data(child.tail)
+            continue
+        get = child.get
+        if start(tag if tag.islower() else tag.lower(), get("class"), get("id"),
+                 get("hidden") is not None or get("aria-hidden") == "true"):
+            finish()
+            if child.tail:
+                data(child.tail)
+            continue
+        if child.text:
+            data(child.text)
+        if len(child):
+            elems.append(child)
+            iters.append(iter(child))
+        else:
+            finish()
+            if child.tail:
+                data(child.tail)
+    builder.close()
+    return builder
+
+
+def extract_lxml(root, mode: str = "main", content_nodes=None, want_tags: bool = False,
+                 **params) -> tuple[str, bool, list[str]]:
+    """Text of an lxml tree: ``(text, main_found, tags)``.
+
+    ``mode``: ``"main"`` (main-content extraction with visible-text fallback)
+    or ``"visible"`` (all visible text). ``content_nodes``: elements chosen by
+    a per-spider selector; their visible text is used as is.
+    """
+    if content_nodes is not None:
+        texts = []
+        tags: list[str] = []
+        for node in content_nodes:
+            b = walk_lxml(node, BlockBuilder("visible", want_tags))
+            texts.append(b.all_text())
+            tags.extend(b.tags)
+        return "\n".join(t for t in texts if t), True, tags
+    builder = walk_lxml(root, BlockBuilder(mode, want_tags))
+    if mode == "main":
+        text, found = builder.main_text(**params)
+    else:
+        text, found = builder.all_text(), False
+    return text, found, builder.tags
