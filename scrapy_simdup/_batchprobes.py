@@ -18,25 +18,39 @@ import numpy as np
 from . import _batchscan
 
 
-def _model_log_odds():
-    """The calibrated model's ``c -> log-odds`` function, or None if not importable."""
+def volatility_model():
+    """The index module's calibrated :class:`VolatilityModel`, or None if unavailable."""
     try:
-        from ._index import VolatilityModel  # noqa: PLC0415 - the index module
-    except ImportError:
+        from ._volatility import VolatilityModel  # noqa: PLC0415 - the index module
+        return VolatilityModel.default()
+    except Exception:  # noqa: BLE001 - not built yet / incompatible: use the fallback
         return None
-    for factory in ("default", "load_default", "builtin"):
-        make = getattr(VolatilityModel, factory, None)
-        if make is None:
-            continue
-        try:
-            model = make()
-        except Exception:  # noqa: BLE001
-            continue
-        for name in ("log_odds", "log_odds_c"):
-            fn = getattr(model, name, None)
-            if fn is not None:
-                return fn
-    return None
+
+
+def _model_log_odds():
+    """The calibrated model's ``c -> log-odds`` function (the one the online
+    index's C code evaluates), or None if not importable."""
+    model = volatility_model()
+    if model is None:
+        return None
+    compiled = getattr(model, "_c", None)
+    if compiled is not None and hasattr(compiled, "log_odds"):
+        return compiled.log_odds
+
+    def from_p(c):
+        p = np.clip(model.p(c), 1e-300, 0.5 - 1e-9)
+        return np.log(p) - np.log1p(-p)
+    return from_p
+
+
+def probes_for_recall(recall: float, t: int, distance: int) -> int | None:
+    """Flipped probes per element (own header not counted) reaching ``recall``
+    according to the model's calibration; None when it cannot tell."""
+    model = volatility_model()
+    if model is None:
+        return None
+    k = model.probes_for_recall(recall, t, distance)
+    return None if k is None else max(0, int(k) - 1)
 
 
 def _fallback_log_odds(c: np.ndarray) -> np.ndarray:

@@ -240,3 +240,146 @@ def scan_chunk(const uint64_t[::1] chunk, const int64_t[::1] offsets, int t,
         free(buf.q)
         free(buf.y)
         free(buf.d)
+
+
+def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
+                const int32_t[::1] nprobes, int t):
+    """Invert the probes of a batch: for every header ``b``, the elements that probe it.
+
+    Returns ``(offsets int64 (2^t + 1,), elems uint32 (total,))``: the elements
+    probing header ``b`` are ``elems[offsets[b]:offsets[b + 1]]`` (each element
+    probes its own header plus ``nprobes[i]`` flipped ones). Built once per
+    batch by a counting sort, so that matching a sorted chunk is a merge of two
+    header-ordered streams instead of ``m * k`` random bucket visits.
+    """
+    cdef Py_ssize_t m = q_values.shape[0]
+    if masks.shape[0] != m or nprobes.shape[0] != m:
+        raise ValueError("q_values, masks and nprobes must have the same length")
+    if t < 1 or t > 32:
+        raise ValueError(f"t must be in 1..32, got {t}")
+    if m >= 0xFFFFFFFF:
+        raise ValueError("a batch holds at most 2^32 - 1 elements")
+    cdef int64_t nb = (<int64_t>1) << t
+    cdef int shift = 64 - t
+    cdef Py_ssize_t kmax = masks.shape[1]
+    offsets = np.zeros(nb + 1, dtype=np.int64)
+    cdef int64_t[::1] off = offsets
+    cdef Py_ssize_t i
+    cdef int p, np_i
+    cdef uint64_t x
+    cdef int64_t total = 0, b, run, c
+    with nogil:
+        for i in range(m):
+            x = q_values[i]
+            np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
+            off[(x >> shift) + 1] += 1
+            for p in range(np_i):
+                off[((x ^ masks[i, p]) >> shift) + 1] += 1
+            total += np_i + 1
+        for b in range(nb):
+            off[b + 1] += off[b]
+    elems = np.empty(total, dtype=np.uint32)
+    cdef uint32_t[::1] ev = elems
+    fill = offsets[:nb].copy()
+    cdef int64_t[::1] fv = fill
+    with nogil:
+        for i in range(m):
+            x = q_values[i]
+            np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
+            b = <int64_t>(x >> shift)
+            ev[fv[b]] = <uint32_t>i
+            fv[b] += 1
+            for p in range(np_i):
+                b = <int64_t>((x ^ masks[i, p]) >> shift)
+                ev[fv[b]] = <uint32_t>i
+                fv[b] += 1
+    return offsets, elems
+
+
+def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] elems, const uint8_t[::1] active):
+    """Drop inactive elements from a probe table in place (order kept).
+
+    Returns the new number of entries; ``elems`` beyond it is garbage.
+    """
+    cdef int64_t nb = offsets.shape[0] - 1
+    cdef int64_t b, j, w = 0, start
+    with nogil:
+        start = 0
+        for b in range(nb):
+            for j in range(start, offsets[b + 1]):
+                if active[elems[j]]:
+                    elems[w] = elems[j]
+                    w += 1
+            start = offsets[b + 1]
+            offsets[b + 1] = w
+    return w
+
+
+def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
+               const int64_t[::1] probe_offsets, const uint32_t[::1] probe_elems,
+               const uint64_t[::1] q_values, int h, uint8_t[::1] active,
+               bint first_only):
+    """Match a batch against one sorted chunk by walking both header-ordered tables.
+
+    Same result set as :func:`scan_chunk` with the same probes (within one
+    chunk; with ``first_only`` the one reported match of an element may
+    differ). Returns ``(qi int64, yi int64, distance uint8)``.
+    """
+    cdef int64_t nb = chunk_offsets.shape[0] - 1
+    if probe_offsets.shape[0] != nb + 1:
+        raise ValueError("chunk and probe tables use different header lengths")
+    if active.shape[0] != q_values.shape[0]:
+        raise ValueError("active and q_values differ in length")
+    if h < 0 or h > 64:
+        raise ValueError(f"h must be in 0..64, got {h}")
+    cdef PairBuf buf
+    buf.q = NULL
+    buf.y = NULL
+    buf.d = NULL
+    buf.n = 0
+    buf.cap = 0
+    cdef int64_t b, lo, hi, j, e, plo, phi
+    cdef uint32_t qi
+    cdef uint64_t x
+    cdef int dist, failed = 0
+    with nogil:
+        for b in range(nb):
+            lo = chunk_offsets[b]
+            hi = chunk_offsets[b + 1]
+            if lo == hi:
+                continue
+            plo = probe_offsets[b]
+            phi = probe_offsets[b + 1]
+            for e in range(plo, phi):
+                qi = probe_elems[e]
+                if not active[qi]:
+                    continue
+                x = q_values[qi]
+                for j in range(lo, hi):
+                    dist = simdup_popcount64(x ^ chunk[j])
+                    if dist <= h:
+                        if _push(&buf, qi, j, <uint8_t>dist) != 0:
+                            failed = 1
+                            break
+                        if first_only:
+                            active[qi] = 0
+                            break
+                if failed:
+                    break
+            if failed:
+                break
+    try:
+        if failed:
+            raise MemoryError("join_chunk: out of memory for the result pairs")
+        qa = np.empty(buf.n, dtype=np.int64)
+        ya = np.empty(buf.n, dtype=np.int64)
+        da = np.empty(buf.n, dtype=np.uint8)
+        if buf.n:
+            qa[:] = <int64_t[:buf.n]>buf.q
+            ya[:] = <int64_t[:buf.n]>buf.y
+            da[:] = <uint8_t[:buf.n]>buf.d
+        return qa, ya, da
+    finally:
+        free(buf.q)
+        free(buf.y)
+        free(buf.d)

@@ -208,19 +208,35 @@ def header_bits(chunk_size: int) -> int:
 
 
 class PSMBatchMatcher:
-    """Online PSM matching of a batch against sorted chunks (compiled scan)."""
+    """Online PSM matching of a batch against sorted chunks (compiled scan).
+
+    The probes of every element (its header and its ``probes`` most likely
+    flipped headers, VOSH order) are computed once per batch and inverted into
+    a header-ordered probe table; each sorted chunk is then matched by walking
+    its bucket offsets and the probe table side by side. With PSM-F matched
+    elements are deactivated and periodically compacted out of the table.
+    """
 
     def __init__(self, q_values, q_absw, q_wrms, distance, probes, first, t):
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
         self.t = t
         self.h = distance
         self.first = first
-        self.masks, self.nprobes = probe_masks(q_absw, q_wrms, t, distance, probes)
+        masks, nprobes = probe_masks(q_absw, q_wrms, t, distance, probes)
+        self.offsets, self.elems = _batchscan.probe_table(self.values, masks, nprobes, t)
+        del masks
+        self._active_at_compaction = len(self.values)
 
     def match(self, chunk_values, active):
-        offsets = _batchscan.bucket_offsets(chunk_values, self.t)
-        return _batchscan.scan_chunk(chunk_values, offsets, self.t, self.values, self.masks,
-                                     self.nprobes, self.h, active, self.first)
+        chunk_offsets = _batchscan.bucket_offsets(chunk_values, self.t)
+        result = _batchscan.join_chunk(chunk_values, chunk_offsets, self.offsets, self.elems,
+                                       self.values, self.h, active, self.first)
+        n_active = int(np.count_nonzero(active))
+        if n_active < 0.8 * self._active_at_compaction:
+            n = _batchscan.compact_probe_table(self.offsets, self.elems, active)
+            self.elems = self.elems[:n].copy()
+            self._active_at_compaction = n_active
+        return result
 
 
 class ExactBatchMatcher:
@@ -359,8 +375,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     for d in dirs:
         if not d.is_dir():
             raise ValueError(f"{d}: not a directory")
-    if isinstance(distance, bool) or not isinstance(distance, int) or not 0 <= distance <= 16:
-        raise ValueError(f"distance must be an int in 0..16, got {distance!r}")
+    if isinstance(distance, bool) or not isinstance(distance, int) or not 0 <= distance <= 8:
+        raise ValueError(f"distance must be an int in 0..8, got {distance!r}")
     if probes is None:
         probes = DEFAULT_PROBES
     if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:

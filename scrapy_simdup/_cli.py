@@ -1,0 +1,227 @@
+"""The ``simdup`` console script: ``simdup merge`` and ``simdup stats``.
+
+Also used by the Scrapy command (``scrapy simdup merge|stats``), which only
+supplies ``SIMDUP_DIR`` from the project settings when no DIR is given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ._atomic import CorruptFileError
+
+_DEFAULT_CHUNK = 1 << 20
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _recall(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
+    return value
+
+
+def _distance(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= 8:
+        raise argparse.ArgumentTypeError(f"expected a distance in 0..8, got {value}")
+    return value
+
+
+def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Offline near-duplicate detection over scrapy-simdup batch files "
+        "(PSM batch mode).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    nargs = "+" if dirs_required else "*"
+
+    merge = sub.add_parser(
+        "merge", help="merge pending batches of one or more SIMDUP_DIRs into the collection "
+        "and report the near-duplicates found",
+        description="Merge the pending batch files of every DIR into one collection on disk "
+        "(PSM batch mode: the collection is read in chunks, each pending batch is matched "
+        "against every chunk, then sorted and appended).")
+    merge.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR with batch files")
+    merge.add_argument("--collection", metavar="PATH",
+                       help="the collection directory (default: DIR/collection of the first DIR)")
+    merge.add_argument("--distance", type=_distance, default=3, metavar="H",
+                       help="Hamming distance threshold (default: 3)")
+    probes = merge.add_mutually_exclusive_group()
+    probes.add_argument("--probes", type=int, metavar="K",
+                        help="flipped headers probed per fingerprint (default: 32)")
+    probes.add_argument("--recall", type=_recall, metavar="R",
+                        help="target recall; the probe count comes from the calibrated "
+                        "volatility model")
+    merge.add_argument("--all", action="store_true",
+                       help="report every earlier near-duplicate (PSM-A), not just the first "
+                       "(PSM-F)")
+    merge.add_argument("--exact", action="store_true",
+                       help="exact search (BPHS batch mode): every pair within the distance; "
+                       "the reference for recall, slower")
+    merge.add_argument("--batch-size", type=_positive_int, default=_DEFAULT_CHUNK, metavar="M",
+                       help=f"fingerprints per in-memory batch and per collection chunk "
+                       f"(memory is O(M); default {_DEFAULT_CHUNK})")
+    merge.add_argument("--pairs", metavar="FILE",
+                       help="write the duplicate pairs found by this merge as JSON Lines "
+                       "({url, duplicate_of, distance})")
+    merge.add_argument("--clusters", metavar="FILE",
+                       help="write the clusters of the whole collection as JSON Lines "
+                       "({representative, size, urls})")
+    merge.add_argument("--no-verify", action="store_true",
+                       help="skip the checksum verification of batch and collection data")
+    merge.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="progress bar on stderr (default: when stderr is a terminal)")
+    merge.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    stats = sub.add_parser("stats", help="what the directories and the collection hold")
+    stats.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR")
+    stats.add_argument("--collection", metavar="PATH",
+                       help="the collection directory (default: DIR/collection of the first DIR)")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _histogram_lines(hist: dict) -> list[str]:
+    if not hist:
+        return ["  (no duplicates)"]
+    top = max(hist.values())
+    return [f"  d={d}: {c:>10,} {'#' * max(1, round(40 * c / top))}" for d, c in
+            sorted(hist.items(), key=lambda kv: int(kv[0]))]
+
+
+def run_merge(args, out=sys.stdout) -> int:
+    from ._batchprobes import probes_for_recall  # noqa: PLC0415 (keep start-up light)
+    from ._merge import DEFAULT_PROBES, header_bits, merge  # noqa: PLC0415
+
+    probes = args.probes
+    note = None
+    if probes is not None and probes < 0:
+        raise ValueError(f"--probes must be >= 0, got {probes}")
+    if args.recall is not None:
+        probes = probes_for_recall(args.recall, header_bits(args.batch_size), args.distance)
+        if probes is None:
+            probes = DEFAULT_PROBES
+            note = (f"the volatility model has no probe calibration for recall {args.recall}"
+                    f" at this size: using {probes} probes")
+    summary = merge(args.dirs, args.collection, distance=args.distance, probes=probes,
+                    first=not args.all, exact=args.exact, chunk_size=args.batch_size,
+                    pairs_out=args.pairs, clusters_out=args.clusters, progress=args.progress,
+                    verify=not args.no_verify)
+    info = summary.as_dict()
+    if note:
+        info["note"] = note
+    if args.json:
+        out.write(json.dumps(info, indent=1) + "\n")
+        return 0
+    out.write(f"simdup merge ({summary.method}, distance {summary.distance}"
+              + (f", {summary.probes} probes" if summary.probes is not None else "") + ")\n")
+    out.write(f"  batches merged:      {summary.batches:,}\n")
+    out.write(f"  fingerprints merged: {summary.fingerprints:,}\n")
+    out.write(f"  collection:          {summary.collection_before:,} -> "
+              f"{summary.collection_after:,}\n")
+    out.write(f"  duplicate pairs:     {summary.pairs:,} ({summary.duplicates:,} fingerprints "
+              f"with an earlier near-duplicate)\n")
+    out.write(f"  time:                {summary.seconds:.2f} s"
+              + (f" ({summary.throughput:,.0f} fingerprints/s)\n" if summary.seconds > 0 else "\n"))
+    out.write("  distance histogram:\n")
+    for line in _histogram_lines(summary.distance_histogram):
+        out.write(line + "\n")
+    for path in summary.skipped_unfinished:
+        out.write(f"  skipped unfinished batch (no header, interrupted flush): {path}\n")
+    if note:
+        out.write(f"  note: {note}\n")
+    if args.pairs:
+        out.write(f"  pairs written to {args.pairs}\n")
+    if args.clusters:
+        out.write(f"  clusters written to {args.clusters}\n")
+    return 0
+
+
+def run_stats(args, out=sys.stdout) -> int:
+    from ._merge import stats  # noqa: PLC0415
+
+    info = stats(args.dirs, args.collection)
+    if args.json:
+        out.write(json.dumps(info, indent=1) + "\n")
+        return 0
+    for d in info["directories"]:
+        out.write(f"{d['path']}\n")
+        out.write(f"  batches:        {d['batches']:,} ({d['fingerprints']:,} fingerprints)\n")
+        out.write(f"  pending:        {d['pending_batches']:,} batches "
+                  f"({d['pending_fingerprints']:,} fingerprints not merged yet)\n")
+        out.write(f"  size on disk:   {_human_bytes(d['bytes'])}\n")
+        if "index" in d:
+            idx = d["index"]
+            out.write(f"  online index:   {idx.get('count', '?'):,} fingerprints "
+                      f"(snapshot {idx.get('file', '?')})\n" if isinstance(idx.get("count"), int)
+                      else f"  online index:   {idx}\n")
+        for path in d["unfinished"]:
+            out.write(f"  unfinished batch (interrupted flush, ignored): {path}\n")
+        for problem in d["corrupt"]:
+            out.write(f"  CORRUPT: {problem}\n")
+    c = info["collection"]
+    if c is None:
+        out.write("collection: none yet (run `simdup merge`)\n")
+        return 0
+    out.write(f"collection {c['path']}\n")
+    out.write(f"  fingerprints:   {c['count']:,} in {c['runs']:,} sorted runs "
+              f"({c['merged_batches']:,} batches merged)\n")
+    out.write(f"  size on disk:   {_human_bytes(c['bytes'])}\n")
+    out.write(f"  duplicate pairs: {c['pairs']:,} ({c['duplicates']:,} duplicates, "
+              f"{c['clusters']:,} clusters)\n")
+    out.write("  distance histogram of found duplicates:\n")
+    for line in _histogram_lines(c["distance_histogram"]):
+        out.write(line + "\n")
+    return 0
+
+
+def main(argv=None, prog: str = "simdup") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    return dispatch(parser, args)
+
+
+def dispatch(parser: argparse.ArgumentParser, args) -> int:
+    try:
+        if args.command == "merge":
+            return run_merge(args)
+        return run_stats(args)
+    except CorruptFileError as exc:
+        sys.stderr.write(f"{parser.prog}: error: corrupt or unreadable file: {exc}\n")
+        return 2
+    except (ValueError, OSError) as exc:
+        sys.stderr.write(f"{parser.prog}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\n{parser.prog}: interrupted (the collection is unchanged since "
+                         "the last completed batch)\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
