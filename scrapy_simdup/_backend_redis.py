@@ -1,0 +1,483 @@
+"""A PSM index shared by many crawler processes, stored in Redis.
+
+Two layers:
+
+``RedisIndexStore``   the store: bucket layout, the pipelined snapshot read,
+                      the local Hamming check (compiled, ``_redis_scan``) and
+                      the atomic Lua check-and-insert (``_redis_lua``, which
+                      documents the layout and proves the protocol). It takes
+                      probe masks, not volatility: it knows nothing of PSM's
+                      flip-set order.
+``RedisBackend``      the index backend the Scrapy glue talks to: turns
+                      ``(value, W)`` into probe masks with the index's VOSH
+                      generator (``flip_masks``), and maps Redis faults to
+                      ``SIMDUP_ON_ERROR``.
+
+Layout choice: the header size ``t`` (``SIMDUP_REDIS_HEADER_BITS``, default 14)
+is fixed when the index is created and stored in ``<key>:t``; every process
+must agree (a mismatch is a start-up ``ValueError``). Growing ``t`` online in a
+store shared by running writers would need every bucket rewritten under a
+global lock, so it is not done. ``t`` = 14 gives 16,384 buckets: from 128k to
+4M fingerprints a bucket holds 8 to 256 of them, so Redis' per-key overhead
+(about 70 bytes) is small against 8 bytes per fingerprint, and fewer header
+bits mean a near-duplicate's header is more often among the first probes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import struct
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._redis_lua import CHECK_AND_INSERT
+from ._redis_scan import scan_first
+
+__all__ = ["RedisIndexStore", "RedisIndexError", "StoreMatch", "DEFAULT_HEADER_BITS"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HEADER_BITS = 14
+_MASK64 = (1 << 64) - 1
+_CAND = struct.Struct("<QH")
+
+
+class RedisIndexError(ConnectionError):
+    """Redis could not be reached or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class StoreMatch:
+    """A stored fingerprint within the distance of a candidate."""
+    value: int
+    distance: int
+    key: str | None
+
+
+def _redis_asyncio():
+    try:
+        import redis.asyncio as aioredis
+    except ImportError:  # pragma: no cover - redis is an install extra
+        raise ImportError("SIMDUP_INDEX = 'redis://...' needs the redis client: "
+                          "pip install 'scrapy-simdup[redis]'") from None
+    return aioredis
+
+
+class RedisIndexStore:
+    """Packed-bucket fingerprint store in Redis with atomic check-and-insert.
+
+    ``url`` is a ``redis://``, ``rediss://`` or ``unix://`` URL; ``base`` the key
+    prefix (``SIMDUP_REDIS_KEY`` already filled in); ``params`` extra keyword
+    arguments for ``redis.asyncio.Redis.from_url`` (``SIMDUP_REDIS_PARAMS``),
+    which override the bounded timeouts set here.
+    """
+
+    def __init__(self, url: str, base: str, header_bits: int = DEFAULT_HEADER_BITS,
+                 distance: int = 3, params: dict | None = None):
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"SIMDUP_INDEX must be a redis://, rediss:// or unix:// URL, got {url!r}")
+        if not isinstance(base, str) or not base:
+            raise ValueError(f"SIMDUP_REDIS_KEY must give a non-empty key, got {base!r}")
+        if isinstance(header_bits, bool) or not isinstance(header_bits, int) \
+                or not 1 <= header_bits <= 32:
+            raise ValueError("SIMDUP_REDIS_HEADER_BITS must be an integer in 1..32, "
+                             f"got {header_bits!r}")
+        if isinstance(distance, bool) or not isinstance(distance, int) or not 0 <= distance <= 64:
+            raise ValueError(f"SIMDUP_DISTANCE must be an integer in 0..64, got {distance!r}")
+        if params is not None and not isinstance(params, dict):
+            raise ValueError(f"SIMDUP_REDIS_PARAMS must be a dict, got {params!r}")
+        self.url = url
+        self.base = base
+        self.header_bits = header_bits
+        self.distance = distance
+        self.shift = 64 - header_bits
+        self.hex_digits = (header_bits + 3) // 4
+        self._bprefix = (base + ":b:").encode()
+        self._fmt = b"%s%0" + str(self.hex_digits).encode() + b"x"
+        self._keytab = None
+        if header_bits <= 16:   # all bucket names once (<= 65,536 short bytes)
+            p, f = self._bprefix, self._fmt
+            self._keytab = [f % (p, i) for i in range(1 << header_bits)]
+        self._id_new = uuid.uuid4().hex
+        opts = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0,
+                "health_check_interval": 30, "retry_on_timeout": False}
+        opts.update(params or {})
+        self._params = opts
+        self._client = None
+        self._sha = None
+        self.last_size = 0
+
+    # -- life cycle -------------------------------------------------------------
+    def _make_client(self, module):
+        try:
+            return module.Redis.from_url(self.url, **self._params)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"SIMDUP_INDEX / SIMDUP_REDIS_PARAMS are not usable: "
+                             f"{_safe_url(self.url)}: {exc}") from None
+
+    def check_server(self):
+        """Start-up check (blocking, once): reachable, script loaded, same layout.
+
+        Raises :class:`RedisIndexError` naming SIMDUP_INDEX when Redis cannot be
+        reached, ``ValueError`` when the index was created with another ``t``.
+        """
+        try:
+            import redis
+        except ImportError:  # pragma: no cover - redis is an install extra
+            raise ImportError("SIMDUP_INDEX = 'redis://...' needs the redis client: "
+                              "pip install 'scrapy-simdup[redis]'") from None
+        client = self._make_client(redis)
+        try:
+            client.ping()
+            base = self.base
+            pipe = client.pipeline(transaction=True)
+            pipe.set(base + ":t", self.header_bits, nx=True)
+            pipe.set(base + ":id", self._id_new, nx=True)
+            pipe.get(base + ":t")
+            pipe.get(base + ":n")
+            _, _, stored_t, n = pipe.execute()
+            self._sha = client.script_load(CHECK_AND_INSERT)
+        except redis.RedisError as exc:
+            raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at {_safe_url(self.url)}: "
+                                  f"{exc}") from exc
+        finally:
+            client.close()
+        self.last_size = int(n or 0)
+        if int(stored_t) != self.header_bits:
+            raise ValueError(f"SIMDUP_REDIS_HEADER_BITS = {self.header_bits} but the index at "
+                             f"{self.base!r} was created with {int(stored_t)} header bits; use "
+                             f"{int(stored_t)} or another SIMDUP_REDIS_KEY")
+        return self
+
+    def size_sync(self) -> int:
+        return self.last_size
+
+    async def connect(self):
+        """:meth:`check_server`, then the asyncio client (used by every query)."""
+        self.check_server()
+        self._ensure_client()
+        return self
+
+    def _ensure_client(self):
+        if self._client is None:
+            self._client = self._make_client(_redis_asyncio())
+        return self._client
+
+    async def _close_client(self):
+        if self._client is not None:
+            client, self._client = self._client, None
+            try:
+                await client.aclose()
+            except Exception:  # pragma: no cover - closing a broken connection
+                pass
+
+    async def close(self):
+        await self._close_client()
+
+    # -- queries ---------------------------------------------------------------
+    def _keys(self, headers):
+        tab = self._keytab
+        if tab is not None:
+            return [tab[h] for h in headers]
+        p, f = self._bprefix, self._fmt
+        return [f % (p, h) for h in headers]
+
+    async def check_and_add_many(self, values, masks: Sequence, keys: Sequence | None = None):
+        """PSM-F check and insert for a batch.
+
+        ``values``: uint64 fingerprints; ``masks[i]``: uint64 header XOR masks
+        for ``values[i]`` in probe order (mask 0 first, then the most likely
+        flip sets), already shifted into the top header bits; ``keys[i]``: the
+        page's key (URL) or None. Returns, per value, ``None`` (new: inserted)
+        or a :class:`StoreMatch`. Raises :class:`RedisIndexError` on Redis
+        faults (nothing is half-done for a value: the script is atomic).
+        """
+        from redis.exceptions import RedisError, NoScriptError
+        values = np.ascontiguousarray(values, dtype=np.uint64)
+        n = values.shape[0]
+        if len(masks) != n:
+            raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"keys must have one key per value ({n}), got {len(keys)}")
+        if n == 0:
+            return []
+        if self._sha is None:
+            raise RedisIndexError("the Redis index is not connected (call connect() first)")
+        self._ensure_client()
+        shift = np.uint64(self.shift)
+        counts = np.empty(n, dtype=np.int64)
+        heads = []
+        for i in range(n):
+            m = np.asarray(masks[i], dtype=np.uint64)
+            if m.ndim != 1 or m.shape[0] == 0 or m[0] != 0:
+                raise ValueError(f"masks[{i}] must be a non-empty 1-d array starting with 0")
+            counts[i] = m.shape[0]
+            heads.append((values[i] ^ m) >> shift)
+        headers = np.concatenate(heads)
+        probe_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=probe_start[1:])
+        hlist = headers.tolist()
+        base = self.base
+        try:
+            # 1. snapshot: one atomic MGET
+            res = await self._client.mget([base + ":n", base + ":id"] + self._keys(hlist))
+            n_snap = int(res[0] or 0)
+            id_snap = res[1] or b""
+            parts = [b if b is not None else b"" for b in res[2:]]
+            lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+            if np.any(lens & 7):
+                bad = hlist[int(np.flatnonzero(lens & 7)[0])]
+                raise ValueError(f"Redis key {self._keys([bad])[0]!r} is not a simdup bucket "
+                                 f"(length not a multiple of 8): is SIMDUP_REDIS_KEY shared "
+                                 f"with something else?")
+            entries = np.frombuffer(b"".join(parts), dtype="<u8")
+            offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum(lens >> 3, out=offsets[1:])
+            # 2. local check
+            idx, dist = scan_first(entries, offsets, probe_start, values, self.distance)
+            out: list = [None] * n
+            local = np.flatnonzero(idx >= 0).tolist()
+            new = np.flatnonzero(idx < 0).tolist()
+            # 3. one pipeline: atomic check-and-insert of the new ones, keys of the matches
+            script_args = None
+            if new:
+                chunks = []
+                argv_keys = []
+                for i in new:
+                    a, b = probe_start[i], probe_start[i + 1]
+                    chunks.append(_CAND.pack(int(values[i]), b - a))
+                    chunks.append(np.stack([headers[a:b].astype("<u4"),
+                                            lens[a:b].astype("<u4")], axis=1).tobytes())
+                    k = keys[i] if keys is not None else None
+                    argv_keys.append(b"" if k is None else k)
+                script_args = (0, base, self.distance, n_snap, id_snap, self.hex_digits,
+                               b"".join(chunks), self._id_new, *argv_keys)
+            match_values = [int(entries[idx[i]]) for i in local]
+            replies = []
+            for attempt in (0, 1):
+                pipe = self._client.pipeline(transaction=False)
+                if new:
+                    pipe.evalsha(self._sha, *script_args)
+                if local:
+                    pipe.hmget(base + ":urls", [struct.pack("<Q", v) for v in match_values])
+                if not (new or local):
+                    break
+                try:
+                    replies = await pipe.execute()
+                    break
+                except NoScriptError:
+                    # the server restarted and lost its script cache: load it, run again
+                    if attempt:
+                        raise
+                    self._sha = await self._client.script_load(CHECK_AND_INSERT)
+        except RedisError as exc:
+            raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
+        r = 0
+        inserted = 0
+        if new:
+            for i, item in zip(new, replies[0]):
+                if item != 0:
+                    val = struct.unpack("<Q", item[0])[0]
+                    out[i] = StoreMatch(val, int(item[1]), _text(item[2]))
+                else:
+                    inserted += 1
+            r = 1
+        self.last_size = n_snap + inserted
+        if local:
+            for i, v, u in zip(local, match_values, replies[r]):
+                out[i] = StoreMatch(v, int(dist[i]), _text(u))
+        return out
+
+    async def size(self) -> int:
+        from redis.exceptions import RedisError
+        try:
+            return int(await self._client.get(self.base + ":n") or 0)
+        except RedisError as exc:
+            raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
+
+    async def clear(self):
+        """Delete the whole index (all buckets and bookkeeping keys)."""
+        client = self._client
+        batch = []
+        async for k in client.scan_iter(match=self.base + ":b:*", count=1000):
+            batch.append(k)
+            if len(batch) >= 1000:
+                await client.unlink(*batch)
+                batch = []
+        if batch:
+            await client.unlink(*batch)
+        await client.delete(self.base + ":n", self.base + ":log", self.base + ":urls",
+                            self.base + ":id")
+        await client.set(self.base + ":id", uuid.uuid4().hex)
+
+
+def _text(v):
+    if v is None or v == b"":
+        return None
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _safe_url(url: str) -> str:
+    """The URL without a password."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return scheme + "://***@" + rest.split("@", 1)[1]
+    return url
+
+
+# -- the backend the Scrapy glue uses ---------------------------------------------
+#: probe budget per lookup when neither SIMDUP_MAX_PROBES nor the index says one
+DEFAULT_REDIS_PROBES = 16
+#: most pages checked in one round trip when concurrent checks are coalesced
+MAX_BATCH = 2048
+
+
+def _flip_masks():
+    """The index's VOSH flip-set generator (``flip_masks``)."""
+    from ._index import flip_masks  # noqa: PLC0415 (the index module, imported late)
+    return flip_masks
+
+
+def _parse_header_bits(settings) -> int:
+    value = settings.get("SIMDUP_REDIS_HEADER_BITS", DEFAULT_HEADER_BITS) if settings is not None \
+        else DEFAULT_HEADER_BITS
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"SIMDUP_REDIS_HEADER_BITS must be an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 4 <= value <= 24:
+        raise ValueError(f"SIMDUP_REDIS_HEADER_BITS must be an integer in 4..24, got {value!r}")
+    return value
+
+
+class RedisBackend:
+    """Index backend on a :class:`RedisIndexStore` (``SIMDUP_INDEX = "redis://..."``).
+
+    ``check_and_add`` calls made while a round trip is in flight are coalesced
+    into the next batch (at most ``MAX_BATCH``), so a crawl with many
+    concurrent responses pays one round trip per batch, not per page.
+    ``__len__`` is the index size as of the last round trip (all processes).
+    Redis faults raise :class:`RedisIndexError`; the Scrapy component counts
+    them (``simdup/errors``) and applies ``SIMDUP_ON_ERROR``. The client
+    reconnects by itself once Redis is back; every command is bounded by
+    ``socket_timeout`` (5 s unless ``SIMDUP_REDIS_PARAMS`` says otherwise).
+    """
+
+    def __init__(self, store: RedisIndexStore, max_probes: int = DEFAULT_REDIS_PROBES,
+                 model=None, flip_masks=None):
+        if isinstance(max_probes, bool) or not isinstance(max_probes, int) or max_probes < 1:
+            raise ValueError(f"SIMDUP_MAX_PROBES must be an integer >= 1, got {max_probes!r}")
+        self.store = store
+        self.max_probes = max_probes
+        self.model = model
+        self._flip = flip_masks
+        self._size = 0
+        self._probes = 0
+        self._pending: list = []
+        self._flushing = False
+
+    # IndexBackend interface ------------------------------------------------------
+    @classmethod
+    def from_config(cls, config, crawler=None, namespace: str = "pages"):
+        settings = getattr(crawler, "settings", None)
+        spider = getattr(crawler, "spider", None)
+        name = getattr(spider, "name", None) or "default"
+        base = config.redis_key % {"spider": name}
+        if namespace != "pages":
+            base = f"{base}:{namespace}"
+        store = RedisIndexStore(config.index, base, header_bits=_parse_header_bits(settings),
+                                distance=config.distance, params=config.redis_params)
+        store.check_server()
+        backend = cls(store, max_probes=config.max_probes or DEFAULT_REDIS_PROBES)
+        backend._size = store.size_sync()
+        return backend
+
+    @property
+    def probes(self) -> int:
+        return self._probes
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def masks_for(self, W) -> np.ndarray:
+        """Header XOR masks of one page, mask 0 first (VOSH order)."""
+        flip = self._flip
+        if flip is None:
+            flip = self._flip = _flip_masks()
+        masks, _ = flip(W, self.store.header_bits, self.store.distance,
+                        max_probes=self.max_probes, model=self.model)
+        return masks
+
+    async def check_and_add_many(self, values, W, keys) -> list:
+        values = np.ascontiguousarray(values, dtype=np.uint64).ravel()
+        W = np.asarray(W, dtype=np.float64)
+        if W.shape != (values.shape[0], 64):
+            raise ValueError(f"W must have shape ({values.shape[0]}, 64), got {W.shape}")
+        if len(keys) != values.shape[0]:
+            raise ValueError(f"keys must have one key per value ({values.shape[0]}), "
+                             f"got {len(keys)}")
+        out: list = []
+        for a in range(0, values.shape[0], MAX_BATCH):
+            out.extend(await self._check(values[a:a + MAX_BATCH], W[a:a + MAX_BATCH],
+                                         keys[a:a + MAX_BATCH]))
+        return out
+
+    async def check_and_add(self, value, W, key):
+        value = int(value)
+        if not 0 <= value <= _MASK64:
+            raise ValueError(f"value must be a 64-bit unsigned integer, got {value}")
+        W = np.asarray(W, dtype=np.float64)
+        if W.shape != (64,):
+            raise ValueError(f"W must have shape (64,), got {W.shape}")
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((value, W, key, fut))
+        if not self._flushing:
+            self._flushing = True
+            asyncio.ensure_future(self._drain())
+        return await fut
+
+    async def _drain(self):
+        try:
+            while self._pending:
+                await asyncio.sleep(0)      # let the callers of this tick join the batch
+                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+                values = np.array([b[0] for b in batch], dtype=np.uint64)
+                W = np.stack([b[1] for b in batch])
+                try:
+                    results = await self._check(values, W, [b[2] for b in batch])
+                except BaseException as exc:  # noqa: BLE001 (handed to every caller)
+                    for b in batch:
+                        if not b[3].done():
+                            b[3].set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    for b, r in zip(batch, results):
+                        if not b[3].done():
+                            b[3].set_result(r)
+        finally:
+            self._flushing = False
+
+    async def _check(self, values, W, keys) -> list:
+        from ._backends import Match  # noqa: PLC0415 (the glue's result type)
+        masks = [self.masks_for(W[i]) for i in range(values.shape[0])]
+        self._probes += sum(m.shape[0] for m in masks)
+        found = await self.store.check_and_add_many(values, masks, keys)
+        self._size = self.store.last_size
+        return [None if m is None else
+                Match(m.key if m.key is not None else f"simhash:{m.value:016x}", m.distance)
+                for m in found]
+
+    async def close(self):
+        await self.store.close()

@@ -1,0 +1,163 @@
+"""The server-side half of the Redis index: one Lua script, check-and-insert.
+
+Layout under a base key ``B`` (``SIMDUP_REDIS_KEY`` with the spider name):
+
+``B:b:<header>``  one Redis string per bucket: the packed little-endian uint64
+                  fingerprints whose top ``t`` bits are ``<header>`` (lower-case
+                  hex, ``ceil(t / 4)`` digits), in insertion order. Append-only.
+``B:n``           number of fingerprints inserted (an integer string): the
+                  index size and the insertion sequence number.
+``B:log``         the headers (uint32 LE) of the most recent insertions, in
+                  order: insertion ``B:n - len/4 + 1 .. B:n``. Trimmed to the
+                  last ``LOG_KEEP`` bytes when it passes ``LOG_MAX``.
+``B:id``          a token naming this incarnation of the index; a Redis that
+                  lost its data (restart without persistence, FLUSHDB) has no
+                  ``B:id`` or a new one, which tells writers their snapshot is
+                  from another life.
+``B:t``           the header size ``t``, fixed when the index is created.
+``B:urls``        hash: packed fingerprint (8 bytes) -> key (URL) of the page.
+
+Protocol (two round trips for a batch of pages, one for a batch of
+duplicates):
+
+1. *Snapshot*: ``MGET B:n B:id <all probed buckets>``: one atomic command.
+2. *Local check* in the compiled core; a candidate with a match in the
+   snapshot is a duplicate (the match was in the index at the snapshot's
+   instant: the answer is linearisable there).
+3. *Check-and-insert* (this script) for the others, with, per candidate, its
+   value, its probed headers (own header first) and the byte length each
+   probed bucket had in the snapshot.
+
+Why the script's answer equals a sequential one (atomic across processes):
+a Lua script runs atomically on the Redis server. Buckets are append-only, so
+a bucket whose current length equals its snapshot length has exactly the
+content the client checked, and a bucket that grew has the checked prefix plus
+a tail: the script checks only tails. Every insertion increments ``B:n`` and
+logs its header in the same script, so the headers inserted since the
+snapshot are the last ``n_now - n_snap`` log entries: only those buckets (and
+the ones this very script call appended to, which also resolves near-duplicate
+pages *within* one batch) can have tails, and their tails are checked with
+the same distance ``h`` as the client (full 64-bit Hamming distance). If the
+log no longer reaches back to the snapshot, or the index was reset (``B:id``
+changed or ``B:n`` went down), every probed bucket is checked, from its start
+when it is shorter than in the snapshot. So at the instant the script runs
+the candidate is compared with every fingerprint in its probed buckets, and is
+inserted only if none is within ``h``: of two processes that meet two
+near-duplicate pages at the same moment, the second script to run sees the
+first one's insertion and reports a duplicate (exactly one kept), as long as
+the two probe each other's buckets (the PSM recall condition, the same as for
+two pages in one process).
+
+Reply: one item per candidate, ``0`` when inserted, else ``{fingerprint (8
+bytes), distance, key or ""}``.
+"""
+
+LOG_MAX = 1 << 18       # bytes of log (65,536 insertions) before trimming
+LOG_KEEP = 1 << 17      # bytes kept after trimming
+
+CHECK_AND_INSERT = r"""
+local base = ARGV[1]
+local h = tonumber(ARGV[2])
+local n_snap = tonumber(ARGV[3])
+local id_snap = ARGV[4]
+local fmt = '%0' .. ARGV[5] .. 'x'
+local blob = ARGV[6]
+local id_new = ARGV[7]
+local bxor, band, rshift = bit.bxor, bit.band, bit.rshift
+
+local function pop(x)
+  x = x - band(rshift(x, 1), 0x55555555)
+  x = band(x, 0x33333333) + band(rshift(x, 2), 0x33333333)
+  x = band(x + rshift(x, 4), 0x0F0F0F0F)
+  x = x + rshift(x, 8)
+  x = x + rshift(x, 16)
+  return band(x, 0x3F)
+end
+
+local nkey, logkey, idkey, urlkey = base .. ':n', base .. ':log', base .. ':id', base .. ':urls'
+local bprefix = base .. ':b:'
+local id_now = redis.call('GET', idkey)
+if not id_now then
+  redis.call('SET', idkey, id_new)
+  id_now = id_new
+end
+local n_now = tonumber(redis.call('GET', nkey) or '0')
+
+-- which buckets may have changed since the snapshot
+local check_all, from_start, changed = false, false, {}
+if id_now ~= id_snap or n_now < n_snap then
+  check_all, from_start = true, true
+elseif n_now > n_snap then
+  local need = n_now - n_snap
+  local loglen = redis.call('STRLEN', logkey)
+  if need * 4 > loglen then
+    check_all = true
+  else
+    local log = redis.call('GETRANGE', logkey, loglen - need * 4, -1)
+    for i = 1, #log, 4 do
+      changed[struct.unpack('<I4', log, i)] = true
+    end
+  end
+end
+
+local out, newlog, urls, pending = {}, {}, {}, {}
+local inserted = 0
+local pos, c = 1, 0
+while pos <= #blob do
+  c = c + 1
+  local vstart = pos
+  local lo, hi, np
+  lo, hi, np, pos = struct.unpack('<I4I4I2', blob, pos)
+  local found, fd, own = nil, 0, nil
+  for p = 1, np do
+    local hd, seen
+    hd, seen, pos = struct.unpack('<I4I4', blob, pos)
+    if p == 1 then own = hd end
+    if not found and (check_all or changed[hd]) then
+      local key = bprefix .. string.format(fmt, hd)
+      local len = redis.call('STRLEN', key)
+      local start = seen
+      if from_start or len < seen then start = 0 end
+      if len > start then
+        local data = redis.call('GETRANGE', key, start, len - 1)
+        for i = 1, #data - 7, 8 do
+          local a, b = struct.unpack('<I4I4', data, i)
+          local d = pop(bxor(a, lo)) + pop(bxor(b, hi))
+          if d <= h then
+            found, fd = string.sub(data, i, i + 7), d
+            break
+          end
+        end
+      end
+    end
+  end
+  if found then
+    out[c] = {found, fd, pending[found] or redis.call('HGET', urlkey, found) or ''}
+  else
+    local v = string.sub(blob, vstart, vstart + 7)
+    redis.call('APPEND', bprefix .. string.format(fmt, own), v)
+    changed[own] = true
+    inserted = inserted + 1
+    newlog[inserted] = struct.pack('<I4', own)
+    local url = ARGV[7 + c]
+    if url ~= '' then
+      urls[#urls + 1] = v
+      urls[#urls + 1] = url
+      pending[v] = url
+    end
+    out[c] = 0
+  end
+end
+
+if inserted > 0 then
+  redis.call('INCRBY', nkey, inserted)
+  local loglen = redis.call('APPEND', logkey, table.concat(newlog))
+  if loglen > LOG_MAX then
+    redis.call('SET', logkey, redis.call('GETRANGE', logkey, loglen - LOG_KEEP, -1))
+  end
+  for i = 1, #urls, 1000 do
+    redis.call('HSET', urlkey, unpack(urls, i, math.min(i + 999, #urls)))
+  end
+end
+return out
+""".replace("LOG_MAX", str(LOG_MAX)).replace("LOG_KEEP", str(LOG_KEEP))

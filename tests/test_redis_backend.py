@@ -1,0 +1,354 @@
+"""The Redis index at the store level, against a real redis-server.
+
+The reference is a sequential PSM-F in pure Python: for each candidate in
+order, the first stored fingerprint within distance ``h`` in probe order
+(bucket by bucket, in insertion order inside a bucket), else insert. The store
+must agree with its verdicts exactly for one process, whatever path decided
+(local check on the snapshot, or the Lua script's tail check).
+"""
+import asyncio
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from scrapy_simdup._backend_redis import RedisIndexError, RedisIndexStore, StoreMatch
+
+M64 = (1 << 64) - 1
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+class ReferenceStore:
+    def __init__(self, t, h):
+        self.t, self.h = t, h
+        self.buckets = {}
+        self.keys = {}
+
+    def check_and_add(self, v, masks, key):
+        shift = 64 - self.t
+        for m in masks:
+            for e in self.buckets.get((v ^ int(m)) >> shift, []):
+                d = bin(e ^ v).count("1")
+                if d <= self.h:
+                    return (e, d, self.keys.get(e))
+        self.buckets.setdefault(v >> shift, []).append(v)
+        self.keys[v] = key
+        return None
+
+
+def header_masks(t, bits):
+    """Mask 0, then single flips of the given header bit positions (0 = top)."""
+    return np.array([0] + [1 << (63 - b) for b in bits], dtype=np.uint64)
+
+
+_counter = iter(range(10**9))
+
+
+def new_store(server, t=8, h=3):
+    base = f"test:{next(_counter)}:{time.monotonic_ns()}"
+    return RedisIndexStore(server.url, base, header_bits=t, distance=h)
+
+
+def as_tuple(m):
+    return None if m is None else (m.value, m.distance, m.key)
+
+
+def test_insert_then_duplicates(redis_server):
+    async def go():
+        st_ = await new_store(redis_server, t=8).connect()
+        rng = np.random.default_rng(1)
+        vals = rng.integers(0, 2**64, 300, dtype=np.uint64, endpoint=False)
+        masks = [header_masks(8, range(8))] * len(vals)
+        first = await st_.check_and_add_many(vals, masks, [f"u{i}" for i in range(300)])
+        assert first == [None] * 300
+        assert await st_.size() == 300 and st_.last_size == 300
+        # same page again, a page 2 bits away in the tail, a page 1 header + 1 tail bit away
+        again = await st_.check_and_add_many(vals[:5], masks[:5], None)
+        assert [as_tuple(m) for m in again] == [(int(v), 0, f"u{i}") for i, v in enumerate(vals[:5])]
+        near = vals[:5] ^ np.uint64(0b101)
+        res = await st_.check_and_add_many(near, masks[:5], ["x"] * 5)
+        assert [m.distance for m in res] == [2] * 5 and [m.key for m in res] == [f"u{i}" for i in range(5)]
+        hflip = vals[:5] ^ np.uint64((1 << 60) | 1)
+        res = await st_.check_and_add_many(hflip, masks[:5], ["x"] * 5)
+        assert [m.distance for m in res] == [2] * 5
+        # without the flip of bit 60 among the probes the header is never visited
+        res = await st_.check_and_add_many(hflip[:1], [np.zeros(1, np.uint64)], ["y"])
+        assert res == [None]
+        far = vals[:5] ^ np.uint64(0b1111)
+        res = await st_.check_and_add_many(far, masks[:5], ["z"] * 5)
+        assert res == [None] * 5
+        assert await st_.size() == 306
+        await st_.close()
+    run(go())
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_agrees_with_sequential_reference(redis_server, data):
+    t, h = data.draw(st.sampled_from([(4, 3), (8, 3), (8, 0), (12, 5)]))
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    n_clusters = data.draw(st.integers(1, 30))
+    centres = rng.integers(0, 2**64, n_clusters, dtype=np.uint64, endpoint=False)
+    n = data.draw(st.integers(1, 120))
+    members = []
+    for _ in range(n):
+        c = int(centres[rng.integers(n_clusters)])
+        nbits = int(rng.integers(0, h + 3))
+        for b in rng.choice(64, nbits, replace=False):
+            c ^= 1 << int(b)
+        members.append(c)
+    masks = []
+    for _ in range(n):
+        k = int(rng.integers(0, t + 1))
+        masks.append(header_masks(t, rng.choice(t, k, replace=False)))
+    sizes = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=6))
+    ref = ReferenceStore(t, h)
+    expected = [ref.check_and_add(v, m, f"k{i}") for i, (v, m) in enumerate(zip(members, masks))]
+
+    async def go():
+        store = await new_store(redis_server, t=t, h=h).connect()
+        got = []
+        a = 0
+        while a < n:
+            b = min(n, a + sizes[len(got) % len(sizes)] if got else a + sizes[0])
+            got.extend(await store.check_and_add_many(
+                np.array(members[a:b], dtype=np.uint64), masks[a:b],
+                [f"k{i}" for i in range(a, b)]))
+            a = b
+        await store.close()
+        return got
+    got = run(go())
+    # the verdicts agree exactly; a duplicate may name another valid match (an
+    # earlier page of the same batch is not in the snapshot the client checked)
+    assert [m is None for m in got] == [e is None for e in expected]
+    kept = {members[i]: f"k{i}" for i, m in enumerate(got) if m is None}
+    shift = 64 - t
+    for i, m in enumerate(got):
+        if m is not None:
+            v = members[i]
+            assert m.distance == bin(m.value ^ v).count("1") <= h
+            assert kept.get(m.value) == m.key
+            assert m.value >> shift in {(v ^ int(x)) >> shift for x in masks[i]}
+            assert i > int(m.key[1:])
+
+
+@settings(max_examples=60, deadline=None)
+@given(v=st.integers(0, M64), bits=st.sets(st.integers(0, 63 - 8), max_size=6),
+       h=st.integers(0, 4))
+def test_lua_hamming_within_batch(redis_server, v, bits, h):
+    """Two pages in one batch: the second is decided by the Lua script."""
+    x = 0
+    for b in bits:
+        x ^= 1 << b
+    vals = np.array([v, v ^ x], dtype=np.uint64)
+    masks = [np.zeros(1, np.uint64)] * 2
+
+    async def go():
+        store = await new_store(redis_server, t=8, h=h).connect()
+        res = await store.check_and_add_many(vals, masks, ["a", "b"])
+        await store.close()
+        return res
+    res = run(go())
+    assert res[0] is None
+    if len(bits) <= h:
+        assert res[1] == StoreMatch(v, len(bits), "a")
+    else:
+        assert res[1] is None
+
+
+def _interleaved(server, foreign, before=None):
+    """Check a page after ``foreign(store2)`` ran between its snapshot and its script."""
+    async def go():
+        a = await new_store(server, t=8, h=3).connect()
+        if before is not None:
+            await before(a)
+        b = RedisIndexStore(server.url, a.base, header_bits=8, distance=3)
+        await b.connect()
+        real_mget = a._client.mget
+
+        async def mget(*args, **kw):
+            res = await real_mget(*args, **kw)
+            await foreign(b)
+            return res
+        a._client.mget = mget
+        v = 0xF0F0_1234_5678_9ABC
+        res = await a.check_and_add_many(np.array([v], np.uint64),
+                                         [header_masks(8, [2])], ["mine"])
+        a._client.mget = real_mget
+        size = await a.size()
+        await a.close()
+        await b.close()
+        return res[0], size
+    return run(go())
+
+
+V0 = 0xF0F0_1234_5678_9ABC
+
+
+def test_race_foreign_insert_seen_through_log(redis_server):
+    async def foreign(b):
+        other = V0 ^ (1 << 61) ^ 0b11       # header bit 2 flipped, 3 bits away
+        assert await b.check_and_add_many(np.array([other], np.uint64),
+                                          [np.zeros(1, np.uint64)], ["theirs"]) == [None]
+    match, size = _interleaved(redis_server, foreign)
+    assert match == StoreMatch(V0 ^ (1 << 61) ^ 0b11, 3, "theirs")
+    assert size == 1
+
+
+def test_race_log_overrun_checks_every_bucket(redis_server):
+    from scrapy_simdup._redis_lua import LOG_MAX
+
+    async def foreign(b):
+        other = V0 ^ 0b1
+        await b.check_and_add_many(np.array([other], np.uint64), [np.zeros(1, np.uint64)],
+                                   ["theirs"])
+        rng = np.random.default_rng(5)
+        many = rng.integers(0, 2**64, LOG_MAX // 4 + 2000, dtype=np.uint64, endpoint=False)
+        # keep the filler out of the buckets V0 probes, so that it cannot match
+        heads = many >> np.uint64(56)
+        many = many[(heads != 0xF0) & (heads != 0xD0)]
+        for a in range(0, len(many), 8192):
+            chunk = many[a:a + 8192]
+            await b.check_and_add_many(chunk, [np.zeros(1, np.uint64)] * len(chunk), None)
+    match, size = _interleaved(redis_server, foreign)
+    assert match is not None and match.value == V0 ^ 0b1 and match.key == "theirs"
+
+
+def test_race_index_reset_checks_from_start(redis_server):
+    """The index is lost and refilled past the snapshot's bucket length."""
+    unrelated = np.array([V0 ^ 0xFFFF, V0 ^ 0xFFFF0], np.uint64)   # same bucket, far away
+    one = [np.zeros(1, np.uint64)]
+
+    async def foreign(b):
+        await b._client.flushdb()
+        await b.check_and_add_many(np.array([V0 ^ 0b100], np.uint64), one, ["theirs"])
+        await b.check_and_add_many(unrelated[1:], one, ["far"])
+
+    async def before(store):
+        await store.check_and_add_many(unrelated[:1], one, ["far"])
+    match, size = _interleaved(redis_server, foreign, before)
+    assert match == StoreMatch(V0 ^ 0b100, 1, "theirs")
+
+
+def test_concurrent_coroutines_keep_one(redis_server):
+    """Both snapshots are taken before either script runs: the scripts decide."""
+    async def go():
+        stores = [await new_store(redis_server, t=8).connect()]
+        for _ in range(3):
+            s = RedisIndexStore(redis_server.url, stores[0].base, header_bits=8, distance=3)
+            stores.append(await s.connect())
+        rng = np.random.default_rng(9)
+        centres = rng.integers(0, 2**64, 200, dtype=np.uint64, endpoint=False)
+        jobs = []
+        for j, s in enumerate(stores):
+            vals = centres ^ np.uint64(1 << j)        # 4 near-duplicate copies of each
+            order = rng.permutation(len(vals))
+            jobs.append(s.check_and_add_many(vals[order], [np.zeros(1, np.uint64)] * len(vals),
+                                             [f"p{j}-{i}" for i in order]))
+        results = await asyncio.gather(*jobs)
+        size = await stores[0].size()
+        for s in stores:
+            await s.close()
+        return results, size
+    results, size = run(go())
+    kept = sum(r is None for res in results for r in res)
+    assert kept == 200 and size == 200
+
+
+def _worker(url, base, seed, q):
+    async def go():
+        store = await RedisIndexStore(url, base, header_bits=10, distance=3).connect()
+        rng = np.random.default_rng(1234)
+        centres = rng.integers(0, 2**64, 2000, dtype=np.uint64, endpoint=False)
+        mine = np.random.default_rng(seed)
+        vals = centres ^ np.uint64(1 << int(mine.integers(0, 50)))
+        vals = vals ^ np.uint64(1 << 53)           # top-bit flip: found through a probe
+        order = mine.permutation(len(vals))
+        kept = []
+        for a in range(0, len(order), 64):
+            idx = order[a:a + 64]
+            masks = [header_masks(10, [0, 1, 2])] * len(idx)
+            res = await store.check_and_add_many(vals[idx], masks, [f"s{seed}-{i}" for i in idx])
+            kept.extend(int(i) for i, r in zip(idx, res) if r is None)
+        await store.close()
+        return kept
+    q.put(run(go()))
+
+
+def test_four_processes_keep_exactly_one_per_cluster(redis_server):
+    base = f"test:procs:{time.monotonic_ns()}"
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(redis_server.url, base, s, q)) for s in range(4)]
+    for p in procs:
+        p.start()
+    kept = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    clusters = [i for k in kept for i in k]
+    assert len(clusters) == 2000 and len(set(clusters)) == 2000
+
+
+def test_unreachable_at_startup_is_a_clear_error():
+    from redis_server import free_port
+    store = RedisIndexStore(f"redis://127.0.0.1:{free_port()}/0", "x", header_bits=8,
+                            params={"socket_connect_timeout": 1.0})
+    with pytest.raises(RedisIndexError, match="SIMDUP_INDEX"):
+        store.check_server()
+
+
+def test_header_bits_mismatch(redis_server):
+    store = new_store(redis_server, t=8)
+    store.check_server()
+    other = RedisIndexStore(redis_server.url, store.base, header_bits=9)
+    with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
+        other.check_server()
+
+
+def test_bad_input(redis_server):
+    with pytest.raises(ValueError, match="SIMDUP_INDEX"):
+        RedisIndexStore("http://x", "k")
+    with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
+        RedisIndexStore(redis_server.url, "k", header_bits=0)
+    with pytest.raises(ValueError, match="SIMDUP_REDIS_KEY"):
+        RedisIndexStore(redis_server.url, "")
+
+    async def go():
+        store = await new_store(redis_server).connect()
+        with pytest.raises(ValueError, match="masks"):
+            await store.check_and_add_many(np.array([1], np.uint64), [np.array([4], np.uint64)])
+        with pytest.raises(ValueError, match="one array per value"):
+            await store.check_and_add_many(np.array([1, 2], np.uint64), [np.zeros(1, np.uint64)])
+        # a foreign value under a bucket name is reported, not misread
+        await store._client.set(store.base + ":b:00", b"abc")
+        with pytest.raises(ValueError, match="not a simdup bucket"):
+            await store.check_and_add_many(np.array([5], np.uint64), [np.zeros(1, np.uint64)])
+        await store.close()
+    run(go())
+
+
+def test_redis_lost_and_back(private_redis):
+    async def go():
+        store = RedisIndexStore(private_redis.url, "lost", header_bits=8,
+                                params={"socket_timeout": 2.0, "socket_connect_timeout": 2.0})
+        await store.connect()
+        one = [np.zeros(1, np.uint64)]
+        assert await store.check_and_add_many(np.array([7], np.uint64), one, ["a"]) == [None]
+        private_redis.stop()
+        t0 = time.monotonic()
+        for _ in range(3):
+            with pytest.raises(RedisIndexError):
+                await store.check_and_add_many(np.array([8], np.uint64), one, ["b"])
+        assert time.monotonic() - t0 < 30        # bounded: never hangs
+        private_redis.start()                      # empty, and without the script
+        res = await store.check_and_add_many(np.array([7, 7], np.uint64), one * 2, ["c", "d"])
+        assert res == [None, StoreMatch(7, 0, "c")]
+        await store.close()
+    run(go())
