@@ -44,6 +44,41 @@ def _distance(text: str) -> int:
     return value
 
 
+def add_merge_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``simdup merge`` (shared with ``scrapy simdup merge``)."""
+    parser.add_argument("--collection", metavar="PATH",
+                       help="the collection directory (default: DIR/collection of the first DIR)")
+    parser.add_argument("--distance", type=_distance, default=3, metavar="H",
+                       help="Hamming distance threshold (default: 3)")
+    probes = parser.add_mutually_exclusive_group()
+    probes.add_argument("--probes", type=int, metavar="K",
+                        help="flipped headers probed per fingerprint (default: 32)")
+    probes.add_argument("--recall", type=_recall, metavar="R",
+                        help="target recall; the probe count comes from the calibrated "
+                        "volatility model")
+    parser.add_argument("--all", action="store_true",
+                       help="report every earlier near-duplicate (PSM-A), not just the first "
+                       "(PSM-F)")
+    parser.add_argument("--exact", action="store_true",
+                       help="exact search (BPHS batch mode): every pair within the distance; "
+                       "the reference for recall, slower")
+    parser.add_argument("--batch-size", type=_positive_int, default=_DEFAULT_CHUNK, metavar="M",
+                       help=f"fingerprints per in-memory batch and per collection chunk "
+                       f"(memory is O(M); default {_DEFAULT_CHUNK})")
+    parser.add_argument("--pairs", metavar="FILE",
+                       help="write the duplicate pairs found by this merge as JSON Lines "
+                       "({url, duplicate_of, distance})")
+    parser.add_argument("--clusters", metavar="FILE",
+                       help="write the clusters of the whole collection as JSON Lines "
+                       "({representative, size, urls})")
+    parser.add_argument("--no-verify", action="store_true",
+                       help="skip the checksum verification of batch and collection data")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="progress bar on stderr (default: when stderr is a terminal)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+
 def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description="Offline near-duplicate detection over scrapy-simdup batch files "
@@ -59,36 +94,7 @@ def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.A
         "(PSM batch mode: the collection is read in chunks, each pending batch is matched "
         "against every chunk, then sorted and appended).")
     merge.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR with batch files")
-    merge.add_argument("--collection", metavar="PATH",
-                       help="the collection directory (default: DIR/collection of the first DIR)")
-    merge.add_argument("--distance", type=_distance, default=3, metavar="H",
-                       help="Hamming distance threshold (default: 3)")
-    probes = merge.add_mutually_exclusive_group()
-    probes.add_argument("--probes", type=int, metavar="K",
-                        help="flipped headers probed per fingerprint (default: 32)")
-    probes.add_argument("--recall", type=_recall, metavar="R",
-                        help="target recall; the probe count comes from the calibrated "
-                        "volatility model")
-    merge.add_argument("--all", action="store_true",
-                       help="report every earlier near-duplicate (PSM-A), not just the first "
-                       "(PSM-F)")
-    merge.add_argument("--exact", action="store_true",
-                       help="exact search (BPHS batch mode): every pair within the distance; "
-                       "the reference for recall, slower")
-    merge.add_argument("--batch-size", type=_positive_int, default=_DEFAULT_CHUNK, metavar="M",
-                       help=f"fingerprints per in-memory batch and per collection chunk "
-                       f"(memory is O(M); default {_DEFAULT_CHUNK})")
-    merge.add_argument("--pairs", metavar="FILE",
-                       help="write the duplicate pairs found by this merge as JSON Lines "
-                       "({url, duplicate_of, distance})")
-    merge.add_argument("--clusters", metavar="FILE",
-                       help="write the clusters of the whole collection as JSON Lines "
-                       "({representative, size, urls})")
-    merge.add_argument("--no-verify", action="store_true",
-                       help="skip the checksum verification of batch and collection data")
-    merge.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="progress bar on stderr (default: when stderr is a terminal)")
-    merge.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_merge_options(merge)
 
     stats = sub.add_parser("stats", help="what the directories and the collection hold")
     stats.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR")

@@ -1,0 +1,59 @@
+"""``scrapy simdup merge [DIR...]`` / ``scrapy simdup stats [DIR...]``.
+
+The same as the ``simdup`` console script; without a DIR it uses the
+project's ``SIMDUP_DIR`` (or ``JOBDIR/simdup``). Kept import-light: Scrapy
+imports every registered command at start-up.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "merge|stats [DIR...] [options]"
+
+    def short_desc(self) -> str:
+        return "Merge scrapy-simdup batch files and report near-duplicates (PSM batch mode)"
+
+    def long_desc(self) -> str:
+        return ("merge: match the pending batch files of every DIR (default: the SIMDUP_DIR "
+                "setting) against the on-disk collection and append them; stats: what the "
+                "directories and the collection hold. Same options as the `simdup` script.")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        from scrapy_simdup._cli import add_merge_options  # noqa: PLC0415
+
+        add_merge_options(parser)
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        from scrapy_simdup._cli import dispatch  # noqa: PLC0415
+
+        if not args or args[0] not in ("merge", "stats"):
+            raise UsageError("expected a subcommand: merge or stats")
+        opts.command = args[0]
+        dirs = args[1:]
+        unknown = [a for a in dirs if a.startswith("-")]
+        if unknown:
+            raise UsageError(f"unrecognized option(s): {' '.join(unknown)}")
+        if not dirs:
+            directory = self.settings.get("SIMDUP_DIR") if self.settings else None
+            if not directory and self.settings and self.settings.get("JOBDIR"):
+                directory = os.path.join(self.settings.get("JOBDIR"), "simdup")
+            if not directory:
+                raise UsageError("no DIR given and the SIMDUP_DIR setting is not set")
+            dirs = [os.fspath(directory)]
+        opts.dirs = dirs
+        parser = argparse.ArgumentParser(prog=f"scrapy simdup {args[0]}")
+        self.exitcode = dispatch(parser, opts)
+        sys.stdout.flush()
