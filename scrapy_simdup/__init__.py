@@ -4,6 +4,8 @@ Public names are re-exported here; modules starting with ``_`` are private.
 """
 from ._version import __version__
 from ._simhash import SimhashResult, hamming, simhash, simhash_many
+from ._index import BPHSIndex, CorruptIndexError, PSMIndex, flip_masks
+from ._volatility import VolatilityModel
 from ._config import SimdupConfig
 from ._fingerprinter import (Fingerprint, Fingerprinter, SkippedPage,
                              fingerprint_html, fingerprint_response)
@@ -36,6 +38,11 @@ __all__ = [
     "hamming",
     "simhash",
     "simhash_many",
+    "PSMIndex",
+    "BPHSIndex",
+    "VolatilityModel",
+    "CorruptIndexError",
+    "flip_masks",
     "SimdupConfig",
     "Fingerprint",
     "Fingerprinter",

@@ -1,0 +1,142 @@
+/* Volatility Ordered Set Heap (Sood & Loguinov, CIKM 2011, Algorithm 2)
+ * plus the run-time max-heap M that merges the h VOSH trees.
+ *
+ * Bits are referred to by *rank*: rank 0 is the most volatile header bit.
+ * A node is a set S of ranks (sorted ascending) of size 1..h; its key is
+ * sum_{i in S} lw[i] with lw[i] = log(p_i / (1 - p_i)), which orders sets
+ * exactly as p(S) = prod_{i in S} p_i prod_{j not in S} (1 - p_j) does
+ * (the common factor prod_j (1 - p_j) cancels). lw must be non-increasing.
+ *
+ * vosh_next() yields the empty set first (the query's own header), then the
+ * non-empty sets of size <= h over t ranks in non-increasing p(S), each once.
+ * Heap capacity: h + 2 * (number of sets popped) nodes suffices.
+ * Pure C, no Python objects, usable without the GIL.
+ */
+#ifndef SIMDUP_VOSH_H
+#define SIMDUP_VOSH_H
+#include <stdint.h>
+
+#define VOSH_MAX_H 8
+
+typedef struct {
+    double key;
+    uint8_t size;
+    uint8_t e[VOSH_MAX_H];
+} vosh_node;
+
+typedef struct {
+    const double *lw;        /* [t] log-odds by rank, non-increasing */
+    const uint64_t *mask;    /* [t] 64-bit mask of the bit with that rank */
+    int t, h;
+    int started;
+    vosh_node *heap;         /* caller-owned storage */
+    long n, cap;
+} vosh_gen;
+
+static inline int vosh_less(const vosh_node *a, const vosh_node *b) {
+    /* max-heap on key; ties: smaller sets first, then lexicographic, so the
+     * order is deterministic */
+    if (a->key != b->key) return a->key < b->key;
+    if (a->size != b->size) return a->size > b->size;
+    for (int i = 0; i < a->size; i++)
+        if (a->e[i] != b->e[i]) return a->e[i] > b->e[i];
+    return 0;
+}
+
+static inline int vosh_push(vosh_gen *g, const vosh_node *x) {
+    if (g->n >= g->cap) return -1;
+    long i = g->n++;
+    vosh_node *h = g->heap;
+    while (i > 0) {
+        long p = (i - 1) >> 1;
+        if (!vosh_less(&h[p], x)) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = *x;
+    return 0;
+}
+
+static inline void vosh_pop(vosh_gen *g, vosh_node *out) {
+    vosh_node *h = g->heap;
+    *out = h[0];
+    long n = --g->n;
+    if (n == 0) return;
+    vosh_node last = h[n];
+    long i = 0;
+    for (;;) {
+        long c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && vosh_less(&h[c], &h[c + 1])) c++;
+        if (!vosh_less(&last, &h[c])) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = last;
+}
+
+/* Returns 0 on success, -1 if the heap storage is too small for the roots. */
+static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
+                            int t, int h, vosh_node *heap, long cap) {
+    g->lw = lw; g->mask = mask; g->t = t;
+    g->h = h < t ? h : t;
+    if (g->h > VOSH_MAX_H) g->h = VOSH_MAX_H;
+    g->heap = heap; g->cap = cap; g->n = 0; g->started = 0;
+    for (int s = 1; s <= g->h; s++) {
+        vosh_node r = {0};
+        r.size = (uint8_t)s;
+        r.key = 0.0;
+        for (int i = 0; i < s && i < VOSH_MAX_H; i++) { r.e[i] = (uint8_t)i; r.key += lw[i]; }
+        if (vosh_push(g, &r)) return -1;
+    }
+    return 0;
+}
+
+/* Next flip set: writes its header XOR mask and size. Returns 1, or 0 when
+ * all sets are exhausted, or -1 when the heap storage ran out. */
+static inline int vosh_next(vosh_gen *g, uint64_t *mask_out, int *size_out) {
+    if (!g->started) {
+        g->started = 1;
+        *mask_out = 0; *size_out = 0;
+        return 1;
+    }
+    if (g->n == 0) return 0;
+    vosh_node s;
+    vosh_pop(g, &s);
+    int k = s.size;
+    uint64_t m = 0;
+    for (int i = 0; i < k; i++) m |= g->mask[s.e[i]];
+    *mask_out = m; *size_out = k;
+    /* left child: increment the last element */
+    if (s.e[k - 1] < g->t - 1) {
+        vosh_node c = s;
+        c.e[k - 1]++;
+        c.key += g->lw[c.e[k - 1]] - g->lw[s.e[k - 1]];
+        if (vosh_push(g, &c)) return -1;
+    }
+    /* right child: scan gaps right to left; the first gap != 1 decides */
+    for (int j = k - 2; j >= 0; j--) {
+        int gap = s.e[j + 1] - s.e[j];
+        if (gap == 1) continue;
+        if (gap == 2) {
+            vosh_node c = s;
+            c.e[j]++;
+            c.key += g->lw[c.e[j]] - g->lw[s.e[j]];
+            if (vosh_push(g, &c)) return -1;
+        }
+        break;
+    }
+    return 1;
+}
+
+/* Number of sets of size 1..h over t elements, plus the empty set. */
+static inline long vosh_total(int t, int h) {
+    long total = 1, c = 1;
+    for (int i = 1; i <= h && i <= t; i++) {
+        c = c * (t - i + 1) / i;
+        total += c;
+    }
+    return total;
+}
+
+#endif

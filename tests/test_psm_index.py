@@ -1,0 +1,213 @@
+"""PSMIndex against brute force: precision 1.0 always, recall 1.0 when
+probes are unlimited, recall monotone in max_probes; persistence; bad input."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from reference_index import clustered_values, ref_matches
+from scrapy_simdup import (BPHSIndex, CorruptIndexError, PSMIndex, VolatilityModel,
+                           simhash)
+
+MODEL = VolatilityModel.laplace(0.5)
+
+
+def _weights(rng, values):
+    """Weights consistent with the values' bits (sign = bit)."""
+    mag = rng.laplace(size=(len(values), 64))
+    bits = ((np.asarray(values, np.uint64)[:, None] >> np.arange(64, dtype=np.uint64)) & 1)
+    return np.where(bits == 1, np.abs(mag), -np.abs(mag) - 1e-9)
+
+
+@settings(max_examples=25)
+@given(seed=st.integers(0, 2**32 - 1), h=st.integers(0, 4),
+       t=st.one_of(st.none(), st.integers(1, 12)), chunks=st.integers(1, 4))
+def test_unlimited_probes_equals_brute_force(seed, h, t, chunks):
+    rng = np.random.default_rng(seed)
+    stored = clustered_values(rng, 20, 400, h + 1)
+    queries = clustered_values(rng, 20, 30, h + 1)
+    idx = PSMIndex(distance=h, header_bits=t, model=MODEL)
+    ids = []
+    for part in np.array_split(stored, chunks):  # buffer and merges
+        ids.append(idx.add(part))
+    ids = np.concatenate(ids)
+    np.testing.assert_array_equal(ids, np.arange(len(stored)))
+    assert len(idx) == len(stored)
+    W = _weights(rng, queries)
+    qi, got_ids, got_d = idx.query_many(queries, W, first=False)
+    firsts, first_d = idx.query_many(queries, W, first=True)
+    for k, q in enumerate(queries):
+        want, d = ref_matches(stored, ids, q, h)
+        got = sorted(zip(got_ids[qi == k].tolist(), got_d[qi == k].tolist()))
+        assert got == want
+        single = idx.query(int(q), W[k], first=False)
+        assert sorted(single) == want
+        assert [x[1] for x in single] == sorted(x[1] for x in single)
+        one = idx.query(int(q), W[k])
+        if want:
+            assert len(one) == 1 and one[0] in want
+            assert (int(firsts[k]), int(first_d[k])) in want
+        else:
+            assert one == [] and firsts[k] == -1 and first_d[k] == -1
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 2**32 - 1), probes=st.integers(1, 60))
+def test_precision_is_one_with_few_probes(seed, probes):
+    rng = np.random.default_rng(seed)
+    stored = clustered_values(rng, 30, 600, 4)
+    queries = clustered_values(rng, 30, 40, 4)
+    idx = PSMIndex(distance=3, max_probes=probes, model=MODEL)
+    idx.add(stored)
+    qi, ids, d = idx.query_many(queries, _weights(rng, queries), first=False)
+    for k, i, dist in zip(qi, ids, d):
+        assert bin(int(queries[k]) ^ int(stored[i])).count("1") == dist <= 3
+
+
+def _doc(rng, vocab, n):
+    return [f"w{x}" for x in rng.zipf(1.3, size=n) % vocab]
+
+
+def test_recall_rises_with_probes_on_real_simhashes():
+    """Near-duplicate pairs from real simhash computations of edited texts."""
+    rng = np.random.default_rng(7)
+    base_vals, var_vals, var_W = [], [], []
+    while len(base_vals) < 300:
+        words = _doc(rng, 5000, int(rng.integers(80, 400)))
+        edited = list(words)
+        for _ in range(int(rng.integers(1, 4))):
+            pos = int(rng.integers(len(edited)))
+            edited[pos:pos + int(rng.integers(1, 6))] = _doc(rng, 5000, 3)
+        sh = [" ".join(words[i:i + 3]) for i in range(len(words) - 2)]
+        se = [" ".join(edited[i:i + 3]) for i in range(len(edited) - 2)]
+        (a, _), (b, Wb) = simhash(sh), simhash(se)
+        if 1 <= bin(a ^ b).count("1") <= 3:
+            base_vals.append(a)
+            var_vals.append(b)
+            var_W.append(Wb)
+    noise = rng.integers(0, 2**64 - 1, size=20000, dtype=np.uint64, endpoint=True)
+    stored = np.concatenate([np.array(base_vals, np.uint64), noise])
+    queries = np.array(var_vals, np.uint64)
+    W = np.array(var_W)
+    exact = BPHSIndex(3)
+    exact.add(stored)
+    truth_q, truth_ids, _ = exact.query_many(queries, first=False)
+    truth = set(zip(truth_q.tolist(), truth_ids.tolist()))
+    assert len(truth) >= 300
+    idx = PSMIndex(distance=3, header_bits=13)
+    idx.add(stored)
+    recalls = []
+    for probes in (1, 2, 4, 8, 16, 64, 256, None):
+        idx.max_probes = probes
+        q, ids, _ = idx.query_many(queries, W, first=False)
+        got = set(zip(q.tolist(), ids.tolist()))
+        assert got <= truth                                  # precision 1.0
+        recalls.append(len(got) / len(truth))
+    assert recalls == sorted(recalls)
+    assert recalls[-1] == 1.0
+    assert recalls[0] < 0.9 < recalls[-2]  # volatility order finds most early
+    # the model-picked cap reaches its target on these pairs (roughly)
+    idx2 = PSMIndex(distance=3, recall=0.9, header_bits=13)
+    idx2.add(stored)
+    q, ids, _ = idx2.query_many(queries, W, first=False)
+    assert len(set(zip(q.tolist(), ids.tolist()))) / len(truth) >= 0.8
+
+
+def test_ids_and_growth():
+    idx = PSMIndex(distance=2, model=MODEL)
+    assert len(idx) == 0 and idx.query(123) == []
+    assert idx.add(5).tolist() == [0]
+    assert idx.add([7, 9], ids=np.array([100, 200], np.uint64)).tolist() == [100, 200]
+    assert idx.query(7, None, first=False) == [(100, 0), (0, 1)]  # 9 is 3 away
+    assert idx.query(13, None, first=False) == [(0, 1), (200, 1), (100, 2)]
+    t0 = idx.header_bits
+    rng = np.random.default_rng(3)
+    big = rng.integers(0, 2**63, size=200000, dtype=np.uint64)
+    for part in np.array_split(big, 50):
+        idx.add(part)
+    assert idx.header_bits > t0 and len(idx) == 200003
+    assert idx.query(int(big[123456]))[0] == (123456 + 3, 0)
+    assert idx.query(5) == [(0, 0)]
+    assert idx.nbytes <= 1.25 * 16 * len(idx) + 4096
+
+
+def test_save_load_roundtrip(tmp_path):
+    rng = np.random.default_rng(5)
+    stored = clustered_values(rng, 50, 3000, 3)
+    idx = PSMIndex(distance=3, recall=0.95)
+    idx.add(stored, ids=np.arange(3000) * 10)
+    idx.add(stored[:10])  # left in the buffer: save must include it
+    path = tmp_path / "idx.psm"
+    idx.save(path)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+    for mmap in (True, False):
+        back = PSMIndex.load(path, mmap=mmap)
+        assert len(back) == len(idx) and back.distance == 3
+        assert back.header_bits == idx.header_bits and back.recall == 0.95
+        assert back.max_probes == idx.max_probes
+        assert back.model.to_dict() == idx.model.to_dict()
+        for q in stored[:50]:
+            assert sorted(back.query(int(q), None, first=False)) == \
+                sorted(idx.query(int(q), None, first=False))
+        back.add(12345)  # a loaded (read-only mapped) index still takes inserts
+        assert back.query(12345)[0][1] == 0
+
+
+def test_corrupt_and_truncated_files(tmp_path):
+    idx = PSMIndex(distance=3, model=MODEL)
+    idx.add(np.arange(1, 5000, dtype=np.uint64) * 7919)
+    path = tmp_path / "idx.psm"
+    idx.save(path)
+    data = path.read_bytes()
+    cases = {
+        "truncated": data[: len(data) // 2],
+        "short": data[:10],
+        "empty": b"",
+        "magic": b"X" + data[1:],
+        "flipped": data[:-1000] + bytes([data[-1000] ^ 1]) + data[-999:],
+        "header": data[:20] + bytes([data[20] ^ 1]) + data[21:],
+        "longer": data + b"\0" * 64,
+    }
+    for name, blob in cases.items():
+        bad = tmp_path / f"{name}.psm"
+        bad.write_bytes(blob)
+        with pytest.raises(CorruptIndexError, match=str(bad.name)):
+            PSMIndex.load(bad)
+    assert issubclass(CorruptIndexError, ValueError)
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(distance=-1), "distance"), (dict(distance=9), "distance"),
+    (dict(header_bits=0), "header_bits"), (dict(header_bits=31), "header_bits"),
+    (dict(max_probes=0), "max_probes"), (dict(recall=0.0), "recall"),
+    (dict(recall=1.5), "recall"), (dict(recall=0.9, max_probes=3), "recall"),
+])
+def test_bad_constructor_arguments(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        PSMIndex(**kwargs)
+
+
+def test_bad_query_arguments():
+    idx = PSMIndex(model=MODEL)
+    idx.add([1, 2, 3])
+    for W in (np.zeros(63), np.zeros((2, 64)), [1.0] * 65):
+        with pytest.raises(ValueError, match="W"):
+            idx.query(1, W)
+    Wn = np.zeros(64)
+    Wn[3] = np.nan
+    with pytest.raises(ValueError, match="W"):
+        idx.query(1, Wn)
+    with pytest.raises(ValueError, match="W"):
+        idx.query_many([1, 2], np.zeros((3, 64)))
+    with pytest.raises(ValueError, match="value"):
+        idx.query(-1)
+    with pytest.raises(ValueError, match="value"):
+        idx.query(1 << 64)
+    with pytest.raises(ValueError, match="values"):
+        idx.add(-5)
+    with pytest.raises(ValueError, match="ids"):
+        idx.add([1, 2], ids=[1])
+    with pytest.raises(TypeError, match="values"):
+        idx.add(np.array([1.5]))
+    assert idx.query(1, [0.5] * 64, first=False) == [(0, 0), (2, 1), (1, 2)]

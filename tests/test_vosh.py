@@ -1,0 +1,81 @@
+"""VOSH + max-heap order: exactly decreasing p(S), each set once, all sets."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from reference_index import ref_flip_sets
+from scrapy_simdup import VolatilityModel, flip_masks
+from scrapy_simdup._volatility import UNIFORM_P
+
+MODEL = VolatilityModel.laplace(0.5)
+
+
+def _header_p(W, t, model=MODEL):
+    """p_j of the header bits, index r = bit 63 - r."""
+    p = model.flip_probabilities(W)
+    return np.array([p[63 - r] for r in range(t)])
+
+
+def _mask_to_set(mask, t):
+    return tuple(r for r in range(t) if (int(mask) >> (63 - r)) & 1)
+
+
+@settings(max_examples=60)
+@given(t=st.integers(1, 9), h=st.integers(1, 4), seed=st.integers(0, 2**32 - 1),
+       ties=st.booleans())
+def test_order_matches_brute_force(t, h, seed, ties):
+    rng = np.random.default_rng(seed)
+    W = rng.laplace(size=64)
+    if ties:  # equal weights make equal probabilities
+        W = np.round(W)
+    masks, flipped = flip_masks(W, t, h, model=MODEL)
+    p = _header_p(W, t)
+    ref = ref_flip_sets(p, h)
+    assert len(masks) == len(ref) == sum(math.comb(t, i) for i in range(min(h, t) + 1))
+    sets = [_mask_to_set(m, t) for m in masks]
+    assert sets[0] == () and flipped[0] == 0
+    assert len(set(sets)) == len(sets)                      # each set once
+    assert set(sets) == {S for S, _ in ref}                 # all sets
+    assert list(flipped) == [len(S) for S in sets]
+    # the probabilities come out exactly in the brute-force sorted order
+    got = np.array([np.prod(np.where(np.isin(np.arange(t), S), p, 1 - p)) for S in sets])
+    want = np.array([q for _, q in ref])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-300)
+    assert np.all(np.diff(got[1:]) <= got[1:-1] * 1e-9 + 1e-300)
+
+
+def test_max_probes_is_a_prefix():
+    W = np.random.default_rng(1).laplace(size=64)
+    full, _ = flip_masks(W, 12, 3, model=MODEL)
+    part, fl = flip_masks(W, 12, 3, max_probes=17, model=MODEL)
+    assert len(part) == 17
+    np.testing.assert_array_equal(part, full[:17])
+
+
+def test_most_volatile_bit_first():
+    W = np.full(64, 5.0)
+    W[60] = 0.01  # header bit of rank 3 is nearly zero: most volatile
+    masks, _ = flip_masks(W, 8, 2, model=MODEL)
+    assert masks[1] == 1 << 60
+
+
+def test_uniform_when_no_weights():
+    masks, flipped = flip_masks(None, 6, 2, model=MODEL)
+    assert list(flipped) == [0] + [1] * 6 + [2] * 15
+    assert UNIFORM_P < 0.5
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(W=np.zeros(64), header_bits=0, distance=3), "header_bits"),
+    (dict(W=np.zeros(64), header_bits=31, distance=3), "header_bits"),
+    (dict(W=np.zeros(64), header_bits=8, distance=9), "distance"),
+    (dict(W=np.zeros(64), header_bits=8, distance=-1), "distance"),
+    (dict(W=np.zeros(63), header_bits=8, distance=2), "W"),
+    (dict(W=np.full(64, np.nan), header_bits=8, distance=2), "W"),
+    (dict(W=np.zeros(64), header_bits=8, distance=2, max_probes=0), "max_probes"),
+])
+def test_bad_arguments(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        flip_masks(model=MODEL, **kwargs)
