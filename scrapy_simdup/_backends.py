@@ -30,6 +30,9 @@ writer the middleware feeds every checked fingerprint to (None: no writer).
 from __future__ import annotations
 
 import abc
+import functools
+import re
+from math import comb
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -80,7 +83,7 @@ _INDEX_OPTIONS = {"distance": "SIMDUP_DISTANCE", "recall": "SIMDUP_RECALL",
 def _index_error(exc: Exception, options: dict) -> ValueError:
     message = str(exc)
     for option, setting in _INDEX_OPTIONS.items():
-        if option in message and option in options:
+        if re.search(rf"(?<!\w){option}(?!\w)", message) and options.get(option) is not None:
             return ValueError(f"{setting}: {message}")
     return ValueError(f"invalid index settings (SIMDUP_SEARCH, SIMDUP_DISTANCE, "
                       f"SIMDUP_RECALL, SIMDUP_MAX_PROBES): {message}")
@@ -102,6 +105,12 @@ def make_index(config: SimdupConfig):
         raise _index_error(exc, options) from exc
 
 
+@functools.lru_cache(maxsize=256)
+def _psm_budget(t: int, h: int, cap) -> int:
+    total = sum(comb(t, i) for i in range(min(h, t) + 1))
+    return min(int(cap), total) if cap is not None else total
+
+
 class MemoryBackend(IndexBackend):
     """In-process backend over a :class:`PSMIndex` or :class:`BPHSIndex`.
 
@@ -112,7 +121,7 @@ class MemoryBackend(IndexBackend):
     def __init__(self, index, keys: dict[int, str] | None = None) -> None:
         self.index = index
         self.keys: dict[int, str] = {} if keys is None else keys
-        self._own_probes = 0
+        self._probes = 0
 
     @classmethod
     def from_config(cls, config: SimdupConfig, crawler=None, namespace: str = "pages"):
@@ -120,10 +129,21 @@ class MemoryBackend(IndexBackend):
 
     @property
     def probes(self) -> int | None:  # type: ignore[override]
+        """Buckets probed so far: the index's own counter when it has one, else
+        the sum of the per-lookup probe budgets (an upper bound: PSM-F stops at
+        the first match). BPHS probes one range per table."""
         value = getattr(self.index, "probes", None)
-        return int(value) if value is not None else None
+        return int(value) if isinstance(value, (int, np.integer)) else self._probes
+
+    def _budget(self) -> int:
+        index = self.index
+        if hasattr(index, "tables"):  # BPHS: one range lookup per table
+            return int(index.tables)
+        return _psm_budget(int(getattr(index, "header_bits", 0)),
+                           int(getattr(index, "distance", 0)), getattr(index, "max_probes", None))
 
     def _check_and_add(self, value: int, W, key: str) -> Match | None:
+        self._probes += self._budget()
         hits = self.index.query(value, W, first=True)
         if hits:
             best_id, distance = min(hits, key=lambda hit: hit[1])

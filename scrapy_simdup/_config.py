@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -35,6 +36,9 @@ FEATURE_SETTINGS = {
     "SIMDUP_CONTENT_CSS": "content_css",
     "SIMDUP_MIN_FEATURES": "min_features",
     "SIMDUP_PARSER": "parser",
+    "SIMDUP_MAX_BYTES": "max_bytes",
+    "SIMDUP_ON_TOO_LARGE": "on_too_large",
+    "SIMDUP_MAX_TOKENS": "max_tokens",
 }
 
 
@@ -169,6 +173,9 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_CONTENT_CSS": None,
     "SIMDUP_MIN_FEATURES": None,
     "SIMDUP_PARSER": None,
+    "SIMDUP_MAX_BYTES": None,
+    "SIMDUP_ON_TOO_LARGE": None,
+    "SIMDUP_MAX_TOKENS": None,
     "SIMDUP_ITEM_FIELDS": ("text",),
     "SIMDUP_ITEM_ID_FIELD": "url",
     "SIMDUP_TAG_FIELD": "simdup",
@@ -227,16 +234,21 @@ class SimdupConfig:
         recall = _float("SIMDUP_RECALL", get("SIMDUP_RECALL"), lo=0.0, hi=1.0,
                         lo_open=True, optional=True)
         max_probes = _int("SIMDUP_MAX_PROBES", get("SIMDUP_MAX_PROBES"), lo=1, optional=True)
+        if recall is not None and max_probes is not None:
+            raise ValueError("SIMDUP_RECALL and SIMDUP_MAX_PROBES are exclusive: set only one "
+                             "of them (a target recall, or a probe budget per lookup)")
 
         feature_options = {}
         for name, kwarg in FEATURE_SETTINGS.items():
             value = get(name)
             if value is None or value == "":
                 continue
-            if name in ("SIMDUP_SHINGLE_SIZE", "SIMDUP_MIN_FEATURES"):
-                value = _int(name, value, lo=0 if name == "SIMDUP_MIN_FEATURES" else 1)
+            if name in ("SIMDUP_SHINGLE_SIZE", "SIMDUP_MIN_FEATURES", "SIMDUP_MAX_BYTES",
+                        "SIMDUP_MAX_TOKENS"):
+                value = _int(name, value, lo=1)
             elif name in ("SIMDUP_CONTENT_XPATH", "SIMDUP_CONTENT_CSS", "SIMDUP_EXTRACT",
-                          "SIMDUP_PARSER"):
+                          "SIMDUP_PARSER", "SIMDUP_ON_TOO_LARGE", "SIMDUP_FEATURES",
+                          "SIMDUP_WEIGHTING"):
                 value = _opt_str(name, value)
             feature_options[kwarg] = value
         if "content_xpath" in feature_options and "content_css" in feature_options:
@@ -302,7 +314,7 @@ class SimdupConfig:
         except (TypeError, ValueError) as exc:
             message = str(exc)
             for name, kwarg in FEATURE_SETTINGS.items():
-                if kwarg in message and kwarg in self.feature_options:
+                if re.search(rf"(?<!\w){kwarg}(?!\w)", message) and kwarg in self.feature_options:
                     raise ValueError(f"{name}: {message}") from exc
             names = ", ".join(n for n, k in FEATURE_SETTINGS.items() if k in self.feature_options)
             raise ValueError(f"invalid feature settings ({names or 'defaults'}): {message}") from exc

@@ -1,0 +1,106 @@
+"""Run one real Scrapy crawl in a fresh process and report what happened as JSON.
+
+Usage: python tests/crawl_runner.py <job.json> <result.json>
+
+job: {"settings": {...}, "requests": [{"url": ..., "meta": {...}}, ...],
+      "mode": "pages" | "items", "item_class": "dict" | "scrapy"}
+result: {"stats": {...}, "responses": [{"url", "status", "simdup"}],
+         "items": [...], "dropped": [{"url", "duplicate_of", "distance", "type"}],
+         "warnings": [...], "error": str | null, "log": [...]}
+
+A fresh process per crawl keeps the reactor out of pytest's way: Scrapy installs
+its default asyncio reactor here, as it would for a user.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+import warnings
+
+
+def main(job_path: str, result_path: str) -> None:
+    warnings.simplefilter("always")
+    captured: list[str] = []
+    old_showwarning = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        captured.append(f"{category.__name__}: {message} ({filename}:{lineno})")
+        old_showwarning(message, category, filename, lineno, file, line)
+    warnings.showwarning = showwarning
+
+    import scrapy
+    from scrapy.crawler import CrawlerProcess
+
+    with open(job_path) as f:
+        job = json.load(f)
+    result = {"responses": [], "items": [], "dropped": [], "error": None, "log": []}
+
+    class Record(logging.Handler):
+        def emit(self, record):
+            if record.name.startswith("scrapy_simdup") or record.levelno >= logging.WARNING:
+                result["log"].append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+    class Item(scrapy.Item):
+        url = scrapy.Field()
+        text = scrapy.Field()
+        title = scrapy.Field()
+
+    class TestSpider(scrapy.Spider):
+        name = "simdup_test"
+
+        async def start(self):
+            for spec in job["requests"]:
+                yield scrapy.Request(spec["url"], meta=spec.get("meta", {}),
+                                     dont_filter=True, callback=self.parse,
+                                     errback=self.errback)
+
+        def parse(self, response):
+            result["responses"].append({"url": response.url, "status": response.status,
+                                        "simdup": response.meta.get("simdup"),
+                                        "redirect_urls": response.meta.get("redirect_urls")})
+            if job.get("mode") == "items":
+                text = "\n".join(t.strip() for t in response.xpath("//p//text()").getall())
+                fields = {"url": response.url, "text": text,
+                          "title": response.xpath("//title/text()").get()}
+                yield Item(**fields) if job.get("item_class") == "scrapy" else fields
+
+        def errback(self, failure):
+            exc = failure.value
+            result["dropped"].append({
+                "url": failure.request.url, "type": type(exc).__name__,
+                "duplicate_of": getattr(exc, "duplicate_of", None),
+                "distance": getattr(exc, "distance", None)})
+
+    def item_scraped(item, response, spider):
+        result["items"].append(dict(item))
+
+    def item_dropped(item, response, exception, spider):
+        result["dropped"].append({"url": dict(item).get("url"), "type": type(exception).__name__,
+                                  "duplicate_of": getattr(exception, "duplicate_of", None),
+                                  "distance": getattr(exception, "distance", None)})
+
+    settings = {"LOG_LEVEL": "DEBUG", "TELNETCONSOLE_ENABLED": False,
+                "ROBOTSTXT_OBEY": False, **job["settings"]}
+    process = CrawlerProcess(settings, install_root_handler=True)
+    logging.getLogger().addHandler(Record())
+    crawler = process.create_crawler(TestSpider)
+    crawler.signals.connect(item_scraped, signal=scrapy.signals.item_scraped)
+    crawler.signals.connect(item_dropped, signal=scrapy.signals.item_dropped)
+    deferred = process.crawl(crawler)
+
+    def failed(failure):
+        result["error"] = f"{failure.type.__name__}: {failure.value}"
+        result["traceback"] = "".join(traceback.format_exception(failure.value))
+    deferred.addErrback(failed)
+    process.start()
+    result["stats"] = {k: (v if isinstance(v, (int, float, str)) else str(v))
+                       for k, v in (crawler.stats.get_stats() if crawler.stats else {}).items()}
+    result["warnings"] = captured
+    with open(result_path, "w") as f:
+        json.dump(result, f, default=str)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

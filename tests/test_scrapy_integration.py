@@ -1,0 +1,266 @@
+"""Real crawls with the real Scrapy engine against a local HTTP server.
+
+Each crawl runs in a fresh process (``tests/crawl_runner.py``, Scrapy's default
+asyncio reactor) against ``tests/http_server.py`` on 127.0.0.1:<free port>; the
+pages are real article texts from the shared data, in a news template, with
+the edits that make near-duplicates of one article (ad slot, navigation
+tracking parameters); the near-duplicate quality itself is measured elsewhere
+(the example project and the benchmarks): these tests check the plumbing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from http_server import PageServer
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATA = Path(os.environ.get("SIMDUP_DATA", ROOT.parent / "shared" / "data"))
+if not DATA.exists():
+    DATA = Path("/work/shared/data")
+
+N_ARTICLES = 5
+N_VARIANTS = 3
+
+pytestmark = pytest.mark.slow
+
+
+def _articles(n: int) -> list[tuple[str, list[str]]]:
+    truth = json.loads((DATA / "article-extraction-benchmark" / "ground-truth.json")
+                       .read_text("utf-8"))
+    out = []
+    for key in sorted(truth):
+        body = truth[key].get("articleBody") or ""
+        paragraphs = [p.strip() for p in body.split("\n") if len(p.split()) >= 8]
+        if 400 <= sum(len(p.split()) for p in paragraphs) <= 2000 and len(paragraphs) >= 4:
+            out.append((paragraphs[0][:70], paragraphs))
+        if len(out) == n:
+            break
+    assert len(out) == n, "not enough articles in the shared data"
+    return out
+
+
+def _page(title: str, paragraphs: list[str], variant: int) -> bytes:
+    stamp = "2024-05-10 09:12"
+    ad = ["Subscribe today", "Try our newsletter", "Download the app"][variant % 3]
+    body = "\n".join(f"<p>{p}</p>" for p in paragraphs)
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title}</title></head>
+<body><nav><a href="/?ref={variant}">Home</a> <a href="/world?ref={variant}">World</a>
+<a href="/sport?ref={variant}">Sport</a></nav>
+<article><h1>{title}</h1><p class="byline">Updated {stamp}</p>
+{body}
+<p class="comments">4 comments</p></article>
+<aside>{ad}</aside><footer>(c) Example News</footer></body></html>""".encode()
+
+
+@pytest.fixture(scope="module")
+def site():
+    pages, clusters = {}, {}
+    for a, (title, paragraphs) in enumerate(_articles(N_ARTICLES)):
+        for v in range(N_VARIANTS):
+            name = f"a{a}v{v}"
+            pages[name] = _page(title, paragraphs, v)
+            clusters[name] = a
+    raw = {
+        "json": ("application/json", b'{"a": 1}'),
+        "text": ("text/plain", b"just some plain text " * 50),
+        "png": ("image/png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 20),
+        "huge": ("text/html", b"<html><body>" + b"".join(
+            f"<p>paragraph {i} of a very long page about topic {i % 97} and more</p>".encode()
+            for i in range(120_000)) + b"</body></html>"),
+        "malformed": ("text/html", b"<html><body><p>unclosed <div><span>"
+                      + b"<b>" * 3000 + b"\x00\xff\xfe broken bytes <<<>>> &bogus; "
+                      + b"text " * 200 + b"</i></i></html></body>"),
+        "empty": ("text/html", b""),
+        "scriptonly": ("text/html", b"<html><head><script>var a = 1;</script></head></html>"),
+        "binaryhtml": ("text/html", bytes(range(256)) * 40),
+    }
+    with PageServer(pages, raw) as server:
+        server.clusters = clusters
+        yield server
+
+
+def run_crawl(tmp_path, settings, requests, mode="pages", item_class="dict", expect_error=False):
+    job = {"settings": {"LOG_LEVEL": "DEBUG", **settings}, "requests": requests,
+           "mode": mode, "item_class": item_class}
+    job_path, result_path = tmp_path / "job.json", tmp_path / "result.json"
+    job_path.write_text(json.dumps(job))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
+                           str(result_path)], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    result["stderr"] = proc.stderr
+    if not expect_error:
+        assert result["error"] is None, result.get("traceback") or result["error"]
+    # current async components: no deprecation warning from or about us
+    ours = [w for w in result["warnings"] if "scrapy_simdup" in w or "Simdup" in w]
+    assert not ours, ours
+    assert "Traceback" not in proc.stderr or expect_error, proc.stderr[-3000:]
+    return result
+
+
+def _name(url: str) -> str:
+    return url.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+
+
+ADDON = {"ADDONS": {"scrapy_simdup.Addon": 0}}
+
+
+def test_drop_mode_keeps_one_page_per_cluster(site, tmp_path):
+    requests = [{"url": site.url(f"/page/{name}")} for name in site.httpd.pages]
+    # four more byte-identical copies of one page, fetched concurrently: one survives
+    requests += [{"url": site.url(f"/page/a0v0?session={i}")} for i in range(4)]
+    result = run_crawl(tmp_path, {**ADDON, "CONCURRENT_REQUESTS": 16}, requests)
+    stats = result["stats"]
+    total = N_ARTICLES * N_VARIANTS + 4
+    assert stats["simdup/checked"] == total
+    assert stats["simdup/duplicates"] == total - N_ARTICLES
+    assert stats["simdup/dropped"] == total - N_ARTICLES
+    assert stats["simdup/index_size"] == N_ARTICLES
+    kept = sorted(site.clusters[_name(r["url"])] for r in result["responses"])
+    assert kept == list(range(N_ARTICLES))
+    # dropped responses never reach the callback: the errback gets NearDuplicateResponse
+    assert len(result["dropped"]) == total - N_ARTICLES
+    for drop in result["dropped"]:
+        assert drop["type"] == "NearDuplicateResponse"
+        assert site.clusters[_name(drop["url"])] == site.clusters[_name(drop["duplicate_of"])]
+        assert 0 <= drop["distance"] <= 3
+    assert any("Dropped near-duplicate" in line and "distance" in line for line in result["log"])
+    assert any(line.startswith("INFO scrapy_simdup: Simdup summary: pages: checked 19")
+               for line in result["log"]), result["log"]
+
+
+def test_tag_mode_and_periodic_log_line(site, tmp_path):
+    requests = [{"url": site.url(f"/page/{name}")} for name in site.httpd.pages]
+    settings = {**ADDON, "SIMDUP_ACTION": "tag", "SIMDUP_LOG_INTERVAL": 0.2,
+                "CONCURRENT_REQUESTS": 1, "DOWNLOAD_DELAY": 0.08}
+    result = run_crawl(tmp_path, settings, requests)
+    responses = result["responses"]
+    assert len(responses) == N_ARTICLES * N_VARIANTS
+    duplicates = [r for r in responses if r["simdup"]["duplicate_of"] is not None]
+    originals = [r for r in responses if r["simdup"]["duplicate_of"] is None]
+    assert len(duplicates) == N_ARTICLES * (N_VARIANTS - 1)
+    assert sorted(site.clusters[_name(r["url"])] for r in originals) == list(range(N_ARTICLES))
+    for r in responses:
+        tag = r["simdup"]
+        assert isinstance(tag["simhash"], int) and 0 <= tag["simhash"] < 2**64
+        if tag["duplicate_of"] is None:
+            assert tag["distance"] is None
+        else:
+            assert site.clusters[_name(tag["duplicate_of"])] == site.clusters[_name(r["url"])]
+            assert 0 <= tag["distance"] <= 3
+    stats = result["stats"]
+    assert stats["simdup/tagged"] == len(duplicates)
+    assert "simdup/dropped" not in stats
+    assert any(line.startswith("INFO scrapy_simdup: Simdup: checked ") and "pages/min" in line
+               for line in result["log"]), result["log"]
+
+
+def test_gzip_and_redirects_with_explicit_middleware_entry(site, tmp_path):
+    # the other way to enable it: a DOWNLOADER_MIDDLEWARES entry + SIMDUP_ENABLED
+    settings = {"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag",
+                "DOWNLOADER_MIDDLEWARES": {"scrapy_simdup.SimdupDownloaderMiddleware": 585}}
+    requests = [{"url": site.url("/gz/a1v0")}, {"url": site.url("/redirect/a2v0")},
+                {"url": site.url("/gz/a3v0")}, {"url": site.url("/redirect/a3v1")}]
+    result = run_crawl(tmp_path, settings, requests)
+    stats = result["stats"]
+    # all four were fingerprinted as decompressed HTML after the redirect
+    assert stats["simdup/checked"] == 4, stats
+    assert not any(k.startswith("simdup/skipped/") for k in stats), stats
+    by_name = {_name(r["url"]): r for r in result["responses"]}
+    assert by_name["a2v0"]["redirect_urls"] and "utm_source=redirect" in by_name["a2v0"]["url"]
+    assert by_name["a1v0"]["simdup"]["duplicate_of"] is None
+    assert by_name["a2v0"]["simdup"]["duplicate_of"] is None
+    # the gzip copy and the redirected copy of article 3 are near-duplicates
+    tags = [by_name["a3v0"]["simdup"], by_name["a3v1"]["simdup"]]
+    assert sorted(t["duplicate_of"] is None for t in tags) == [False, True]
+    dup = next(t for t in tags if t["duplicate_of"])
+    assert "utm_source=redirect" in dup["duplicate_of"] or "/gz/a3v0" in dup["duplicate_of"]
+    assert stats["httpcompression/response_count"] >= 2
+
+
+def test_non_html_and_dont_simdup_are_skipped(site, tmp_path):
+    requests = [{"url": site.url(f"/raw/{n}")} for n in ("json", "text", "png")]
+    requests += [{"url": site.url("/page/a0v0")},
+                 {"url": site.url("/page/a0v1"), "meta": {"dont_simdup": True}},
+                 {"url": site.url("/page/nope")}]
+    result = run_crawl(tmp_path, {**ADDON, "HTTPERROR_ALLOW_ALL": True}, requests)
+    stats = result["stats"]
+    assert stats["simdup/skipped/not_html"] == 3
+    assert stats["simdup/skipped/dont_simdup"] == 1
+    assert stats["simdup/skipped/status"] == 1  # the 404 page is not fingerprinted
+    assert stats["simdup/checked"] == 1
+    assert "simdup/duplicates" not in stats
+    assert len(result["responses"]) == 6  # everything reached the spider
+
+
+def test_huge_malformed_and_empty_pages(site, tmp_path):
+    names = ("huge", "malformed", "empty", "scriptonly", "binaryhtml")
+    requests = [{"url": site.url(f"/raw/{n}")} for n in names]
+    result = run_crawl(tmp_path, {**ADDON, "SIMDUP_ACTION": "tag"}, requests)
+    stats = result["stats"]
+    skipped = {k: v for k, v in stats.items() if k.startswith("simdup/skipped/")}
+    # every page is accounted for: fingerprinted or skipped with a reason, no errors
+    assert stats.get("simdup/checked", 0) + sum(skipped.values()) == len(names), stats
+    assert "simdup/errors" not in stats, result["log"]
+    assert stats.get("simdup/skipped/empty", 0) + stats.get(
+        "simdup/skipped/too_few_features", 0) >= 2  # empty, script only
+    assert len(result["responses"]) == len(names)
+    tags = {_name(r["url"]): r["simdup"] for r in result["responses"]}
+    assert tags["empty"]["simhash"] is None and tags["empty"]["skipped"]
+
+
+def test_item_pipeline_drops_duplicate_items(site, tmp_path):
+    settings = {"SIMDUP_ENABLED": True, "SIMDUP_ITEM_FIELDS": ["text"],
+                "ITEM_PIPELINES": {"scrapy_simdup.SimdupPipeline": 200}}
+    requests = [{"url": site.url(f"/page/{name}")} for name in site.httpd.pages]
+    result = run_crawl(tmp_path, settings, requests, mode="items")
+    stats = result["stats"]
+    n = N_ARTICLES * N_VARIANTS
+    assert stats["simdup/items/checked"] == n
+    assert stats["simdup/items/dropped"] == n - N_ARTICLES
+    assert "simdup/checked" not in stats  # the downloader middleware is not enabled
+    assert len(result["responses"]) == n
+    assert sorted(site.clusters[_name(i["url"])] for i in result["items"]) == \
+        list(range(N_ARTICLES))
+    for drop in result["dropped"]:
+        assert drop["type"] == "NearDuplicateItem"
+        assert site.clusters[_name(drop["url"])] == site.clusters[_name(drop["duplicate_of"])]
+
+
+def test_item_pipeline_tags_a_field(site, tmp_path):
+    settings = {**ADDON, "SIMDUP_ACTION": "tag", "SIMDUP_ITEM_FIELDS": "title,text",
+                "SIMDUP_TAG_FIELD": "dup"}
+    requests = [{"url": site.url(f"/page/a{a}v{v}")} for a in range(2) for v in range(2)]
+    result = run_crawl(tmp_path, settings, requests, mode="items")
+    items = result["items"]
+    assert len(items) == 4
+    tagged = [i for i in items if i["dup"]["duplicate_of"]]
+    assert len(tagged) == 2 and result["stats"]["simdup/items/tagged"] == 2
+    for item in tagged:
+        assert site.clusters[_name(item["dup"]["duplicate_of"])] == site.clusters[_name(item["url"])]
+
+
+def test_item_pipeline_tag_field_missing_on_scrapy_item(site, tmp_path):
+    settings = {**ADDON, "SIMDUP_ACTION": "tag"}
+    requests = [{"url": site.url("/page/a0v0")}, {"url": site.url("/page/a0v1")}]
+    result = run_crawl(tmp_path, settings, requests, mode="items", item_class="scrapy")
+    assert len(result["items"]) == 2  # kept, not crashed
+    assert result["stats"]["simdup/items/errors"] == 2
+    assert any("no 'simdup' field" in line for line in result["log"])
+
+
+def test_bad_setting_fails_the_crawl_at_start_up(site, tmp_path):
+    result = run_crawl(tmp_path, {**ADDON, "SIMDUP_DISTANCE": "three"},
+                       [{"url": site.url("/page/a0v0")}], expect_error=True)
+    assert result["error"].startswith("ValueError") and "SIMDUP_DISTANCE" in result["error"]
+    assert not result["responses"]
