@@ -240,48 +240,72 @@ class PSMBatchMatcher:
 
 
 class ExactBatchMatcher:
-    """BPHS batch mode: tables over ``Q``, each chunk element looked up in them.
+    """BPHS batch mode (the exact reference): the index module's :class:`BPHSIndex`
+    (``tables`` permuted sorted copies) is built over ``Q``, and every element of
+    a chunk is looked up in it. BPHS-F and BPHS-A are the same in batch mode."""
 
-    Uses the index module's :class:`BPHSIndex` when it is importable; otherwise
-    an exact PSM scan that probes every header flip set of size <= h.
-    """
+    def __init__(self, q_values, distance, tables=None):
+        from ._index import BPHSIndex  # noqa: PLC0415
 
-    def __init__(self, q_values, distance, t):
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
-        self.h = distance
-        self.t = t
-        self.index = None
-        try:
-            from . import BPHSIndex  # noqa: PLC0415
-        except ImportError:
-            BPHSIndex = None
-        if BPHSIndex is not None:
-            self.index = BPHSIndex(distance=distance)
-            self.index.add(self.values)
-        else:
-            import itertools  # noqa: PLC0415
-            t_exact = min(t, 16)
-            self.t = t_exact
-            sets = [c for s in range(1, distance + 1) for c in itertools.combinations(range(t_exact), s)]
-            row = np.array([sum(1 << (63 - b) for b in c) for c in sets], dtype=np.uint64)
-            self.masks = np.ascontiguousarray(np.broadcast_to(row, (len(self.values), len(row))))
-            self.nprobes = np.full(len(self.values), len(row), dtype=np.int32)
+        self.index = BPHSIndex(distance=distance, tables=tables)
+        self.index.add(self.values)
 
     def match(self, chunk_values, active):
-        if self.index is None:
-            offsets = _batchscan.bucket_offsets(chunk_values, self.t)
-            return _batchscan.scan_chunk(chunk_values, offsets, self.t, self.values, self.masks,
-                                         self.nprobes, self.h, active, False)
-        qs, ys, ds = [], [], []
-        results = self.index.query_many(chunk_values, first=False)
-        for j, hits in enumerate(results):
-            for qi, dist in hits:
-                if active[qi]:
-                    qs.append(qi)
-                    ys.append(j)
-                    ds.append(dist)
-        return (np.array(qs, dtype=np.int64), np.array(ys, dtype=np.int64),
-                np.array(ds, dtype=np.uint8))
+        qi, yi, dd = self.index.query_many(chunk_values, first=False)
+        # query_many answers for chunk elements: swap to (batch element, chunk element)
+        qi, yi = np.asarray(yi, dtype=np.int64), np.asarray(qi, dtype=np.int64)
+        keep = active[qi].astype(bool)
+        return qi[keep], yi[keep], np.asarray(dd, dtype=np.uint8)[keep]
+
+
+def _pseudo_W(absw: np.ndarray, wrms: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Full 64-weight vectors carrying the stored header weights (signs from the
+    value bits) and the stored RMS, for the online index's query API."""
+    n = len(values)
+    W = np.zeros((n, 64), dtype=np.float64)
+    top = absw.astype(np.float64)
+    bits = 63 - np.arange(top.shape[1])
+    signs = np.where((values[:, None] >> bits.astype(np.uint64)) & np.uint64(1), 1.0, -1.0)
+    W[:, bits] = top * signs
+    rest = 64 - top.shape[1]
+    fill = np.sqrt(np.maximum(64.0 * wrms.astype(np.float64) ** 2 - (top ** 2).sum(axis=1), 0) / rest)
+    low = np.arange(rest)
+    lsigns = np.where((values[:, None] >> low.astype(np.uint64)) & np.uint64(1), 1.0, -1.0)
+    W[:, low] = fill[:, None] * lsigns
+    return W
+
+
+class IndexChunkMatcher:
+    """PSM batch mode through the online index itself: a :class:`PSMIndex` is
+    built over each chunk and ``Q`` is answered with ``query_many`` (the
+    index's compiled query loop, VOSH probes recomputed per chunk). Slower than
+    :class:`PSMBatchMatcher`; kept as the cross-check of the batch scan."""
+
+    def __init__(self, q_values, q_absw, q_wrms, distance, probes, first, t):
+        self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.W = _pseudo_W(q_absw, q_wrms, self.values)
+        self.h = distance
+        self.first = first
+        self.t = t
+        self.probes = probes
+
+    def match(self, chunk_values, active):
+        from ._index import PSMIndex  # noqa: PLC0415
+
+        index = PSMIndex(distance=self.h, max_probes=self.probes + 1, header_bits=self.t)
+        index.add(chunk_values, np.arange(len(chunk_values), dtype=np.int64))
+        sel = np.flatnonzero(active)
+        if len(sel) == 0:
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8))
+        if self.first:
+            ids, dist = index.query_many(self.values[sel], self.W[sel], first=True)
+            hit = ids >= 0
+            qi = sel[hit]
+            active[qi] = 0
+            return qi, ids[hit].astype(np.int64), dist[hit].astype(np.uint8)
+        qidx, ids, dist = index.query_many(self.values[sel], self.W[sel], first=False)
+        return sel[qidx], ids.astype(np.int64), dist.astype(np.uint8)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -362,13 +386,19 @@ def pending_batches(dirs, collection: Collection | None) -> list[Path]:
 def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: int | None = None,
           first: bool = True, exact: bool = False, chunk_size: int = DEFAULT_CHUNK,
           pairs_out=None, clusters_out=None, progress: bool | None = None,
-          verify: bool = True) -> MergeSummary:
+          verify: bool = True, tables: int | None = None,
+          engine: str = "join") -> MergeSummary:
     """Merge every pending batch of ``dirs`` into ``collection``; see the module docstring.
 
     ``first`` is PSM-F (one earlier duplicate per fingerprint) vs PSM-A (all);
     ``exact`` is BPHS batch mode (all pairs within ``distance``, exact).
     ``pairs_out``/``clusters_out`` are paths (or open text files) for JSON Lines.
+    ``tables``: BPHS tables for ``exact`` (default ``distance + 1``).
+    ``engine``: ``"join"`` (the compiled batch scan) or ``"index"`` (a
+    :class:`PSMIndex` per chunk, the online index's own query loop).
     """
+    if engine not in ("join", "index"):
+        raise ValueError(f"engine must be 'join' or 'index', got {engine!r}")
     dirs = [Path(d) for d in dirs]
     if not dirs:
         raise ValueError("merge needs at least one directory")
@@ -384,7 +414,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     coll = Collection(collection if collection is not None else dirs[0] / "collection", create=True)
-    method = "bphs" if exact else ("psm-f" if first else "psm-a")
+    method = "bphs" if exact else ("psm-f" if first else "psm-a") + ("(index)" if engine == "index" else "")
     summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
                            collection_before=coll.count)
     for d in dirs:
@@ -416,9 +446,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         q_values = np.ascontiguousarray(records["value"])
         active = np.ones(m, dtype=np.uint8)
         if exact:
-            matcher = ExactBatchMatcher(q_values, distance, t)
+            matcher = ExactBatchMatcher(q_values, distance, tables)
         else:
-            matcher = PSMBatchMatcher(q_values, records["absw"], records["wrms"], distance, probes, first, t)
+            matcher = (IndexChunkMatcher if engine == "index" else PSMBatchMatcher)(q_values, records["absw"], records["wrms"], distance, probes, first, t)
         found_q, found_dup, found_d = [], [], []
         for _start, chunk in coll.chunks(chunk_size, verify=verify):
             if not active.any():
@@ -436,7 +466,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         sorted_q = np.ascontiguousarray(q_values[order])
         self_active = active.copy() if first else np.ones(m, dtype=np.uint8)
         if exact:
-            self_matcher = ExactBatchMatcher(q_values, distance, t)
+            self_matcher = matcher
             qi, yi, dd = self_matcher.match(sorted_q, np.ones(m, dtype=np.uint8))
         else:
             self_matcher = matcher
