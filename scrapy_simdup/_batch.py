@@ -77,11 +77,12 @@ class BatchWriter:
         if W.shape != (64,):
             raise ValueError(f"W must have shape (64,), got {W.shape}")
         absw, wrms = header_weights(W)
+        url = escape_url(url)          # validate everything before changing state
         record_id = self.next_id
         self._values.append(value)
         self._absw.append(absw)
         self._wrms.append(wrms)
-        self._urls.append(escape_url(url))
+        self._urls.append(url)
         if len(self._values) >= self.batch_size:
             self.flush()
         return record_id

@@ -1,0 +1,151 @@
+"""Batch file format: round trip, NumPy readability, damaged files named in the error."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from scrapy_simdup import simhash
+from scrapy_simdup._atomic import CorruptFileError, atomic_write
+from scrapy_simdup._batch import BatchWriter
+from scrapy_simdup._batchfile import (BATCH_DTYPE, list_batches, read_batch, unfinished_batches,
+                                      write_batch)
+
+
+def _fingerprints(n, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        words = [f"w{int(x)}" for x in rng.integers(0, 500, 40)]
+        value, W = simhash(words)
+        out.append((value, W, f"https://example.com/page/{i}?q=ü"))
+    return out
+
+
+def test_round_trip_and_numpy_readable(tmp_path):
+    items = _fingerprints(25)
+    writer = BatchWriter(tmp_path, batch_size=10)
+    ids = [writer.append(v, W, u) for v, W, u in items]
+    assert ids == list(range(25))
+    assert len(writer) == 5 and writer.flushed_batches == 2
+    writer.close()
+    headers = list_batches(tmp_path)
+    assert len(headers) == 3
+    batches = [read_batch(p) for p in headers]
+    records = np.concatenate([b.records for b in batches])
+    urls = [u for b in batches for u in b.urls]
+    assert records["value"].tolist() == [v for v, _, _ in items]
+    assert records["id"].tolist() == ids
+    assert urls == [u for _, _, u in items]
+    W = np.array([W for _, W, _ in items])
+    assert np.allclose(records["absw"].astype(float), np.abs(W[:, 63:31:-1]), rtol=1e-3)
+    assert np.allclose(records["wrms"], np.sqrt((W ** 2).mean(axis=1)), rtol=1e-6)
+    # plain NumPy reads the data file, and the header documents it
+    raw = np.load(headers[0].with_suffix(".npy"))
+    assert raw.dtype == BATCH_DTYPE and len(raw) == 10
+    meta = json.loads(headers[0].read_text())
+    assert meta["format"] == "simdup-batch" and meta["version"] == 1 and meta["count"] == 10
+
+
+def test_restart_continues_ids_and_names(tmp_path):
+    items = _fingerprints(7)
+    with BatchWriter(tmp_path, batch_size=4) as w:
+        for v, W, u in items:
+            w.append(v, W, u)
+    w2 = BatchWriter(tmp_path, batch_size=4)
+    assert w2.next_id == 7
+    v, W, u = items[0]
+    assert w2.append(v, W, "again") == 7
+    w2.close()
+    names = [p.name for p in list_batches(tmp_path)]
+    assert len(names) == 3 and len(set(names)) == 3
+    assert read_batch(list_batches(tmp_path)[-1]).records["id"].tolist() == [7]
+
+
+def test_urls_with_newlines_are_escaped(tmp_path):
+    v, W, _ = _fingerprints(1)[0]
+    with BatchWriter(tmp_path, batch_size=10) as w:
+        w.append(v, W, "http://a/\nb\r")
+        w.append(v, W, b"http://bytes/")
+    batch = read_batch(list_batches(tmp_path)[0])
+    assert batch.urls == ["http://a/%0Ab%0D", "http://bytes/"]
+
+
+def _one_batch(tmp_path):
+    with BatchWriter(tmp_path, batch_size=100) as w:
+        for v, W, u in _fingerprints(20):
+            w.append(v, W, u)
+    return list_batches(tmp_path)[0]
+
+
+def test_truncated_data_names_the_file(tmp_path):
+    header = _one_batch(tmp_path)
+    npy = header.with_suffix(".npy")
+    with open(npy, "r+b") as f:
+        f.truncate(npy.stat().st_size - 7)
+    with pytest.raises(CorruptFileError, match="truncated") as err:
+        read_batch(header)
+    assert str(npy) in str(err.value)
+
+
+def test_flipped_byte_is_a_checksum_error(tmp_path):
+    header = _one_batch(tmp_path)
+    npy = header.with_suffix(".npy")
+    data = bytearray(npy.read_bytes())
+    data[-3] ^= 0xFF
+    npy.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match="checksum") as err:
+        read_batch(header)
+    assert err.value.path == str(npy)
+
+
+def test_damaged_urls_and_header(tmp_path):
+    header = _one_batch(tmp_path)
+    urls = header.with_suffix(".urls")
+    urls.write_bytes(urls.read_bytes()[:-5])
+    with pytest.raises(CorruptFileError, match=str(urls)):
+        read_batch(header)
+    header.write_text("{not json")
+    with pytest.raises(CorruptFileError, match="not valid JSON"):
+        read_batch(header)
+    header.write_text(json.dumps({"format": "simdup-batch", "version": 99}))
+    with pytest.raises(CorruptFileError, match="version 99"):
+        read_batch(header)
+
+
+def test_unfinished_flush_is_ignored(tmp_path):
+    header = _one_batch(tmp_path)
+    os.unlink(header)       # the crash came before the header was written
+    assert list_batches(tmp_path) == []
+    assert unfinished_batches(tmp_path) == [header.with_suffix(".npy")]
+
+
+def test_bad_input(tmp_path):
+    w = BatchWriter(tmp_path, batch_size=2)
+    v, W, u = _fingerprints(1)[0]
+    with pytest.raises(ValueError, match="shape"):
+        w.append(v, W[:10], u)
+    with pytest.raises(ValueError, match="64-bit"):
+        w.append(-1, W, u)
+    with pytest.raises(ValueError, match="finite"):
+        w.append(v, np.full(64, np.nan), u)
+    with pytest.raises(TypeError, match="url"):
+        w.append(v, W, 123)
+    with pytest.raises(ValueError, match="batch_size"):
+        BatchWriter(tmp_path, batch_size=0)
+    with pytest.raises(TypeError, match="dtype"):
+        write_batch(tmp_path, "batch-x", np.zeros(2), ["a", "b"])
+    w.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        w.append(v, W, u)
+
+
+def test_atomic_write_keeps_old_file_on_error(tmp_path):
+    target = tmp_path / "f.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_write(target) as f:
+            f.write(b"new partial")
+            raise RuntimeError("killed")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]

@@ -1,0 +1,109 @@
+"""The compiled batch scan against the pure Python reference (tests/reference_batch.py)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from scrapy_simdup import _batchscan
+
+from reference_batch import bucket_offsets, mask_score, matches, popcount, top_flip_sets
+
+U64 = st.integers(0, 2**64 - 1)
+
+
+def _near(base, rng, max_flips=4):
+    out = []
+    for b in base:
+        x = int(b)
+        for bit in rng.choice(64, size=int(rng.integers(0, max_flips + 1)), replace=False):
+            x ^= 1 << int(bit)
+        out.append(x)
+    return np.array(out, dtype=np.uint64)
+
+
+@st.composite
+def batch_case(draw):
+    t = draw(st.integers(1, 8))
+    h = draw(st.integers(0, 4))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    n = draw(st.integers(0, 60))
+    m = draw(st.integers(1, 40))
+    chunk = np.sort(rng.integers(0, 2**64, n, dtype=np.uint64))
+    # queries: some near a chunk element, some random
+    q = rng.integers(0, 2**64, m, dtype=np.uint64)
+    if n:
+        near = _near(chunk[rng.integers(0, n, m)], rng)
+        pick = rng.random(m) < 0.7
+        q[pick] = near[pick]
+    k = draw(st.integers(0, 6))
+    probes = np.zeros((m, k), dtype=np.uint64)
+    for i in range(m):
+        for p in range(k):
+            bits = rng.choice(t, size=int(rng.integers(1, min(h, t) + 1)) if h else 1, replace=False)
+            probes[i, p] = sum(1 << (63 - int(b)) for b in bits)
+    nprobes = rng.integers(0, k + 1, m).astype(np.int32)
+    active = (rng.random(m) < 0.8).astype(np.uint8)
+    return chunk, t, q, probes, nprobes, h, active
+
+
+@settings(max_examples=150)
+@given(batch_case())
+def test_scan_and_join_equal_reference(case):
+    chunk, t, q, probes, nprobes, h, active = case
+    offsets = _batchscan.bucket_offsets(chunk, t)
+    assert np.array_equal(offsets, bucket_offsets(chunk, t))
+    want = matches(chunk, t, q, probes, nprobes, h, active)
+    got = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, active.copy(), False)
+    assert set(zip(*(a.tolist() for a in got))) == want
+    po, pe = _batchscan.probe_table(q, probes, nprobes, t)
+    got = _batchscan.join_chunk(chunk, offsets, po, pe, q, h, active.copy(), False)
+    assert set(zip(*(a.tolist() for a in got))) == want
+    # first-only: one match per element that has any, and it is a real match
+    for fn in ("scan", "join"):
+        act = active.copy()
+        if fn == "scan":
+            qi, yi, dd = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, act, True)
+        else:
+            qi, yi, dd = _batchscan.join_chunk(chunk, offsets, po, pe, q, h, act, True)
+        assert len(set(qi.tolist())) == len(qi)
+        assert set(qi.tolist()) == {i for i, _, _ in want}
+        assert {(a, b, c) for a, b, c in zip(qi.tolist(), yi.tolist(), dd.tolist())} <= want
+        assert all(act[i] == 0 for i in qi.tolist())
+    # compaction keeps exactly the active elements, in header order
+    act = (np.random.default_rng(len(q)).random(len(q)) < 0.5).astype(np.uint8)
+    po2, pe2 = po.copy(), pe.copy()
+    n = _batchscan.compact_probe_table(po2, pe2, act)
+    for b in range(len(po) - 1):
+        kept = [e for e in pe[po[b]:po[b + 1]].tolist() if act[e]]
+        assert pe2[po2[b]:po2[b + 1]].tolist() == kept
+    assert po2[-1] == n
+
+
+@settings(max_examples=100)
+@given(st.integers(1, 12), st.integers(1, 3), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
+    rng = np.random.default_rng(seed)
+    lw = np.log(rng.uniform(1e-4, 0.5, size=(3, t)))
+    masks, nprobes = _batchscan.batch_flip_masks(np.ascontiguousarray(lw), h, k)
+    for i in range(3):
+        got = [int(x) for x in masks[i, :nprobes[i]]]
+        assert len(set(got)) == len(got)
+        assert all(0 < popcount(x) <= h for x in got)
+        assert all(x & ((1 << (64 - t)) - 1) == 0 for x in got)   # header bits only
+        scores = [mask_score(x, lw[i]) for x in got]
+        assert all(a >= b - 1e-9 for a, b in zip(scores, scores[1:]))
+        assert np.allclose(scores, top_flip_sets(lw[i], h, k))
+
+
+def test_bad_arguments_are_value_errors():
+    v = np.zeros(4, dtype=np.uint64)
+    with pytest.raises(ValueError, match="not sorted"):
+        _batchscan.bucket_offsets(np.array([5, 1], dtype=np.uint64) << np.uint64(60), 4)
+    with pytest.raises(ValueError, match="t must be"):
+        _batchscan.bucket_offsets(v, 0)
+    off = _batchscan.bucket_offsets(v, 4)
+    with pytest.raises(ValueError, match="same length"):
+        _batchscan.scan_chunk(v, off, 4, v, np.zeros((3, 1), np.uint64),
+                              np.zeros(4, np.int32), 3, np.ones(4, np.uint8), True)
+    with pytest.raises(ValueError, match="h must be"):
+        _batchscan.batch_flip_masks(np.zeros((2, 4)), 9, 3)
