@@ -1,0 +1,209 @@
+"""PSM batch merge against brute force on real simhash clusters."""
+import json
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scrapy_simdup import simhash
+from scrapy_simdup._atomic import CorruptFileError
+from scrapy_simdup._batch import BatchWriter
+from scrapy_simdup._merge import Collection, components, merge, stats
+
+DATA = Path("/work/shared/data/article-extraction-benchmark/ground-truth.json")
+H = 3
+
+
+def _shingles(text, k=3):
+    words = re.findall(r"\w+", text.lower())
+    return [" ".join(words[i:i + k]) for i in range(max(1, len(words) - k + 1))]
+
+
+def _variants(text, rng, others):
+    sentences = re.split(r"(?<=[.!?])\s+", text)
+    out = [text]
+    if len(sentences) > 3:      # a sentence dropped
+        drop = rng.randrange(len(sentences))
+        out.append(" ".join(s for i, s in enumerate(sentences) if i != drop))
+    words = text.split()        # a few words changed (a timestamp, a count)
+    for _ in range(3):
+        words[rng.randrange(len(words))] = str(rng.randrange(10 ** 6))
+    out.append(" ".join(words))
+    out.append(text + " " + rng.choice(others)[:300])   # a block added
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """(url, value, W) for real articles and their near-duplicate variants, shuffled."""
+    if DATA.exists():
+        texts = [v["articleBody"] for v in json.loads(DATA.read_text()).values()
+                 if len(v["articleBody"].split()) > 150]
+    else:  # pragma: no cover - the shared data is part of the dev environment
+        r = random.Random(0)
+        texts = [" ".join(f"w{r.randrange(3000)}" for _ in range(400)) + "." for _ in range(150)]
+    rng = random.Random(7)
+    docs = []
+    for a, text in enumerate(texts):
+        for v, variant in enumerate(_variants(text, rng, texts)):
+            docs.append((f"https://site{v}.example/article/{a}", variant))
+    rng.shuffle(docs)
+    out = []
+    for url, text in docs:
+        value, W = simhash(_shingles(text))
+        out.append((url, value, W))
+    return out
+
+
+def _brute_pairs(corpus):
+    values = np.array([v for _, v, _ in corpus], dtype=np.uint64)
+    urls = [u for u, _, _ in corpus]
+    pairs = set()
+    for i in range(len(values)):
+        x = values[i] ^ values[:i]
+        d = np.array([bin(int(y)).count("1") for y in x])
+        for j in np.flatnonzero(d <= H):
+            pairs.add(frozenset((urls[i], urls[j])))
+    return pairs
+
+
+def _write(directory, items, batch_size=200):
+    with BatchWriter(directory, batch_size=batch_size) as w:
+        for url, value, W in items:
+            w.append(value, W, url)
+
+
+def _read_pairs(path):
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    return rows, {frozenset((r["url"], r["duplicate_of"])) for r in rows}
+
+
+def test_exact_equals_brute_force_and_psm_is_precise(corpus, tmp_path):
+    truth = _brute_pairs(corpus)
+    assert len(truth) > 100                      # the corpus has real clusters
+    d = tmp_path / "crawl"
+    _write(d, corpus)
+    results = {}
+    for name, kw in {"exact": dict(exact=True, first=False), "psm-a": dict(first=False),
+                     "psm-f": dict(first=True)}.items():
+        out = tmp_path / f"{name}.jsonl"
+        summary = merge([d], tmp_path / f"coll-{name}", distance=H, chunk_size=256,
+                        pairs_out=out, **kw)
+        assert summary.fingerprints == len(corpus) and summary.batches >= 4
+        rows, pairs = _read_pairs(out)
+        assert all(0 <= r["distance"] <= H for r in rows)
+        results[name] = (rows, pairs)
+    assert results["exact"][1] == truth
+    rows_a, pairs_a = results["psm-a"]
+    assert pairs_a <= truth                      # precision 1.0
+    assert len(pairs_a) >= 0.95 * len(truth)     # recall at the default probes
+    rows_f, pairs_f = results["psm-f"]
+    assert pairs_f <= truth
+    assert len({r["url"] for r in rows_f}) == len(rows_f)       # one per duplicate
+    dup_truth = {u for p in truth for u in p}
+    assert len({r["url"] for r in rows_f}) >= 0.95 * len(
+        {r["url"] for r in results["exact"][0]})
+    assert {r["url"] for r in rows_f} <= dup_truth
+
+
+def test_several_directories_and_incremental_merges(corpus, tmp_path):
+    truth = _brute_pairs(corpus)
+    third = len(corpus) // 3
+    a, b = tmp_path / "crawl-a", tmp_path / "crawl-b"
+    _write(a, corpus[:third], batch_size=100)
+    _write(b, corpus[third:2 * third], batch_size=150)
+    coll = tmp_path / "coll"
+    out1 = tmp_path / "p1.jsonl"
+    s1 = merge([a, b], coll, exact=True, first=False, chunk_size=128, pairs_out=out1)
+    assert s1.collection_after == 2 * third
+    # nothing pending: a second run merges nothing
+    s_again = merge([a, b], coll, exact=True, first=False)
+    assert s_again.fingerprints == 0 and s_again.collection_after == 2 * third
+    # the crawl goes on: new batches in b are matched against the whole collection
+    _write(b, corpus[2 * third:], batch_size=150)
+    st = stats([a, b], coll)
+    assert st["directories"][1]["pending_fingerprints"] == len(corpus) - 2 * third
+    out2 = tmp_path / "p2.jsonl"
+    clusters = tmp_path / "clusters.jsonl"
+    merge([a, b], coll, exact=True, first=False, chunk_size=128, pairs_out=out2,
+          clusters_out=clusters)
+    found = _read_pairs(out1)[1] | _read_pairs(out2)[1]
+    assert found == truth
+    # clusters: the connected components of the truth graph
+    rows = [json.loads(line) for line in clusters.read_text().splitlines()]
+    got = {frozenset(r["urls"]) for r in rows}
+    urls = sorted({u for p in truth for u in p})
+    index = {u: i for i, u in enumerate(urls)}
+    pa = np.array([index[min(p)] for p in truth])
+    pb = np.array([index[max(p)] for p in truth])
+    want = {frozenset(urls[i] for i in members) for members in components(None, pa, pb).values()}
+    assert got == want
+    assert all(r["size"] == len(r["urls"]) and r["representative"] in r["urls"] for r in rows)
+    st = stats([a, b], coll)
+    assert st["collection"]["count"] == len(corpus)
+    assert st["collection"]["pairs"] == len(truth)
+    assert sum(st["collection"]["distance_histogram"].values()) == len(truth)
+    assert st["directories"][1]["pending_batches"] == 0
+
+
+def test_duplicate_of_is_the_earlier_record(corpus, tmp_path):
+    d = tmp_path / "crawl"
+    _write(d, corpus[:300], batch_size=64)
+    out = tmp_path / "p.jsonl"
+    merge([d], tmp_path / "coll", first=False, chunk_size=64, pairs_out=out)
+    order = {u: i for i, (u, _, _) in enumerate(corpus[:300])}
+    rows, _ = _read_pairs(out)
+    assert rows and all(order[r["duplicate_of"]] < order[r["url"]] for r in rows)
+
+
+def test_index_engine_agrees_with_batch_scan(corpus, tmp_path):
+    d = tmp_path / "crawl"
+    _write(d, corpus)
+    pairs = {}
+    for engine in ("join", "index"):
+        out = tmp_path / f"{engine}.jsonl"
+        merge([d], tmp_path / f"coll-{engine}", first=False, chunk_size=256,
+              pairs_out=out, engine=engine)
+        pairs[engine] = _read_pairs(out)[1]
+    truth = _brute_pairs(corpus)
+    assert pairs["index"] <= truth and pairs["join"] <= truth
+    assert len(pairs["index"]) >= 0.95 * len(truth)
+
+
+def test_crash_during_append_and_corrupt_collection(corpus, tmp_path):
+    d = tmp_path / "crawl"
+    _write(d, corpus[:200], batch_size=100)
+    coll = tmp_path / "coll"
+    merge([d], coll, first=False)
+    # a merge killed mid-append leaves bytes past the committed length: ignored
+    with open(coll / "H.bin", "ab") as f:
+        f.write(b"\x01" * 24)
+    _write(d, corpus[200:300], batch_size=100)
+    s = merge([d], coll, first=False)
+    assert s.collection_after == 300
+    assert (coll / "H.bin").stat().st_size == 300 * 16
+    # a truncated data file is reported by name
+    with open(coll / "H.bin", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(CorruptFileError, match="H.bin"):
+        Collection(coll)
+    # a flipped byte is caught by the per-run checksum
+    with open(coll / "H.bin", "r+b") as f:
+        f.truncate(0)
+    (coll / "H.bin").write_bytes(b"\x00" * (300 * 16))
+    _write(d, corpus[300:310])
+    with pytest.raises(CorruptFileError, match="checksum"):
+        merge([d], coll)
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="not a directory"):
+        merge([tmp_path / "missing"])
+    with pytest.raises(ValueError, match="distance"):
+        merge([tmp_path], distance=99)
+    with pytest.raises(ValueError, match="probes"):
+        merge([tmp_path], probes=-1)
+    with pytest.raises(ValueError, match="engine"):
+        merge([tmp_path], engine="nope")
