@@ -32,7 +32,7 @@ How it is estimated (``VolatilityModel.fit``):
   all-matches (PSM-A) recall for one near-duplicate per query, so it is
   conservative for PSM-F.
 
-The default model ships as ``_volatility_default.json``, produced by
+The default model ships as ``data/volatility_default.json``, produced by
 ``python benchmarks/calibrate_volatility.py`` (see its docstring).
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ import numpy as np
 
 from . import _psm
 
-_DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "_volatility_default.json")
+_DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "volatility_default.json")
 RECALL_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0)
 # flip probability assumed for every header bit when a query has no weights
 UNIFORM_P = 0.1
