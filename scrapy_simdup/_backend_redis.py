@@ -115,8 +115,14 @@ class RedisIndexStore:
 
     # -- life cycle -------------------------------------------------------------
     def _make_client(self, module):
+        params = self._params
+        if module.__name__ == "redis.asyncio" and self.url.startswith("redis://") \
+                and "connection_class" not in params:
+            packer = _hiredis_connection_class()
+            if packer is not None:
+                params = dict(params, connection_class=packer)
         try:
-            return module.Redis.from_url(self.url, **self._params)
+            return module.Redis.from_url(self.url, **params)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"SIMDUP_INDEX / SIMDUP_REDIS_PARAMS are not usable: "
                              f"{_safe_url(self.url)}: {exc}") from None
@@ -188,20 +194,27 @@ class RedisIndexStore:
         p, f = self._bprefix, self._fmt
         return [f % (p, h) for h in headers]
 
-    async def check_and_add_many(self, values, masks: Sequence, keys: Sequence | None = None):
+    async def check_and_add_many(self, values, masks, keys: Sequence | None = None,
+                                 chunk: int = 1024):
         """PSM-F check and insert for a batch.
 
         ``values``: uint64 fingerprints; ``masks[i]``: uint64 header XOR masks
         for ``values[i]`` in probe order (mask 0 first, then the most likely
-        flip sets), already shifted into the top header bits; ``keys[i]``: the
-        page's key (URL) or None. Returns, per value, ``None`` (new: inserted)
-        or a :class:`StoreMatch`. Raises :class:`RedisIndexError` on Redis
-        faults (nothing is half-done for a value: the script is atomic).
+        flip sets), already shifted into the top header bits (or a callable
+        ``masks(a, b)`` giving the list for ``values[a:b]``, computed while
+        Redis works on the previous chunk); ``keys[i]``: the page's key (URL)
+        or None. Returns, per value, ``None`` (new: inserted) or a
+        :class:`StoreMatch`, as if the values were checked one after the
+        other. Raises :class:`RedisIndexError` on Redis faults (nothing is
+        half-done for a value: the script is atomic).
+
+        Chunks of ``chunk`` values are pipelined: the snapshot of chunk i+1
+        is read while the script of chunk i runs; the scripts run in order,
+        and a script sees the insertions made after its snapshot (``_redis_lua``).
         """
-        from redis.exceptions import RedisError, NoScriptError
-        values = np.ascontiguousarray(values, dtype=np.uint64)
+        values = np.ascontiguousarray(values, dtype=np.uint64).ravel()
         n = values.shape[0]
-        if len(masks) != n:
+        if not callable(masks) and len(masks) != n:
             raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
         if keys is not None and len(keys) != n:
             raise ValueError(f"keys must have one key per value ({n}), got {len(keys)}")
@@ -210,18 +223,47 @@ class RedisIndexStore:
         if self._sha is None:
             raise RedisIndexError("the Redis index is not connected (call connect() first)")
         self._ensure_client()
-        shift = np.uint64(self.shift)
-        counts = np.empty(n, dtype=np.int64)
-        heads = []
-        for i in range(n):
-            m = np.asarray(masks[i], dtype=np.uint64)
-            if m.ndim != 1 or m.shape[0] == 0 or m[0] != 0:
-                raise ValueError(f"masks[{i}] must be a non-empty 1-d array starting with 0")
-            counts[i] = m.shape[0]
-            heads.append((values[i] ^ m) >> shift)
-        headers = np.concatenate(heads)
+        out: list = []
+        pending = None
+        try:
+            for a in range(0, n, chunk):
+                b = min(n, a + chunk)
+                m = masks(a, b) if callable(masks) else masks[a:b]
+                state = await self._snapshot(values[a:b], m)
+                if pending is not None:
+                    out.extend(await pending)
+                    pending = None
+                pending = asyncio.ensure_future(
+                    self._commit(state, None if keys is None else keys[a:b]))
+                await asyncio.sleep(0)          # let it send its commands now
+            out.extend(await pending)
+            pending = None
+        finally:
+            if pending is not None:
+                pending.cancel()
+                try:
+                    await pending
+                except BaseException:  # noqa: BLE001 (the first error is the one raised)
+                    pass
+        return out
+
+    async def _snapshot(self, values, masks):
+        """Round trip 1: MGET the probed buckets; local check (compiled)."""
+        from redis.exceptions import RedisError
+        n = values.shape[0]
+        if len(masks) != n:
+            raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
+        counts = np.fromiter(map(len, masks), dtype=np.int64, count=n)
+        if counts.min() < 1 or counts.max() > 65535:
+            raise ValueError("masks must be 1-d arrays of 1 to 65,535 masks")
+        allmasks = np.concatenate(masks).astype(np.uint64, copy=False)
+        if allmasks.ndim != 1:
+            raise ValueError("masks must be 1-d arrays")
         probe_start = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=probe_start[1:])
+        if allmasks[probe_start[:-1]].any():
+            raise ValueError("every masks[i] must start with 0 (the page's own bucket)")
+        headers = (np.repeat(values, counts) ^ allmasks) >> np.uint64(self.shift)
         hlist = headers.tolist()
         base = self.base
         try:
@@ -231,7 +273,7 @@ class RedisIndexStore:
             id_snap = res[1] or b""
             parts = [b if b is not None else b"" for b in res[2:]]
             lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-            if np.any(lens & 7):
+            if (lens & 7).any():
                 bad = hlist[int(np.flatnonzero(lens & 7)[0])]
                 raise ValueError(f"Redis key {self._keys([bad])[0]!r} is not a simdup bucket "
                                  f"(length not a multiple of 8): is SIMDUP_REDIS_KEY shared "
@@ -241,31 +283,43 @@ class RedisIndexStore:
             np.cumsum(lens >> 3, out=offsets[1:])
             # 2. local check
             idx, dist = scan_first(entries, offsets, probe_start, values, self.distance)
-            out: list = [None] * n
-            local = np.flatnonzero(idx >= 0).tolist()
-            new = np.flatnonzero(idx < 0).tolist()
+        except RedisError as exc:
+            raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
+        return (values, counts, headers, lens, entries, idx, dist, n_snap, id_snap)
+
+    async def _commit(self, state, keys):
+        """Round trip 2: the atomic script for the new ones, the keys of the matches."""
+        from redis.exceptions import RedisError, NoScriptError
+        values, counts, headers, lens, entries, idx, dist, n_snap, id_snap = state
+        n = values.shape[0]
+        base = self.base
+        is_new = idx < 0
+        new = np.flatnonzero(is_new).tolist()
+        local = np.flatnonzero(~is_new).tolist()
+        try:
             # 3. one pipeline: atomic check-and-insert of the new ones, keys of the matches
             script_args = None
             if new:
-                chunks = []
-                argv_keys = []
-                for i in new:
-                    a, b = probe_start[i], probe_start[i + 1]
-                    chunks.append(_CAND.pack(int(values[i]), b - a))
-                    chunks.append(np.stack([headers[a:b].astype("<u4"),
-                                            lens[a:b].astype("<u4")], axis=1).tobytes())
-                    k = keys[i] if keys is not None else None
-                    argv_keys.append(b"" if k is None else k)
+                sel = np.repeat(is_new, counts)
+                if keys is None:
+                    argv_keys = [b""] * len(new)
+                else:
+                    argv_keys = [b"" if keys[i] is None else keys[i] for i in new]
                 script_args = (0, base, self.distance, n_snap, id_snap, self.hex_digits,
-                               b"".join(chunks), self._id_new, *argv_keys)
-            match_values = [int(entries[idx[i]]) for i in local]
+                               values[is_new].astype("<u8").tobytes(),
+                               counts[is_new].astype("<u2").tobytes(),
+                               headers[sel].astype("<u4").tobytes(),
+                               lens[sel].astype("<u4").tobytes(),
+                               self._id_new, *argv_keys)
+            match_values = entries[idx[~is_new]]
             replies = []
             for attempt in (0, 1):
                 pipe = self._client.pipeline(transaction=False)
                 if new:
                     pipe.evalsha(self._sha, *script_args)
                 if local:
-                    pipe.hmget(base + ":urls", [struct.pack("<Q", v) for v in match_values])
+                    fields = match_values.astype("<u8").tobytes()
+                    pipe.hmget(base + ":urls", [fields[i:i + 8] for i in range(0, len(fields), 8)])
                 if not (new or local):
                     break
                 try:
@@ -278,6 +332,7 @@ class RedisIndexStore:
                     self._sha = await self._client.script_load(CHECK_AND_INSERT)
         except RedisError as exc:
             raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
+        out: list = [None] * n
         r = 0
         inserted = 0
         if new:
@@ -290,7 +345,7 @@ class RedisIndexStore:
             r = 1
         self.last_size = n_snap + inserted
         if local:
-            for i, v, u in zip(local, match_values, replies[r]):
+            for i, v, u in zip(local, match_values.tolist(), replies[r]):
                 out[i] = StoreMatch(v, int(dist[i]), _text(u))
         return out
 
@@ -315,6 +370,34 @@ class RedisIndexStore:
         await client.delete(self.base + ":n", self.base + ":log", self.base + ":urls",
                             self.base + ":id")
         await client.set(self.base + ":id", uuid.uuid4().hex)
+
+
+_HIREDIS_CONN = []
+
+
+def _hiredis_connection_class():
+    """redis.asyncio's TCP connection packing commands with hiredis (C), if present.
+
+    redis-py's asyncio client packs commands in Python, which costs more than
+    the whole Redis round trip for an MGET of thousands of buckets.
+    """
+    if not _HIREDIS_CONN:
+        try:
+            import hiredis
+            from redis.asyncio.connection import Connection
+        except ImportError:
+            _HIREDIS_CONN.append(None)
+        else:
+            pack = hiredis.pack_command
+
+            class HiredisPackedConnection(Connection):
+                def pack_command(self, *args):
+                    if isinstance(args[0], str) and " " in args[0]:
+                        args = tuple(args[0].split()) + args[1:]
+                    return [pack(args)]
+
+            _HIREDIS_CONN.append(HiredisPackedConnection)
+    return _HIREDIS_CONN[0]
 
 
 def _text(v):
@@ -471,8 +554,10 @@ class RedisBackend:
 
     async def _check(self, values, W, keys) -> list:
         from ._backends import Match  # noqa: PLC0415 (the glue's result type)
-        masks = [self.masks_for(W[i]) for i in range(values.shape[0])]
-        self._probes += sum(m.shape[0] for m in masks)
+        def masks(a, b):
+            out = [self.masks_for(W[i]) for i in range(a, b)]
+            self._probes += sum(m.shape[0] for m in out)
+            return out
         found = await self.store.check_and_add_many(values, masks, keys)
         self._size = self.store.last_size
         return [None if m is None else

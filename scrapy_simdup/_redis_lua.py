@@ -61,8 +61,8 @@ local h = tonumber(ARGV[2])
 local n_snap = tonumber(ARGV[3])
 local id_snap = ARGV[4]
 local fmt = '%0' .. ARGV[5] .. 'x'
-local blob = ARGV[6]
-local id_new = ARGV[7]
+local vals, counts, heads, seens = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local id_new = ARGV[10]
 local bxor, band, rshift = bit.bxor, bit.band, bit.rshift
 
 local function pop(x)
@@ -102,44 +102,45 @@ end
 
 local out, newlog, urls, pending = {}, {}, {}, {}
 local inserted = 0
-local pos, c = 1, 0
-while pos <= #blob do
-  c = c + 1
-  local vstart = pos
-  local lo, hi, np
-  lo, hi, np, pos = struct.unpack('<I4I4I2', blob, pos)
-  local found, fd, own = nil, 0, nil
+local pp = 0
+for c = 1, #vals / 8 do
+  local lo, hi = struct.unpack('<I4I4', vals, c * 8 - 7)
+  local np = struct.unpack('<I2', counts, c * 2 - 1)
+  local found, fd = nil, 0
+  local own = struct.unpack('<I4', heads, pp * 4 + 1)
   for p = 1, np do
-    local hd, seen
-    hd, seen, pos = struct.unpack('<I4I4', blob, pos)
-    if p == 1 then own = hd end
-    if not found and (check_all or changed[hd]) then
-      local key = bprefix .. string.format(fmt, hd)
-      local len = redis.call('STRLEN', key)
-      local start = seen
-      if from_start or len < seen then start = 0 end
-      if len > start then
-        local data = redis.call('GETRANGE', key, start, len - 1)
-        for i = 1, #data - 7, 8 do
-          local a, b = struct.unpack('<I4I4', data, i)
-          local d = pop(bxor(a, lo)) + pop(bxor(b, hi))
-          if d <= h then
-            found, fd = string.sub(data, i, i + 7), d
-            break
+    if not found then
+      local hd = struct.unpack('<I4', heads, pp * 4 + 1)
+      if check_all or changed[hd] then
+        local key = bprefix .. string.format(fmt, hd)
+        local len = redis.call('STRLEN', key)
+        local seen = struct.unpack('<I4', seens, pp * 4 + 1)
+        local start = seen
+        if from_start or len < seen then start = 0 end
+        if len > start then
+          local data = redis.call('GETRANGE', key, start, len - 1)
+          for i = 1, #data - 7, 8 do
+            local a, b = struct.unpack('<I4I4', data, i)
+            local d = pop(bxor(a, lo)) + pop(bxor(b, hi))
+            if d <= h then
+              found, fd = string.sub(data, i, i + 7), d
+              break
+            end
           end
         end
       end
     end
+    pp = pp + 1
   end
   if found then
     out[c] = {found, fd, pending[found] or redis.call('HGET', urlkey, found) or ''}
   else
-    local v = string.sub(blob, vstart, vstart + 7)
+    local v = string.sub(vals, c * 8 - 7, c * 8)
     redis.call('APPEND', bprefix .. string.format(fmt, own), v)
     changed[own] = true
     inserted = inserted + 1
     newlog[inserted] = struct.pack('<I4', own)
-    local url = ARGV[7 + c]
+    local url = ARGV[10 + c]
     if url ~= '' then
       urls[#urls + 1] = v
       urls[#urls + 1] = url

@@ -9,14 +9,27 @@ If ``redis-server`` is not installed the Redis tests FAIL when ``CI`` is set
 (``.ci/run`` installs it, so a missing binary there is a defect), and are
 skipped with a clear reason on a developer machine.
 """
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
+
+
+def _die_with_parent():
+    """In the child: get SIGKILL when the test process dies (no orphan servers)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)           # PR_SET_PDEATHSIG
+        except OSError:
+            pass
 
 
 def free_port():
@@ -46,7 +59,7 @@ class RedisServer:
              "--save", "", "--appendonly", "no", "--dir", self.dir,
              "--protected-mode", "no", "--loglevel", "warning",
              "--maxclients", "1000"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

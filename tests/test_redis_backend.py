@@ -108,6 +108,7 @@ def test_agrees_with_sequential_reference(redis_server, data):
         k = int(rng.integers(0, t + 1))
         masks.append(header_masks(t, rng.choice(t, k, replace=False)))
     sizes = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=6))
+    chunk = data.draw(st.sampled_from([3, 1024]))     # 3: pipelined chunks
     ref = ReferenceStore(t, h)
     expected = [ref.check_and_add(v, m, f"k{i}") for i, (v, m) in enumerate(zip(members, masks))]
 
@@ -119,7 +120,7 @@ def test_agrees_with_sequential_reference(redis_server, data):
             b = min(n, a + sizes[len(got) % len(sizes)] if got else a + sizes[0])
             got.extend(await store.check_and_add_many(
                 np.array(members[a:b], dtype=np.uint64), masks[a:b],
-                [f"k{i}" for i in range(a, b)]))
+                [f"k{i}" for i in range(a, b)], chunk=chunk))
             a = b
         await store.close()
         return got
