@@ -1,0 +1,234 @@
+"""Crash-safe persistence of the in-memory index in ``SIMDUP_DIR``.
+
+What is kept (per namespace directory: ``SIMDUP_DIR`` for pages,
+``SIMDUP_DIR/items`` for items):
+
+``index.values``
+    Raw ``<u8``: the fingerprints the index stored, in insertion order (index
+    id ``i`` is record ``i``). Append-only.
+``index.keys``
+    UTF-8, one key (URL or item id) per line, in the same order. Append-only.
+``index.json``
+    The commit record, replaced atomically after the appends are fsynced:
+    ``format`` (``"simdup-index"``), ``version``, ``count``, the byte length and
+    running CRC-32 of both files, the index settings (``search``,
+    ``distance``), ``saved``.
+
+A snapshot is taken at every batch flush and at close, so a ``kill -9`` loses
+at most what was checked since the last flush. Bytes past the recorded
+lengths (an append cut short) are ignored and overwritten; a length or
+checksum mismatch inside them is a :class:`CorruptFileError` naming the file.
+On start the index is rebuilt from the values (``add`` in order, so ids and
+keys line up) with the *current* settings.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ._atomic import CorruptFileError, atomic_write_json, fsync_dir, read_json, remove_stale_temporaries
+from ._batch import BatchWriter
+from ._batchfile import escape_url
+
+logger = logging.getLogger("scrapy_simdup")
+
+FORMAT = "simdup-index"
+VERSION = 1
+
+
+def namespace_dir(directory, namespace: str = "pages") -> Path:
+    """Where a namespace keeps its files: pages in ``SIMDUP_DIR`` itself."""
+    directory = Path(directory)
+    return directory if namespace == "pages" else directory / namespace
+
+
+class IndexStore:
+    """The append-only on-disk copy of what an in-memory index stores."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.directory)
+        self.meta_path = self.directory / "index.json"
+        self.values_path = self.directory / "index.values"
+        self.keys_path = self.directory / "index.keys"
+        self.meta = {"format": FORMAT, "version": VERSION, "count": 0, "values_bytes": 0,
+                     "values_crc32": 0, "keys_bytes": 0, "keys_crc32": 0}
+        if self.meta_path.exists():
+            try:   # continue appending after what is committed (load() verifies it)
+                meta = read_json(self.meta_path, "index snapshot header")
+                if meta.get("format") == FORMAT and meta.get("version") == VERSION:
+                    self.meta = meta
+            except CorruptFileError:
+                pass
+
+    def exists(self) -> bool:
+        return self.meta_path.exists()
+
+    def load(self) -> tuple[np.ndarray, list[str]]:
+        """The stored ``(values, keys)``; raises CorruptFileError naming a bad file."""
+        meta = read_json(self.meta_path, "index snapshot header")
+        if meta.get("format") != FORMAT:
+            raise CorruptFileError(self.meta_path, f"not a {FORMAT} header")
+        if meta.get("version") != VERSION:
+            raise CorruptFileError(self.meta_path, f"index snapshot version {meta.get('version')!r}"
+                                   f" is not supported (this scrapy-simdup reads {VERSION})")
+        for key in ("count", "values_bytes", "values_crc32", "keys_bytes", "keys_crc32"):
+            if not isinstance(meta.get(key), int) or meta[key] < 0:
+                raise CorruptFileError(self.meta_path, f"field {key!r} is missing or invalid")
+        if meta["values_bytes"] != 8 * meta["count"]:
+            raise CorruptFileError(self.meta_path, "values length does not match the count")
+        values_data = self._read_prefix(self.values_path, meta["values_bytes"], meta["values_crc32"])
+        keys_data = self._read_prefix(self.keys_path, meta["keys_bytes"], meta["keys_crc32"])
+        values = np.frombuffer(values_data, dtype="<u8").astype(np.uint64)
+        keys = keys_data.decode("utf-8", "surrogateescape").split("\n")
+        if keys and keys[-1] == "":
+            keys.pop()
+        if len(keys) != meta["count"]:
+            raise CorruptFileError(self.keys_path, f"{len(keys)} keys for {meta['count']} "
+                                   "fingerprints")
+        self.meta = meta
+        return values, keys
+
+    @staticmethod
+    def _read_prefix(path: Path, length: int, crc: int) -> bytes:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(length)
+        except FileNotFoundError:
+            raise CorruptFileError(path, "index snapshot file is missing") from None
+        if len(data) != length:
+            raise CorruptFileError(path, f"index snapshot file is {len(data)} bytes, the header "
+                                   f"needs {length} (truncated)")
+        if (zlib.crc32(data) & 0xFFFFFFFF) != crc:
+            raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
+        return data
+
+    def append(self, values: np.ndarray, keys: list[str], settings: dict | None = None) -> None:
+        """Append stored fingerprints and commit (fsync, then the header atomically)."""
+        values_data = np.ascontiguousarray(values, dtype="<u8").tobytes()
+        keys_data = "".join(escape_url(k) + "\n" for k in keys).encode("utf-8", "surrogateescape")
+        meta = dict(self.meta)
+        for path, offset, data, field in ((self.values_path, meta["values_bytes"], values_data,
+                                           "values"),
+                                          (self.keys_path, meta["keys_bytes"], keys_data, "keys")):
+            mode = "r+b" if path.exists() else "w+b"
+            with open(path, mode) as handle:
+                handle.seek(offset)
+                handle.write(data)
+                handle.truncate()
+                handle.flush()
+                os.fsync(handle.fileno())
+            meta[f"{field}_bytes"] = offset + len(data)
+            meta[f"{field}_crc32"] = zlib.crc32(data, meta[f"{field}_crc32"]) & 0xFFFFFFFF
+        fsync_dir(self.directory)
+        meta["count"] = self.meta["count"] + len(values)
+        meta["saved"] = time.time()
+        if settings:
+            meta.update(settings)
+        atomic_write_json(self.meta_path, meta)
+        self.meta = meta
+
+    def move_aside(self) -> list[str]:
+        """Rename the (corrupt) snapshot files to ``*.corrupt-<time>``; returns the new names."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        moved = []
+        for path in (self.meta_path, self.values_path, self.keys_path):
+            if path.exists():
+                target = path.with_name(f"{path.name}.corrupt-{stamp}")
+                os.replace(path, target)
+                moved.append(str(target))
+        fsync_dir(self.directory)
+        self.meta = {"format": FORMAT, "version": VERSION, "count": 0, "values_bytes": 0,
+                     "values_crc32": 0, "keys_bytes": 0, "keys_crc32": 0}
+        return moved
+
+
+class PersistentBatchWriter:
+    """What the Scrapy components feed every checked fingerprint to (``SIMDUP_DIR``).
+
+    * Every checked page goes into the batch ``Q`` (:class:`BatchWriter`),
+      flushed as a batch file every ``SIMDUP_BATCH_SIZE`` pages and at close.
+    * With a memory backend, the fingerprints the index stored (the checks
+      that returned no match) are appended to the index snapshot at the same
+      moments, so a restart rebuilds the index (:func:`restore`).
+    """
+
+    def __init__(self, directory, batch_size: int, backend=None, settings: dict | None = None,
+                 stats=None, prefix: str = "simdup/"):
+        self.directory = Path(directory)
+        self.backend = backend
+        self.settings = settings or {}
+        self.stats = stats
+        self.prefix = prefix
+        self.store = IndexStore(self.directory) if backend is not None else None
+        self._stored_values: list[int] = []
+        self._stored_keys: list[str] = []
+        self.batches = BatchWriter(self.directory, batch_size, on_flush=[self._on_flush])
+
+    def add(self, value, W, key, match) -> None:
+        if self.store is not None and match is None:   # the backend stored it
+            self._stored_values.append(int(value))
+            self._stored_keys.append(str(key))
+        self.batches.append(value, W, key)             # may flush (and snapshot)
+
+    def _on_flush(self, path) -> None:
+        self.snapshot()
+        if self.stats is not None:
+            self.stats.inc_value(self.prefix + "batches_flushed")
+            self.stats.set_value(self.prefix + "batch_records_flushed",
+                                 self.batches.flushed_records)
+
+    def snapshot(self) -> None:
+        if self.store is None or not self._stored_values:
+            return
+        self.store.append(np.array(self._stored_values, dtype=np.uint64), self._stored_keys,
+                          self.settings)
+        self._stored_values, self._stored_keys = [], []
+
+    def flush(self) -> None:
+        """Write the pending batch (if any) and snapshot the index."""
+        if self.batches.flush() is None:
+            self.snapshot()
+
+    async def close(self) -> None:
+        if self.batches.close() is None:
+            self.snapshot()
+
+
+def restore(backend, directory, on_error: str = "keep", stats=None, prefix: str = "simdup/") -> int:
+    """Load a memory backend's index from its snapshot in ``directory``.
+
+    Returns the number of fingerprints restored. A corrupt snapshot is logged
+    by file name (no traceback); with ``on_error="stop"`` it raises
+    :class:`CorruptFileError`, otherwise its files are moved aside and the
+    crawl starts with an empty index.
+    """
+    store = IndexStore(directory)
+    if not store.exists():
+        return 0
+    try:
+        values, keys = store.load()
+    except CorruptFileError as exc:
+        if stats is not None:
+            stats.set_value(prefix + "index_corrupt", 1)
+        if on_error == "stop":
+            logger.error("Simdup: the saved index is corrupt: %s (SIMDUP_ON_ERROR=stop)", exc)
+            raise
+        moved = store.move_aside()
+        logger.error("Simdup: the saved index is corrupt: %s; moved aside (%s), starting with "
+                     "an empty index", exc, ", ".join(moved))
+        return 0
+    if len(values):
+        ids = backend.index.add(values)
+        for i, key in zip(np.asarray(ids).tolist(), keys):
+            backend.keys[int(i)] = key
+    logger.info("Simdup: restored %d fingerprints from %s", len(values), store.meta_path)
+    if stats is not None:
+        stats.set_value(prefix + "index_restored", len(values))
+    return len(values)

@@ -1,0 +1,176 @@
+"""SIMDUP_DIR: the index survives a stop, a restart and a kill -9; batch files are written.
+
+Real crawls in fresh processes (tests/crawl_runner.py) against a local HTTP server.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from http_server import PageServer
+from scrapy_simdup._atomic import CorruptFileError
+from scrapy_simdup._batchfile import list_batches, read_batch
+from scrapy_simdup._persist import IndexStore
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATA = Path("/work/shared/data/article-extraction-benchmark/ground-truth.json")
+N_PAGES = 40
+
+pytestmark = pytest.mark.slow
+
+
+def _page(title, paragraphs):
+    body = "\n".join(f"<p>{p}</p>" for p in paragraphs)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+            f"<body><article><h1>{title}</h1>{body}</article></body></html>").encode()
+
+
+@pytest.fixture(scope="module")
+def site():
+    truth = json.loads(DATA.read_text("utf-8"))
+    pages = {}
+    for key in sorted(truth):
+        paragraphs = [p.strip() for p in truth[key]["articleBody"].split("\n")
+                      if len(p.split()) >= 8]
+        if sum(len(p.split()) for p in paragraphs) >= 300:
+            pages[f"p{len(pages)}"] = _page(paragraphs[0][:60], paragraphs)
+        if len(pages) == N_PAGES:
+            break
+    assert len(pages) == N_PAGES
+    with PageServer(pages) as server:
+        server.names = sorted(pages, key=lambda n: int(n[1:]))
+        yield server
+
+
+def _job(tmp_path, site, simdup_dir, extra=None, name="job"):
+    settings = {"LOG_LEVEL": "INFO", "SIMDUP_ENABLED": True, "SIMDUP_DIR": str(simdup_dir),
+                "SIMDUP_BATCH_SIZE": 5, "CONCURRENT_REQUESTS": 1,
+                "ADDONS": {"scrapy_simdup.Addon": 0}, **(extra or {})}
+    job = {"settings": settings, "mode": "pages",
+           "requests": [{"url": site.url(f"/page/{n}")} for n in site.names]}
+    job_path = tmp_path / f"{name}.json"
+    job_path.write_text(json.dumps(job))
+    return job_path, tmp_path / f"{name}-result.json"
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def _crawl(tmp_path, site, simdup_dir, extra=None, name="job"):
+    job_path, result_path = _job(tmp_path, site, simdup_dir, extra, name)
+    proc = subprocess.run([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
+                           str(result_path)], capture_output=True, text=True, timeout=120,
+                          env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    result["stderr"] = proc.stderr
+    return result
+
+
+def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
+    d = tmp_path / "simdup"
+    first = _crawl(tmp_path, site, d, name="first")
+    assert first["error"] is None
+    assert first["stats"].get("simdup/checked") == N_PAGES
+    assert first["stats"].get("simdup/duplicates", 0) == 0
+    # every checked page is in a batch file: 8 full batches of 5
+    batches = [read_batch(p) for p in list_batches(d)]
+    assert sum(len(b) for b in batches) == N_PAGES and len(batches) == N_PAGES // 5
+    urls = [u for b in batches for u in b.urls]
+    assert sorted(urls) == sorted(site.url(f"/page/{n}") for n in site.names)
+    assert IndexStore(d).load()[0].shape == (N_PAGES,)
+    # a re-crawl with the same SIMDUP_DIR recognises every page
+    second = _crawl(tmp_path, site, d, name="second")
+    assert second["stats"].get("simdup/index_restored") == N_PAGES
+    assert second["stats"].get("simdup/duplicates") == N_PAGES
+    dropped = {r["url"]: r for r in second["dropped"]}
+    assert len(dropped) == N_PAGES
+    assert all(r["duplicate_of"] == url and r["distance"] == 0 for url, r in dropped.items())
+    # and the offline merge finds each page twice: pairs across the two crawls
+    out = subprocess.run([sys.executable, "-m", "scrapy_simdup._cli", "merge", str(d), "--json"],
+                         capture_output=True, text=True, env=_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["fingerprints"] == 2 * N_PAGES and summary["duplicates"] == N_PAGES
+
+
+def test_sigkill_mid_crawl_then_restart(site, tmp_path):
+    d = tmp_path / "simdup"
+    job_path, result_path = _job(tmp_path, site, d, {"DOWNLOAD_DELAY": 0.15}, name="killed")
+    proc = subprocess.Popen([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
+                             str(result_path)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=_env(), cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list_batches(d)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            assert proc.poll() is None, "the crawl ended before it could be killed"
+        time.sleep(0.1)   # let it get into the middle of the next batch
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not result_path.exists()           # it really died mid-run
+    flushed = [read_batch(p) for p in list_batches(d)]   # every committed batch is intact
+    n_flushed = sum(len(b) for b in flushed)
+    assert 15 <= n_flushed < N_PAGES and n_flushed % 5 == 0
+    values, keys = IndexStore(d).load()       # the snapshot is intact and complete
+    assert len(values) == n_flushed
+    flushed_urls = {u for b in flushed for u in b.urls}
+    assert set(keys) == flushed_urls
+    # restart: the pages from the flushed batches are recognised, the rest is new
+    again = _crawl(tmp_path, site, d, name="restart")
+    assert again["error"] is None
+    assert again["stats"].get("simdup/index_restored") == n_flushed
+    dropped = {r["url"] for r in again["dropped"]}
+    assert dropped == flushed_urls
+    assert again["stats"].get("simdup/checked") == N_PAGES
+
+
+def test_corrupt_index_is_reported_by_name(site, tmp_path):
+    d = tmp_path / "simdup"
+    _crawl(tmp_path, site, d, name="first")
+    values_file = d / "index.values"
+    data = bytearray(values_file.read_bytes())
+    data[3] ^= 0x55
+    values_file.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match="index.values.*checksum"):
+        IndexStore(d).load()
+    # SIMDUP_ON_ERROR=keep (default): logged by name, moved aside, the crawl runs with a fresh index
+    again = _crawl(tmp_path, site, d, name="again")
+    assert again["error"] is None
+    assert again["stats"].get("simdup/index_corrupt") == 1
+    assert again["stats"].get("simdup/duplicates", 0) == 0
+    assert any("index.values" in line and "corrupt" in line for line in again["log"])
+    assert "Traceback" not in again["stderr"]
+    assert list(d.glob("index.values.corrupt-*"))
+    # the fresh index was saved again and is valid
+    assert len(IndexStore(d).load()[0]) == N_PAGES
+
+
+def test_index_store_append_and_truncated_tail(tmp_path):
+    store = IndexStore(tmp_path)
+    store.append(np.array([1, 2, 3], dtype=np.uint64), ["a", "b", "c"])
+    store.append(np.array([4], dtype=np.uint64), ["d\n"])
+    # an append cut short by a crash: bytes past the committed length are ignored
+    with open(tmp_path / "index.values", "ab") as f:
+        f.write(b"\x07" * 5)
+    values, keys = IndexStore(tmp_path).load()
+    assert values.tolist() == [1, 2, 3, 4] and keys == ["a", "b", "c", "d%0A"]
+    IndexStore(tmp_path).append(np.array([5], dtype=np.uint64), ["e"])
+    assert IndexStore(tmp_path).load()[0].tolist() == [1, 2, 3, 4, 5]
+    with open(tmp_path / "index.keys", "r+b") as f:
+        f.truncate(3)
+    with pytest.raises(CorruptFileError, match="index.keys.*truncated"):
+        IndexStore(tmp_path).load()
