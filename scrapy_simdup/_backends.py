@@ -167,7 +167,13 @@ class MemoryBackend(IndexBackend):
 def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages") -> IndexBackend:
     """The backend ``SIMDUP_INDEX`` asks for; ``namespace`` separates pages from items."""
     if config.index == "memory":
-        return MemoryBackend.from_config(config, crawler, namespace)
+        backend = MemoryBackend.from_config(config, crawler, namespace)
+        if config.dir:  # restore the index saved in SIMDUP_DIR (see _persist)
+            from ._persist import namespace_dir, restore  # noqa: PLC0415
+            restore(backend, namespace_dir(config.dir, namespace), config.on_error,
+                    getattr(crawler, "stats", None), "simdup/" if namespace == "pages"
+                    else f"simdup/{namespace}/")
+        return backend
     try:
         from ._backend_redis import RedisBackend  # noqa: PLC0415 (optional)
     except ImportError as exc:
@@ -176,10 +182,21 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages") -
     return RedisBackend.from_config(config, crawler, namespace)
 
 
-def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "pages"):
+def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "pages",
+                      backend=None):
     """The writer fed every checked fingerprint (``SIMDUP_DIR``), or None.
 
     The middleware calls ``writer.add(value, W, key, match)`` for every page
-    checked and ``await writer.close()`` at the end.
+    checked and ``await writer.close()`` at the end. With a memory ``backend``
+    the writer also snapshots its index at every batch flush (see _persist).
     """
-    return None
+    if not config.dir:
+        return None
+    from ._persist import PersistentBatchWriter, namespace_dir  # noqa: PLC0415
+
+    return PersistentBatchWriter(
+        namespace_dir(config.dir, namespace), config.batch_size,
+        backend=backend if isinstance(backend, MemoryBackend) else None,
+        settings={"search": config.search, "distance": config.distance},
+        stats=getattr(crawler, "stats", None),
+        prefix="simdup/" if namespace == "pages" else f"simdup/{namespace}/")
