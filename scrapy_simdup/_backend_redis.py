@@ -415,7 +415,12 @@ def _safe_url(url: str) -> str:
 
 
 # -- the backend the Scrapy glue uses ---------------------------------------------
-#: probe budget per lookup when neither SIMDUP_MAX_PROBES nor the index says one
+#: recall target that picks the probe budget when neither SIMDUP_MAX_PROBES nor
+#: SIMDUP_RECALL is set (the in-memory index probes every flip set by default;
+#: over the network each probe costs a bucket read, so the Redis index aims at
+#: the calibrated 98%: 14 probes with t = 14 and h = 3)
+DEFAULT_REDIS_RECALL = 0.98
+#: probe budget when the volatility model has no calibration for the setting
 DEFAULT_REDIS_PROBES = 16
 #: most pages checked in one round trip when concurrent checks are coalesced
 MAX_BATCH = 2048
@@ -440,6 +445,23 @@ def _parse_header_bits(settings) -> int:
     return value
 
 
+def probe_budget(config, header_bits: int) -> int | None:
+    """Probes per lookup: SIMDUP_MAX_PROBES, else SIMDUP_RECALL (default
+    ``DEFAULT_REDIS_RECALL``) through the calibrated volatility model; None
+    means every flip set of at most ``h`` header bits."""
+    if config.max_probes is not None:
+        return int(config.max_probes)
+    recall = config.recall if config.recall is not None else DEFAULT_REDIS_RECALL
+    from ._volatility import VolatilityModel  # noqa: PLC0415
+    try:
+        model = VolatilityModel.default()
+    except Exception:  # noqa: BLE001 (no shipped model: a fixed budget)
+        return DEFAULT_REDIS_PROBES
+    if not model.probes.get(int(config.distance)):
+        return DEFAULT_REDIS_PROBES
+    return model.probes_for_recall(recall, header_bits, config.distance)
+
+
 class RedisBackend:
     """Index backend on a :class:`RedisIndexStore` (``SIMDUP_INDEX = "redis://..."``).
 
@@ -453,9 +475,10 @@ class RedisBackend:
     ``socket_timeout`` (5 s unless ``SIMDUP_REDIS_PARAMS`` says otherwise).
     """
 
-    def __init__(self, store: RedisIndexStore, max_probes: int = DEFAULT_REDIS_PROBES,
+    def __init__(self, store: RedisIndexStore, max_probes: int | None = DEFAULT_REDIS_PROBES,
                  model=None, flip_masks=None):
-        if isinstance(max_probes, bool) or not isinstance(max_probes, int) or max_probes < 1:
+        if max_probes is not None and (isinstance(max_probes, bool) or
+                                       not isinstance(max_probes, int) or max_probes < 1):
             raise ValueError(f"SIMDUP_MAX_PROBES must be an integer >= 1, got {max_probes!r}")
         self.store = store
         self.max_probes = max_probes
@@ -477,8 +500,8 @@ class RedisBackend:
             base = f"{base}:{namespace}"
         store = RedisIndexStore(config.index, base, header_bits=_parse_header_bits(settings),
                                 distance=config.distance, params=config.redis_params)
+        backend = cls(store, max_probes=probe_budget(config, store.header_bits))
         store.check_server()
-        backend = cls(store, max_probes=config.max_probes or DEFAULT_REDIS_PROBES)
         backend._size = store.size_sync()
         return backend
 

@@ -353,3 +353,123 @@ def test_redis_lost_and_back(private_redis):
         assert res == [None, StoreMatch(7, 0, "c")]
         await store.close()
     run(go())
+
+
+# -- the backend the Scrapy glue uses ---------------------------------------------
+class _Crawler:
+    def __init__(self, settings, name="myspider"):
+        from scrapy.settings import Settings
+        self.settings = Settings(settings)
+        self.spider = type("S", (), {"name": name})()
+
+
+def _backend(url, **settings):
+    from scrapy_simdup import SimdupConfig
+    from scrapy_simdup._backend_redis import RedisBackend
+    s = {"SIMDUP_INDEX": url, "SIMDUP_REDIS_KEY": f"simdup:{time.monotonic_ns()}:%(spider)s"}
+    s.update(settings)
+    crawler = _Crawler(s)
+    return RedisBackend.from_config(SimdupConfig.from_settings(crawler.settings), crawler)
+
+
+def _docs():
+    """Real article texts, each with a near-duplicate (one sentence edited)."""
+    import gzip
+    import json
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not root.exists():
+        root = pathlib.Path("/work/shared/data")
+    truth = json.loads((root / "article-extraction-benchmark" / "ground-truth.json").read_text())
+    texts = [v["articleBody"] for k, v in sorted(truth.items())
+             if len(v.get("articleBody", "").split()) > 300][:40]
+    assert len(texts) >= 20
+    return texts
+
+
+def _fp(text):
+    from scrapy_simdup import simhash
+    words = text.lower().split()
+    return simhash([" ".join(words[i:i + 3]) for i in range(len(words) - 2)])
+
+
+def test_backend_real_near_duplicates(redis_server):
+    from scrapy_simdup._backends import Match
+    texts = _docs()
+    originals = [_fp(t) for t in texts]
+    variants = [_fp(t.replace(".", ". Updated at 10:42.", 1)) for t in texts]
+
+    async def go():
+        be = _backend(redis_server.url)
+        assert be.store.base.endswith(":myspider") and len(be) == 0
+        assert be.max_probes >= 1
+        first = await be.check_and_add_many([v for v, _ in originals],
+                                            np.stack([w for _, w in originals]),
+                                            [f"https://a/{i}" for i in range(len(texts))])
+        assert first == [None] * len(texts)
+        found = [await be.check_and_add(v, w, f"https://b/{i}")
+                 for i, (v, w) in enumerate(variants)]
+        assert len(be) == len(texts) + sum(m is None for m in found) and be.probes > 0
+        await be.close()
+        return found
+    found = run(go())
+    hits = [(i, m) for i, m in enumerate(found) if m is not None]
+    # near-duplicates within the distance are found (PSM may miss a few)
+    close = [i for i in range(len(texts))
+             if bin(originals[i][0] ^ variants[i][0]).count("1") <= 3]
+    assert len(close) >= 10
+    assert sum(1 for i, _ in hits if i in close) >= 0.8 * len(close)
+    for i, m in hits:
+        assert isinstance(m, Match) and m.duplicate_of == f"https://a/{i}" and m.distance <= 3
+
+
+def test_backend_coalesces_concurrent_checks(redis_server):
+    rng = np.random.default_rng(3)
+    centres = rng.integers(0, 2**64, 100, dtype=np.uint64, endpoint=False)
+    W = rng.normal(0, 30, (100, 64))
+
+    async def go():
+        be = _backend(redis_server.url, SIMDUP_MAX_PROBES=4)
+        calls = []
+        real = be.store._snapshot
+
+        async def counting(*a, **kw):
+            calls.append(len(a[0]))
+            return await real(*a, **kw)
+        be.store._snapshot = counting
+        jobs = [be.check_and_add(int(c) ^ (j << 2), W[i], f"u{i}-{j}")
+                for j in range(2) for i, c in enumerate(centres)]
+        res = await asyncio.gather(*jobs)
+        await be.close()
+        return res, calls
+    res, calls = run(go())
+    assert sum(r is None for r in res) == 100          # one kept per pair
+    assert sum(calls) == 200 and len(calls) <= 3        # a few round trips, not 200
+
+
+def test_backend_settings_and_startup_errors(redis_server):
+    from redis_server import free_port
+    with pytest.raises(RedisIndexError, match="SIMDUP_INDEX"):
+        _backend(f"redis://127.0.0.1:{free_port()}/0",
+                 SIMDUP_REDIS_PARAMS={"socket_connect_timeout": 1.0})
+    with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
+        _backend(redis_server.url, SIMDUP_REDIS_HEADER_BITS=40)
+    be = _backend(redis_server.url, SIMDUP_MAX_PROBES=7, SIMDUP_REDIS_HEADER_BITS="12")
+    assert be.max_probes == 7 and be.store.header_bits == 12
+    assert _backend(redis_server.url, SIMDUP_RECALL=0.9).max_probes <= \
+        _backend(redis_server.url, SIMDUP_RECALL=0.99).max_probes
+
+
+def test_backend_fault_is_raised_then_recovers(private_redis):
+    async def go():
+        be = _backend(private_redis.url, SIMDUP_REDIS_PARAMS={"socket_timeout": 2.0,
+                                                             "socket_connect_timeout": 2.0})
+        W = np.ones(64)
+        assert await be.check_and_add(1 << 40, W, "a") is None
+        private_redis.stop()
+        with pytest.raises(RedisIndexError):
+            await be.check_and_add(2 << 40, W, "b")
+        private_redis.start()
+        assert await be.check_and_add(3 << 40, W, "c") is None
+        await be.close()
+    run(go())
