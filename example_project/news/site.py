@@ -1,0 +1,153 @@
+"""The example's local news site: near-duplicate pages built from real pages.
+
+``build_site()`` takes the real pages in ``../shared/data`` (beside the
+checkout; ``SIMDUP_DATA`` overrides) and makes the variants the web makes
+(syndicated copies in other sites' templates, re-headlined, trimmed, with a
+paragraph added or comments changed, reader-mode copies) with
+``benchmarks/_data.py``; ``SiteServer`` serves them on 127.0.0.1 with a home
+page and one listing page per section. Every page knows its cluster: pages of
+one cluster are the known near-duplicates.
+"""
+from __future__ import annotations
+
+import html
+import itertools
+import os
+import random
+import re
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import Counter
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO.parent / "shared" / "data"
+
+
+def data_dir() -> Path:
+    path = Path(os.environ.get("SIMDUP_DATA") or DEFAULT_DATA)
+    if not (path / "article-extraction-benchmark").is_dir():
+        raise SystemExit(
+            f"scrapy-simdup example: the shared data directory {path} is missing.\n"
+            f"Put the data beside the checkout (expected at {DEFAULT_DATA}, with "
+            f"article-extraction-benchmark/, readability-test-pages/ and trafilatura-cache/) "
+            f"or point SIMDUP_DATA at it.")
+    return path
+
+
+def build_site(records: int | None = None, half: str = "report", seed: int = 0):
+    """SitePage list (path, html, cluster_id, kind, ...) of the example site.
+
+    ``half``: "report" (default; the hold-out half the project reports on),
+    "tune" or "all"; ``records``: use only the first N records of it.
+    """
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks._data import build_near_duplicate_site, load_all, split
+
+    loaded = load_all(data_dir())
+    if half != "all":
+        tune, report = split(loaded)
+        loaded = report if half == "report" else tune
+    if records:
+        loaded = loaded[:records]
+    pages = build_near_duplicate_site(loaded, seed=seed)
+    same = same_article(loaded)
+    return [p._replace(cluster_id=same.get(p.cluster_id, p.cluster_id)) for p in pages]
+
+
+def _shingles(text: str, k: int = 5) -> set[str]:
+    words = re.findall(r"\w+", text.lower())
+    return {" ".join(words[i:i + k]) for i in range(max(len(words) - k + 1, 0))}
+
+
+def same_article(records, threshold: float = 0.5) -> dict[str, str]:
+    """Record id -> cluster id, merging records that carry the same article.
+
+    Some source pages are copies of one text (readability's test pages reuse
+    one lorem-ipsum article in a dozen markups, ``rtl-1..4`` are one article):
+    their variants are near-duplicates of each other, not hard negatives.
+    Two records are merged when their *reference* texts (the datasets'
+    article bodies, not our fingerprints) share at least ``threshold`` of
+    their word 5-shingles (Jaccard). Records without reference text keep
+    their own cluster.
+    """
+    sets = {r.id: _shingles(r.main_text) for r in records if r.main_text}
+    sets = {rid: s for rid, s in sets.items() if s}
+    postings: dict[str, list[str]] = {}
+    for rid, s in sets.items():
+        for sh in s:
+            postings.setdefault(sh, []).append(rid)
+    shared: Counter = Counter()
+    for ids in postings.values():
+        if len(ids) > 1:
+            shared.update(itertools.combinations(sorted(ids), 2))
+    parent = {rid: rid for rid in sets}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for (a, b), n in shared.items():
+        if n / (len(sets[a]) + len(sets[b]) - n) >= threshold:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    return {rid: find(rid) for rid in sets}
+
+
+def _listing(title: str, links: list[tuple[str, str]]) -> bytes:
+    items = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a></li>'
+                      for href, text in links)
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
+            f"</title></head><body><h1>{html.escape(title)}</h1><ul>{items}</ul></body></html>"
+            ).encode("utf-8")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # noqa: N802
+        body = self.server.routes.get(unquote(urlsplit(self.path).path))
+        status = 200 if body is not None else 404
+        body = body if body is not None else b"<html><body>Not found</body></html>"
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class SiteServer:
+    """Serves the pages, a home page (``/``) and section listings (``/<section>/``)."""
+
+    def __init__(self, pages, seed: int = 0) -> None:
+        rng = random.Random(seed)
+        routes = {p.path: p.html for p in pages}
+        sections: dict[str, list] = {}
+        for p in pages:
+            sections.setdefault(p.path.strip("/").split("/")[0], []).append(p.path)
+        for name, paths in sections.items():
+            rng.shuffle(paths)  # a crawl meets the copies in no particular order
+            routes[f"/{name}/"] = _listing(name, [(path, path.rsplit("/", 1)[1])
+                                                  for path in paths])
+        routes["/"] = _listing("Example news", [(f"/{name}/", name) for name in sorted(sections)])
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.routes = routes
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
