@@ -1,0 +1,102 @@
+"""The `simdup` console script and `scrapy simdup`, in subprocesses."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scrapy_simdup import simhash
+from scrapy_simdup._batch import BatchWriter
+
+BIN = Path(sys.executable).parent
+
+
+def _env():
+    root = str(Path(__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+
+def _run(args, cwd=None):
+    return subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=_env(), timeout=120)
+
+
+@pytest.fixture()
+def crawl(tmp_path):
+    """A SIMDUP_DIR with 60 pages in clusters of 3 (near-duplicates of each other)."""
+    rng = np.random.default_rng(3)
+    d = tmp_path / "crawl"
+    with BatchWriter(d, batch_size=25) as w:
+        for c in range(20):
+            base = [f"w{int(x)}" for x in rng.integers(0, 10_000, 300)]
+            for v in range(3):
+                doc = list(base)
+                doc[int(rng.integers(len(doc)))] = "changed"
+                value, W = simhash(doc)
+                w.append(value, W, f"https://example.com/{c}/{v}")
+    return d
+
+
+def _simdup():
+    exe = BIN / "simdup"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "scrapy_simdup._cli"]
+
+
+def test_console_script_merge_and_stats(crawl, tmp_path):
+    pairs, clusters = tmp_path / "pairs.jsonl", tmp_path / "clusters.jsonl"
+    out = _run(_simdup() + ["merge", str(crawl), "--all", "--pairs", str(pairs),
+                            "--clusters", str(clusters)])
+    assert out.returncode == 0, out.stderr
+    assert "fingerprints merged: 60" in out.stdout
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    assert rows and all(set(r) == {"url", "duplicate_of", "distance"} for r in rows)
+    assert all(r["url"].rsplit("/", 2)[1] == r["duplicate_of"].rsplit("/", 2)[1] for r in rows)
+    groups = [json.loads(line) for line in clusters.read_text().splitlines()]
+    assert len(groups) == 20 and all(g["size"] == 3 for g in groups)
+    stats = _run(_simdup() + ["stats", str(crawl), "--json"])
+    assert stats.returncode == 0, stats.stderr
+    info = json.loads(stats.stdout)
+    assert info["collection"]["count"] == 60
+    assert info["directories"][0]["pending_batches"] == 0
+    assert info["collection"]["clusters"] == 20
+    text = _run(_simdup() + ["stats", str(crawl)])
+    assert "distance histogram" in text.stdout and "60 in" in text.stdout
+
+
+def test_console_script_errors_are_one_line(crawl, tmp_path):
+    header = sorted(crawl.glob("batch-*.json"))[0]
+    npy = header.with_suffix(".npy")
+    npy.write_bytes(npy.read_bytes()[:-10])
+    out = _run(_simdup() + ["merge", str(crawl)])
+    assert out.returncode == 2
+    assert str(npy) in out.stderr and "truncated" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = _run(_simdup() + ["merge", str(tmp_path / "nope")])
+    assert out.returncode == 2 and "not a directory" in out.stderr
+    out = _run(_simdup() + ["merge", str(crawl), "--probes", "3", "--recall", "0.9"])
+    assert out.returncode == 2 and "not allowed with" in out.stderr
+
+
+def test_scrapy_command_reads_simdup_dir_from_the_project(crawl, tmp_path):
+    project = tmp_path / "proj"
+    (project / "myproj").mkdir(parents=True)
+    (project / "scrapy.cfg").write_text("[settings]\ndefault = myproj.settings\n")
+    (project / "myproj" / "__init__.py").write_text("")
+    (project / "myproj" / "settings.py").write_text(
+        f"BOT_NAME = 'myproj'\nSIMDUP_DIR = {str(crawl)!r}\n")
+    scrapy = [str(BIN / "scrapy")] if (BIN / "scrapy").exists() else \
+        [sys.executable, "-m", "scrapy"]
+    out = _run(scrapy + ["simdup", "merge", "--exact", "--json"], cwd=project)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["method"] == "bphs" and summary["fingerprints"] == 60
+    assert summary["duplicates"] == 40                 # two of each three are duplicates
+    out = _run(scrapy + ["simdup", "stats"], cwd=project)
+    assert out.returncode == 0 and "fingerprints:" in out.stdout
+    out = _run(scrapy + ["simdup"], cwd=project)
+    assert out.returncode != 0 and "merge or stats" in (out.stdout + out.stderr)
+    # other scrapy commands still work with the command registered
+    out = _run(scrapy + ["version"], cwd=project)
+    assert out.returncode == 0 and "Scrapy" in out.stdout
