@@ -326,6 +326,7 @@ class MergeSummary:
     distance_histogram: dict = field(default_factory=dict)
     seconds: float = 0.0
     skipped_unfinished: list = field(default_factory=list)
+    pairs_array: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def throughput(self) -> float:
@@ -333,6 +334,7 @@ class MergeSummary:
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
+        d.pop("pairs_array", None)
         d["throughput"] = round(self.throughput, 1) if self.seconds > 0 else None
         d["seconds"] = round(self.seconds, 3)
         return d
@@ -387,7 +389,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
           first: bool = True, exact: bool = False, chunk_size: int = DEFAULT_CHUNK,
           pairs_out=None, clusters_out=None, progress: bool | None = None,
           verify: bool = True, tables: int | None = None,
-          engine: str = "join") -> MergeSummary:
+          engine: str = "join", commit: bool = True) -> MergeSummary:
     """Merge every pending batch of ``dirs`` into ``collection``; see the module docstring.
 
     ``first`` is PSM-F (one earlier duplicate per fingerprint) vs PSM-A (all);
@@ -396,6 +398,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     ``tables``: BPHS tables for ``exact`` (default ``distance + 1``).
     ``engine``: ``"join"`` (the compiled batch scan) or ``"index"`` (a
     :class:`PSMIndex` per chunk, the online index's own query loop).
+    ``commit=False`` matches without appending anything (benchmarks); the
+    pairs found are in ``summary.pairs_array`` either way.
     """
     if engine not in ("join", "index"):
         raise ValueError(f"engine must be 'join' or 'index', got {engine!r}")
@@ -496,15 +500,17 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         run = np.empty(m, dtype=H_DTYPE)
         run["value"] = q_values[order]
         run["id"] = gids[order]
-        coll.append(run, urls, pairs, {_batch_key(b.path): {"count": len(b),
-                                                            "crc32": b.meta["npy_crc32"]}
-                                       for b in batches})
+        if commit:
+            coll.append(run, urls, pairs, {_batch_key(b.path): {"count": len(b),
+                                                                "crc32": b.meta["npy_crc32"]}
+                                           for b in batches})
         run_pairs.append(pairs)
         summary.batches += len(batches)
         summary.fingerprints += m
     bar.close()
     all_run = np.concatenate(run_pairs) if run_pairs else np.zeros(0, dtype=PAIR_DTYPE)
     summary.seconds = time.perf_counter() - started
+    summary.pairs_array = all_run
     summary.collection_after = coll.count
     summary.pairs = len(all_run)
     summary.duplicates = int(len(np.unique(all_run["id"])))

@@ -1,0 +1,248 @@
+"""PSM batch mode (``simdup merge``) against BPHS batch mode, same run.
+
+    python benchmarks/bench_batch.py            # n = 10M on disk, m = 1M
+    python benchmarks/bench_batch.py --quick    # n = 200K, m = 20K
+
+What is measured: one pending batch ``Q`` of ``m`` fingerprints (written as
+crawl batch files, 10 per batch) is merged against a collection ``H`` of
+``n`` fingerprints on disk (sorted runs of ``m``) with
+
+* PSM-F  (``simdup merge``, default probes; first match, matched elements dropped)
+* PSM-A  (``simdup merge --all``)
+* BPHS   (``simdup merge --exact``: BPHSIndex with 4 tables built over Q, every
+  element of every chunk looked up in it; BPHS-F = BPHS-A in batch mode)
+* PSM-F through the online index (a ``PSMIndex`` built per chunk,
+  ``query_many``), the batch scan's cross-check
+
+each in its own process (``--worker``), timing the merge and reading the
+process's peak RSS (``getrusage``) before and after. Throughput is the paper's
+``r = m / time`` (new fingerprints merged per second). Precision and recall
+are against BPHS on the same data: PSM-A recall = pairs found / BPHS pairs;
+PSM-F recall = elements of Q with a match found / elements BPHS matches.
+Peak memory is also measured for PSM-F at a smaller ``n`` to show it is
+O(m), not O(n).
+
+Workload (``benchmarks/_workload.py``): near-duplicate pairs and fresh pages
+whose fingerprints and weights ``W`` are real simhash computations of
+documents and their web-like edits (``query_set``; 20% seeded from the real
+pages of the report half). To reach millions, each pair is *relocated*:
+``x -> x ^ r`` for both members and ``W[j] -> -W[j]`` where ``r`` has bit
+``j``: distances, ``|W|`` and therefore bit volatilities are unchanged,
+only the position in the 2^64 space moves. Half of Q are variants whose
+original is in H (at random positions, so in random chunks), 5% of the pairs
+have both members in Q, the rest of Q are fresh pages; the rest of H are
+relocated background fingerprints.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from scrapy_simdup._batchfile import BATCH_DTYPE, header_weights, write_batch  # noqa: E402
+from scrapy_simdup._merge import H_DTYPE, PAIR_DTYPE, Collection  # noqa: E402
+
+WORK = HERE / ".cache" / "bench_batch"
+H = 3
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def _relocate(values, W, r):
+    """Move fingerprints in the 2^64 space keeping distances and |W|."""
+    values = values ^ r
+    if W is None:
+        return values, None
+    bits = ((r[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(bool)
+    return values, np.where(bits, -W, W)
+
+
+def build(n: int, m: int, seed: int = 5):
+    """Write the collection (n) and the pending batch (m) under WORK; returns paths."""
+    from _workload import background, query_set  # noqa: PLC0415
+
+    tag = f"n{n}-m{m}-s{seed}"
+    root = WORK / tag
+    if (root / "done").exists():
+        return root / "crawl", root / "collection"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    pool = query_set(20000, H, seed=2, log=log)
+    has = pool["has_dup"]
+    pv_base = pool["stored_dup"]                               # originals
+    pv_var, pW_var = pool["q_value"][has], pool["q_W"][has]   # their edited variants
+    fv, fW = pool["q_value"][~has], pool["q_W"][~has]         # fresh pages
+    n_pairs = m // 2
+    n_in_q = n_pairs // 20                                     # both members in Q
+    n_fresh = m - n_pairs - n_in_q
+    log(f"building Q: {n_pairs:,} variants ({n_in_q:,} with their original also in Q), "
+        f"{n_fresh:,} fresh")
+    pick = rng.integers(0, len(pv_var), n_pairs)
+    r = rng.integers(0, 2**64, n_pairs, dtype=np.uint64)
+    base = pv_base[pick] ^ r
+    var_v, var_W = _relocate(pv_var[pick], pW_var[pick].astype(np.float64), r)
+    fpick = rng.integers(0, len(fv), n_fresh + n_in_q)
+    fr = rng.integers(0, 2**64, len(fpick), dtype=np.uint64)
+    fresh_v, fresh_W = _relocate(fv[fpick], fW[fpick].astype(np.float64), fr)
+    # originals of the in-Q pairs: use the fresh pages' weights shape? no: an original's
+    # own W is not in the pool, so its W is taken from a fresh page (only its volatility
+    # order matters for its own queries)
+    q_values = np.concatenate([var_v, base[:n_in_q], fresh_v[n_in_q:]])
+    q_W = np.concatenate([var_W, fresh_W[:n_in_q], fresh_W[n_in_q:]])
+    order = rng.permutation(m)
+    q_values, q_W = q_values[order], q_W[order]
+    crawl = root / "crawl"
+    per_file = max(1, m // 10)
+    for k, s in enumerate(range(0, m, per_file)):
+        e = min(m, s + per_file)
+        rec = np.empty(e - s, dtype=BATCH_DTYPE)
+        rec["value"] = q_values[s:e]
+        rec["id"] = np.arange(s, e)
+        absw, wrms = header_weights(q_W[s:e])
+        rec["absw"], rec["wrms"] = absw, wrms
+        write_batch(crawl, f"batch-{k + 1:08d}-0", rec,
+                    [f"https://site{(s + i) % 997}.example/q/{s + i}" for i in range(e - s)])
+    del q_W
+    log(f"building H: {n:,} fingerprints ({n_pairs - n_in_q:,} originals of Q's variants)")
+    bg = background(200_000, seed=99, log=log)
+    n_bg = n - (n_pairs - n_in_q)
+    bgv = bg[rng.integers(0, len(bg), n_bg)] ^ rng.integers(0, 2**64, n_bg, dtype=np.uint64)
+    h_values = np.concatenate([base[n_in_q:], bgv])
+    h_values = h_values[rng.permutation(n)]
+    coll = Collection(root / "collection", create=True)
+    for s in range(0, n, m):
+        e = min(n, s + m)
+        run = np.empty(e - s, dtype=H_DTYPE)
+        run["value"] = h_values[s:e]
+        run["id"] = np.arange(s, e)
+        run = run[np.argsort(run["value"], kind="stable")]
+        coll.append(run, [f"https://site{i % 997}.example/h/{i}" for i in range(s, e)],
+                    np.zeros(0, dtype=PAIR_DTYPE), {})
+        log(f"  H: {e:,}/{n:,}")
+    (root / "done").write_text("ok")
+    return crawl, root / "collection"
+
+
+def worker(args) -> None:
+    """Run one merge (without committing) and report time, peak RSS and pairs."""
+    from scrapy_simdup._merge import merge  # noqa: PLC0415
+
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),
+          "bphs": dict(exact=True, first=False, tables=4),
+          "psm-f-index": dict(first=True, engine="index")}[args.worker]
+    if args.probes is not None and "exact" not in kw:
+        kw["probes"] = args.probes
+    t0 = time.perf_counter()
+    s = merge([args.dir], args.collection, distance=H, chunk_size=args.m, commit=False,
+              progress=False, **kw)
+    seconds = time.perf_counter() - t0
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    np.save(args.out, s.pairs_array)
+    print(json.dumps({"method": args.worker, "seconds": seconds, "m": s.fingerprints,
+                      "n": s.collection_before, "chunks": s.chunks_scanned,
+                      "probes": s.probes, "pairs": s.pairs, "duplicates": s.duplicates,
+                      "rss_start_mb": rss0 / 1024, "rss_peak_mb": rss1 / 1024}))
+
+
+def run_worker(method, crawl, collection, m, out, probes=None):
+    cmd = [sys.executable, __file__, "--worker", method, "--dir", str(crawl), "--collection",
+           str(collection), "--m", str(m), "--out", str(out)]
+    if probes is not None:
+        cmd += ["--probes", str(probes)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{method} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--n", type=int)
+    ap.add_argument("--m", type=int)
+    ap.add_argument("--small-n", type=int, help="second collection size for the memory check")
+    ap.add_argument("--probes", type=int)
+    ap.add_argument("--no-index-engine", action="store_true")
+    ap.add_argument("--worker")
+    ap.add_argument("--dir")
+    ap.add_argument("--collection")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    n = args.n or (200_000 if args.quick else 10_000_000)
+    m = args.m or (20_000 if args.quick else 1_000_000)
+    small_n = args.small_n or max(m, n // 5)
+    from scrapy_simdup._batchprobes import volatility_model  # noqa: PLC0415
+    from scrapy_simdup._merge import DEFAULT_PROBES  # noqa: PLC0415
+
+    log(f"# bench_batch: n = {n:,} on disk, m = {m:,}, distance {H}, "
+        f"probes {args.probes or DEFAULT_PROBES} (default {DEFAULT_PROBES}), "
+        f"cores: 1 per method (single-threaded merge); volatility model: "
+        f"{volatility_model().meta.get('source', 'calibrated') if volatility_model() else 'none'}")
+    t = time.time()
+    crawl, collection = build(n, m)
+    crawl_s, collection_s = build(small_n, m)
+    log(f"# workload ready in {time.time() - t:.0f} s")
+    out = WORK / "pairs"
+    out.mkdir(parents=True, exist_ok=True)
+    methods = ["psm-f", "psm-a", "bphs"] + ([] if args.no_index_engine else ["psm-f-index"])
+    res = {}
+    for method in methods:
+        res[method] = run_worker(method, crawl, collection, m, out / f"{method}.npy", args.probes)
+        r = res[method]
+        log(f"{method:12s} {r['seconds']:8.2f} s  {r['m'] / r['seconds']:>12,.0f} fp/s  "
+            f"peak RSS {r['rss_peak_mb']:7.0f} MB (start {r['rss_start_mb']:.0f} MB)  "
+            f"pairs {r['pairs']:,}  duplicates {r['duplicates']:,}")
+    small = run_worker("psm-f", crawl_s, collection_s, m, out / "psm-f-small.npy", args.probes)
+    log(f"{'psm-f n=' + format(small_n, ','):12s} {small['seconds']:8.2f} s  "
+        f"{small['m'] / small['seconds']:>12,.0f} fp/s  peak RSS {small['rss_peak_mb']:7.0f} MB")
+
+    def pairset(method):
+        p = np.load(out / f"{method}.npy")
+        return set(zip(p["id"].tolist(), p["duplicate_of"].tolist())), set(p["id"].tolist())
+
+    exact_pairs, exact_dups = pairset("bphs")
+    log("")
+    log(f"## quality against BPHS (exact): {len(exact_pairs):,} pairs, "
+        f"{len(exact_dups):,} elements of Q with a near-duplicate")
+    for method in [x for x in methods if x != "bphs"]:
+        pairs, dups = pairset(method)
+        precision = len(pairs & exact_pairs) / max(1, len(pairs))
+        if method.startswith("psm-f"):
+            recall = len(dups & exact_dups) / max(1, len(exact_dups))
+            kind = "element recall (found a match / BPHS matched)"
+        else:
+            recall = len(pairs & exact_pairs) / max(1, len(exact_pairs))
+            kind = "pair recall"
+        log(f"{method:12s} precision {precision:.4f}  {kind} {recall:.4f}")
+    log("")
+    log("## ratios (same run)")
+    b = res["bphs"]["seconds"]
+    for method in [x for x in methods if x != "bphs"]:
+        log(f"{method:12s} {b / res[method]['seconds']:6.2f}x BPHS batch (4 tables) throughput")
+    log(f"peak RSS of PSM-F: n={small_n:,}: {small['rss_peak_mb']:.0f} MB, n={n:,}: "
+        f"{res['psm-f']['rss_peak_mb']:.0f} MB (ratio {res['psm-f']['rss_peak_mb'] / small['rss_peak_mb']:.2f}"
+        f" for {n / small_n:.0f}x the collection)")
+    log(f"on-disk collection: {sum(p.stat().st_size for p in Path(collection).iterdir()) / 2**20:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
