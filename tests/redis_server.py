@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -59,7 +60,10 @@ class RedisServer:
              "--save", "", "--appendonly", "no", "--dir", self.dir,
              "--protected-mode", "no", "--loglevel", "warning",
              "--maxclients", "1000"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            # PDEATHSIG follows the creating *thread*: only from the main thread
+            preexec_fn=_die_with_parent
+            if threading.current_thread() is threading.main_thread() else None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

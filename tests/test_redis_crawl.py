@@ -1,0 +1,162 @@
+"""Real Scrapy crawls sharing one Redis index (SIMDUP_INDEX = "redis://...").
+
+Four crawler processes crawl the same near-duplicate site at the same time,
+each in its own order, against one redis-server: every near-duplicate cluster
+must be kept exactly once across all of them. Then Redis is killed in the
+middle of a crawl: SIMDUP_ON_ERROR decides (keep: the crawl goes on and counts
+``simdup/errors``; stop: the spider closes), and checking resumes when Redis
+is back.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from http_server import PageServer
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+H = 3
+
+
+def _site_pages():
+    """The generated near-duplicate site, reduced to clusters whose verdicts do
+    not depend on the order: members pairwise within H, clusters more than H apart.
+    """
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _data import build_near_duplicate_site, load_article_benchmark
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from scrapy_simdup import fingerprint_html
+    pages = build_near_duplicate_site(load_article_benchmark()[:45], seed=7)
+    fps = {p.path: int(fingerprint_html(p.html).value) for p in pages}
+    clusters = {}
+    for p in pages:
+        members = clusters.setdefault(p.cluster_id, [])
+        if all(bin(fps[p.path] ^ fps[q.path]).count("1") <= H for q in members):
+            members.append(p)
+    chosen, values = [], []
+    for cid, members in sorted(clusters.items()):
+        vals = [fps[p.path] for p in members]
+        if all(bin(a ^ b).count("1") > H for a in vals for b in values):
+            chosen.extend(members)
+            values.extend(vals)
+    return chosen
+
+
+def _start_crawl(tmp_path, name, settings, urls):
+    job = {"settings": {"LOG_LEVEL": "INFO", "ADDONS": {"scrapy_simdup.Addon": 0},
+                        **settings},
+           "requests": [{"url": u} for u in urls], "mode": "pages"}
+    job_path, result_path = tmp_path / f"{name}.job.json", tmp_path / f"{name}.result.json"
+    job_path.write_text(json.dumps(job))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
+                             str(result_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=tmp_path)
+    return proc, result_path
+
+
+def _finish(proc, result_path, timeout=150):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    result = json.loads(result_path.read_text())
+    assert result["error"] is None, result.get("traceback") or result["error"]
+    result["stderr"] = err
+    return result
+
+
+def test_four_processes_keep_each_cluster_exactly_once(redis_server, tmp_path):
+    pages = _site_pages()
+    by_path = {p.path: p for p in pages}
+    n_clusters = len({p.cluster_id for p in pages})
+    assert n_clusters >= 20 and len(pages) >= 2 * n_clusters
+    served = {p.path.strip("/").replace("/", "_"): p.html for p in pages}
+    name_of = {p.path: p.path.strip("/").replace("/", "_") for p in pages}
+    settings = {"SIMDUP_INDEX": redis_server.url, "SIMDUP_ACTION": "tag",
+                "SIMDUP_DISTANCE": H, "SIMDUP_RECALL": 1.0,       # exact within H
+                "SIMDUP_REDIS_KEY": f"crawl4:{time.monotonic_ns()}:%(spider)s",
+                "CONCURRENT_REQUESTS": 16}
+    with PageServer(served) as server:
+        runs = []
+        for k in range(4):
+            urls = [server.url(f"/page/{name_of[p.path]}") for p in pages]
+            random.Random(k).shuffle(urls)
+            runs.append(_start_crawl(tmp_path, f"p{k}", settings, urls))
+        results = [_finish(*run) for run in runs]
+    path_of = {server.url(f"/page/{n}"): path for path, n in name_of.items()}
+    kept = {}
+    checked = 0
+    for r in results:
+        assert r["stats"].get("simdup/errors", 0) == 0
+        checked += r["stats"]["simdup/checked"]
+        assert len(r["responses"]) == len(pages)
+        for resp in r["responses"]:
+            tag = resp["simdup"]
+            page = by_path[path_of[resp["url"]]]
+            if tag["duplicate_of"] is None:
+                kept.setdefault(page.cluster_id, []).append(resp["url"])
+            else:   # never a false drop: the page it duplicates is of its cluster
+                other = by_path[path_of[tag["duplicate_of"]]]
+                assert other.cluster_id == page.cluster_id, (resp["url"], tag)
+                assert tag["distance"] <= H
+    assert checked == 4 * len(pages)
+    assert {c: len(v) for c, v in kept.items() if len(v) != 1} == {}
+    assert len(kept) == n_clusters
+    assert results[0]["stats"]["simdup/index_size"] <= n_clusters
+
+
+class _Switch(dict):
+    """Pages whose serving runs an action (kill / restart Redis) first."""
+
+    def __init__(self, pages, actions):
+        super().__init__(pages)
+        self.actions = actions
+
+    def __getitem__(self, name):
+        action = self.actions.pop(name, None)
+        if action is not None:
+            action()
+        return super().__getitem__(name)
+
+
+@pytest.mark.parametrize("on_error", ["keep", "stop"])
+def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
+    pages = _site_pages()[:60]
+    served = {f"p{i}": p.html for i, p in enumerate(pages)}
+    served["kill"] = served["restart"] = b"<html><body><p>switch</p></body></html>"
+    switch = _Switch(served, {"kill": private_redis.stop, "restart": private_redis.start})
+    settings = {"SIMDUP_INDEX": private_redis.url, "SIMDUP_ON_ERROR": on_error,
+                "SIMDUP_ACTION": "tag", "SIMDUP_REDIS_KEY": "lost:%(spider)s",
+                "SIMDUP_REDIS_PARAMS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
+                "CONCURRENT_REQUESTS": 1, "DOWNLOAD_DELAY": 0}
+    with PageServer(switch) as server:
+        names = [f"p{i}" for i in range(20)] + ["kill"] + [f"p{i}" for i in range(20, 40)] \
+            + ["restart"] + [f"p{i}" for i in range(40, 60)]
+        # one request after another, in this order (priority: earlier first)
+        t0 = time.monotonic()
+        proc, result_path = _start_crawl(tmp_path, on_error, {
+            **settings, "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue"},
+            [server.url(f"/page/{n}") for n in names])
+        result = _finish(proc, result_path)
+        elapsed = time.monotonic() - t0
+    stats = result["stats"]
+    assert stats.get("simdup/errors", 0) >= 1
+    assert elapsed < 120                                 # no hang
+    if on_error == "keep":
+        assert stats["finish_reason"] == "finished"
+        assert len(result["responses"]) == len(names)    # every page kept
+        # checking resumed once Redis was back (new empty index)
+        skipped = sum(v for k, v in stats.items() if k.startswith("simdup/skipped/"))
+        assert stats["simdup/checked"] + stats["simdup/errors"] + skipped == len(names)
+        assert stats["simdup/checked"] >= 20
+    else:
+        assert stats["finish_reason"] == "simdup_error"
+        assert len(result["responses"]) < len(names)
