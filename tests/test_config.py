@@ -1,0 +1,193 @@
+"""SimdupConfig and component start-up: defaults, parsing, and a ValueError naming
+the setting for every bad value; NotConfigured only when disabled."""
+from __future__ import annotations
+
+import pytest
+from scrapy.exceptions import NotConfigured
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from scrapy_simdup import (Addon, SimdupConfig, SimdupDownloaderMiddleware, SimdupLogStats,
+                           SimdupPipeline)
+from scrapy_simdup._addon import MIDDLEWARE_PRIORITY, PIPELINE_PRIORITY
+from scrapy_simdup._backends import make_backend
+from scrapy_simdup._config import SETTINGS_DEFAULTS
+
+
+def test_defaults():
+    config = SimdupConfig.from_settings(Settings())
+    assert config == SimdupConfig()
+    assert config.enabled is False and config.action == "drop" and config.distance == 3
+    assert config.search == "psm" and config.index == "memory" and config.dir is None
+    assert config.batch_size == 100_000 and config.on_error == "keep"
+    assert config.redis_key == "simdup:%(spider)s" and config.redis_params == {}
+    assert config.feature_options == {}
+    assert set(SETTINGS_DEFAULTS) >= {
+        "SIMDUP_ENABLED", "SIMDUP_ACTION", "SIMDUP_DISTANCE", "SIMDUP_RECALL",
+        "SIMDUP_MAX_PROBES", "SIMDUP_SEARCH", "SIMDUP_CONTENT_XPATH", "SIMDUP_CONTENT_CSS",
+        "SIMDUP_MIN_FEATURES", "SIMDUP_ITEM_FIELDS", "SIMDUP_INDEX", "SIMDUP_DIR",
+        "SIMDUP_LOG_INTERVAL", "SIMDUP_DEBUG", "SIMDUP_BATCH_SIZE", "SIMDUP_REDIS_KEY",
+        "SIMDUP_REDIS_PARAMS", "SIMDUP_ON_ERROR"}
+
+
+def test_parsing_of_good_values():
+    config = SimdupConfig.from_settings(Settings({
+        "SIMDUP_ENABLED": "true", "SIMDUP_ACTION": "TAG", "SIMDUP_DISTANCE": "5",
+        "SIMDUP_RECALL": "0.95", "SIMDUP_SEARCH": "exact", "SIMDUP_SHINGLE_SIZE": 4,
+        "SIMDUP_CONTENT_CSS": "article", "SIMDUP_MIN_FEATURES": "8",
+        "SIMDUP_ITEM_FIELDS": "title, body", "SIMDUP_INDEX": "redis://localhost:6379/0",
+        "SIMDUP_REDIS_PARAMS": '{"socket_timeout": 5}', "SIMDUP_LOG_INTERVAL": "30",
+        "SIMDUP_DEBUG": 1, "SIMDUP_ON_ERROR": "stop", "SIMDUP_BATCH_SIZE": 1000.0}))
+    assert config.enabled and config.action == "tag" and config.distance == 5
+    assert config.recall == 0.95 and config.search == "exact"
+    assert config.feature_options == {"shingle_size": 4, "content_css": "article",
+                                      "min_features": 8}
+    assert config.item_fields == ("title", "body")
+    assert config.index == "redis://localhost:6379/0"
+    assert config.redis_params == {"socket_timeout": 5}
+    assert config.log_interval == 30.0 and config.debug is True
+    assert config.on_error == "stop" and config.batch_size == 1000
+    assert config.redis_key_for("news") == "simdup:news"
+
+
+def test_simdup_dir_defaults_to_jobdir():
+    assert SimdupConfig.from_settings(Settings({"JOBDIR": "/tmp/job"})).dir == "/tmp/job/simdup"
+    assert SimdupConfig.from_settings(Settings({"JOBDIR": "/tmp/job",
+                                                "SIMDUP_DIR": "/data/x"})).dir == "/data/x"
+
+
+@pytest.mark.parametrize("name, value", [
+    ("SIMDUP_ENABLED", "maybe"),
+    ("SIMDUP_ACTION", "delete"),
+    ("SIMDUP_ACTION", 3),
+    ("SIMDUP_DISTANCE", "three"),
+    ("SIMDUP_DISTANCE", -1),
+    ("SIMDUP_DISTANCE", 2.5),
+    ("SIMDUP_DISTANCE", True),
+    ("SIMDUP_RECALL", 0),
+    ("SIMDUP_RECALL", 1.5),
+    ("SIMDUP_RECALL", "nan"),
+    ("SIMDUP_MAX_PROBES", 0),
+    ("SIMDUP_SEARCH", "fuzzy"),
+    ("SIMDUP_SHINGLE_SIZE", "x"),
+    ("SIMDUP_MIN_FEATURES", 0),
+    ("SIMDUP_CONTENT_XPATH", 42),
+    ("SIMDUP_ITEM_FIELDS", []),
+    ("SIMDUP_ITEM_FIELDS", [1, 2]),
+    ("SIMDUP_ITEM_ID_FIELD", 7),
+    ("SIMDUP_TAG_FIELD", ""),
+    ("SIMDUP_INDEX", "postgres://db"),
+    ("SIMDUP_INDEX", ""),
+    ("SIMDUP_DIR", 12),
+    ("SIMDUP_BATCH_SIZE", 0),
+    ("SIMDUP_REDIS_KEY", "simdup:%(project)s"),
+    ("SIMDUP_REDIS_PARAMS", "not json"),
+    ("SIMDUP_REDIS_PARAMS", [1]),
+    ("SIMDUP_ON_ERROR", "ignore"),
+    ("SIMDUP_LOG_INTERVAL", -5),
+    ("SIMDUP_LOG_INTERVAL", "often"),
+    ("SIMDUP_DEBUG", "verbose"),
+])
+def test_bad_value_names_the_setting(name, value):
+    with pytest.raises(ValueError, match=name):
+        SimdupConfig.from_settings(Settings({name: value}))
+
+
+def test_exclusive_settings():
+    with pytest.raises(ValueError, match="SIMDUP_RECALL and SIMDUP_MAX_PROBES"):
+        SimdupConfig.from_settings(Settings({"SIMDUP_RECALL": 0.9, "SIMDUP_MAX_PROBES": 10}))
+    with pytest.raises(ValueError, match="SIMDUP_CONTENT_XPATH and SIMDUP_CONTENT_CSS"):
+        SimdupConfig.from_settings(Settings({"SIMDUP_CONTENT_XPATH": "//article",
+                                             "SIMDUP_CONTENT_CSS": "article"}))
+
+
+def test_unknown_setting_is_reported(caplog):
+    SimdupConfig.from_settings(Settings({"SIMDUP_DISTANSE": 4}))
+    assert "SIMDUP_DISTANSE" in caplog.text
+
+
+def _crawler(settings):
+    return get_crawler(settings_dict=settings)
+
+
+COMPONENTS = (SimdupDownloaderMiddleware, SimdupPipeline, SimdupLogStats)
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_disabled_means_not_configured(component):
+    with pytest.raises(NotConfigured):
+        component.from_crawler(_crawler({}))
+    with pytest.raises(NotConfigured):
+        component.from_crawler(_crawler({"SIMDUP_ENABLED": False}))
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_bad_value_fails_at_start_up(component):
+    with pytest.raises(ValueError, match="SIMDUP_ACTION"):
+        component.from_crawler(_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "nuke"}))
+
+
+@pytest.mark.parametrize("settings, name", [
+    ({"SIMDUP_FEATURES": "words"}, "SIMDUP_FEATURES"),
+    ({"SIMDUP_WEIGHTING": "tfidf-ish"}, "SIMDUP_WEIGHTING"),
+    ({"SIMDUP_EXTRACT": "everything"}, "SIMDUP_EXTRACT"),
+    ({"SIMDUP_CONTENT_XPATH": "//div[@"}, "SIMDUP_CONTENT_XPATH"),
+    ({"SIMDUP_CONTENT_CSS": "div[[["}, "SIMDUP_CONTENT_CSS"),
+    ({"SIMDUP_SHINGLE_SIZE": 99}, "SIMDUP_SHINGLE_SIZE"),
+    ({"SIMDUP_PARSER": "regex"}, "SIMDUP_PARSER"),
+    ({"SIMDUP_DISTANCE": 30}, "SIMDUP_DISTANCE"),
+])
+def test_options_checked_by_the_fingerprinter_and_index_name_the_setting(settings, name):
+    with pytest.raises(ValueError, match=name):
+        SimdupDownloaderMiddleware.from_crawler(_crawler({"SIMDUP_ENABLED": True, **settings}))
+
+
+@pytest.mark.parametrize("search", ["psm", "exact"])
+def test_memory_backend_check_and_add(search):
+    import asyncio
+
+    import numpy as np
+
+    from scrapy_simdup import simhash
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": search}))
+    backend = make_backend(config, None)
+    words = [f"w{i}" for i in range(200)]
+    a = simhash(words)
+    b = simhash(words[:-1] + ["other"])  # one feature of 200 changed
+    c = simhash([f"x{i}" for i in range(200)])
+
+    async def run():
+        first = await backend.check_and_add(a.value, a.W, "a")
+        second = await backend.check_and_add(b.value, b.W, "b")
+        batch = await backend.check_and_add_many(
+            np.array([c.value, c.value], dtype=np.uint64), np.stack([c.W, c.W]), ["c1", "c2"])
+        await backend.close()
+        return first, second, batch
+
+    first, second, batch = asyncio.run(run())
+    assert first is None
+    assert second is not None and second.duplicate_of == "a" and second.distance <= 3
+    assert batch[0] is None and batch[1] == ("c1", 0)  # within a batch too
+    assert len(backend) == backend.size == 2
+    assert backend.probes and backend.probes > 0
+
+
+def test_addon_registers_components_and_keeps_user_priorities():
+    settings = Settings({"DOWNLOADER_MIDDLEWARES": {
+        "scrapy_simdup._middleware.SimdupDownloaderMiddleware": 543}})
+    Addon().update_settings(settings)
+    assert settings.getbool("SIMDUP_ENABLED")
+    dmw = settings.getdict("DOWNLOADER_MIDDLEWARES")
+    assert list(dmw.values()) == [543]  # the project's entry wins, no duplicate
+    assert settings.getdict("ITEM_PIPELINES") == {SimdupPipeline: PIPELINE_PRIORITY}
+    assert SimdupLogStats in settings.getdict("EXTENSIONS")
+    # below HttpCompression (590) and Redirect (600): sees their output
+    assert MIDDLEWARE_PRIORITY < 590
+
+
+def test_addon_respects_simdup_enabled_false_from_the_project():
+    crawler = get_crawler(settings_dict={"ADDONS": {Addon: 0}, "SIMDUP_ENABLED": False})
+    crawler._apply_settings()
+    assert crawler.settings.getbool("SIMDUP_ENABLED") is False
+    with pytest.raises(NotConfigured):
+        SimdupDownloaderMiddleware.from_crawler(crawler)
