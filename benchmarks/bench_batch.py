@@ -15,7 +15,7 @@ crawl batch files, 10 per batch) is merged against a collection ``H`` of
   ``query_many``), the batch scan's cross-check
 
 each in its own process (``--worker``), timing the merge and reading the
-process's peak RSS (``getrusage``) before and after. Throughput is the paper's
+process's peak RSS (``VmHWM``) before and after. Throughput is the paper's
 ``r = m / time`` (new fingerprints merged per second). Precision and recall
 are against BPHS on the same data: PSM-A recall = pairs found / BPHS pairs;
 PSM-F recall = elements of Q with a match found / elements BPHS matches.
@@ -113,8 +113,7 @@ def build(n: int, m: int, seed: int = 5):
         rec = np.empty(e - s, dtype=BATCH_DTYPE)
         rec["value"] = q_values[s:e]
         rec["id"] = np.arange(s, e)
-        absw, wrms = header_weights(q_W[s:e])
-        rec["absw"], rec["wrms"] = absw, wrms
+        rec["cq"], rec["wrms"] = header_weights(q_W[s:e])
         write_batch(crawl, f"batch-{k + 1:08d}-0", rec,
                     [f"https://site{(s + i) % 997}.example/q/{s + i}" for i in range(e - s)])
     del q_W
@@ -138,11 +137,24 @@ def build(n: int, m: int, seed: int = 5):
     return crawl, root / "collection"
 
 
+def _peak_rss_mb() -> float:
+    """Peak RSS of this process (VmHWM: reset at exec, unlike getrusage's
+    ru_maxrss, which a child inherits from its parent's high-water mark)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def worker(args) -> None:
     """Run one merge (without committing) and report time, peak RSS and pairs."""
     from scrapy_simdup._merge import merge  # noqa: PLC0415
 
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = _peak_rss_mb()
     kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),
           "bphs": dict(exact=True, first=False, tables=4),
           "psm-f-index": dict(first=True, engine="index")}[args.worker]
@@ -152,12 +164,12 @@ def worker(args) -> None:
     s = merge([args.dir], args.collection, distance=H, chunk_size=args.m, commit=False,
               progress=False, **kw)
     seconds = time.perf_counter() - t0
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss1 = _peak_rss_mb()
     np.save(args.out, s.pairs_array)
     print(json.dumps({"method": args.worker, "seconds": seconds, "m": s.fingerprints,
                       "n": s.collection_before, "chunks": s.chunks_scanned,
                       "probes": s.probes, "pairs": s.pairs, "duplicates": s.duplicates,
-                      "rss_start_mb": rss0 / 1024, "rss_peak_mb": rss1 / 1024}))
+                      "rss_start_mb": rss0, "rss_peak_mb": rss1}))
 
 
 def run_worker(method, crawl, collection, m, out, probes=None):

@@ -35,7 +35,7 @@ class BatchWriter:
         self.batch_size = batch_size
         self.on_flush = list(on_flush or [])
         self._values: list = []
-        self._absw: list = []
+        self._cq: list = []
         self._wrms: list = []
         self._urls: list = []
         self.flushed_batches = 0
@@ -76,11 +76,11 @@ class BatchWriter:
         W = np.asarray(W)
         if W.shape != (64,):
             raise ValueError(f"W must have shape (64,), got {W.shape}")
-        absw, wrms = header_weights(W)
+        cq, wrms = header_weights(W)
         url = escape_url(url)          # validate everything before changing state
         record_id = self.next_id
         self._values.append(value)
-        self._absw.append(absw)
+        self._cq.append(cq)
         self._wrms.append(wrms)
         self._urls.append(url)
         if len(self._values) >= self.batch_size:
@@ -105,13 +105,13 @@ class BatchWriter:
         records = np.empty(n, dtype=BATCH_DTYPE)
         records["value"] = np.array(self._values, dtype=np.uint64)
         records["id"] = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
-        records["absw"] = np.stack(self._absw)
+        records["cq"] = np.stack(self._cq)
         records["wrms"] = np.array(self._wrms, dtype=np.float32)
         self._seq += 1
         name = f"batch-{self._seq:08d}-{os.getpid()}"
         path = write_batch(self.directory, name, records, self._urls)
         self._next_id += n
-        self._values, self._absw, self._wrms, self._urls = [], [], [], []
+        self._values, self._cq, self._wrms, self._urls = [], [], [], []
         self.flushed_batches += 1
         self.flushed_records += n
         for callback in self.on_flush:

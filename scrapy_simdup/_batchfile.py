@@ -11,15 +11,16 @@ A batch named ``B`` (``batch-<crawl>-<seq>``) is three files in ``SIMDUP_DIR``:
     ========  ==============  ===============================================
     value     ``<u8``         the 64-bit simhash
     id        ``<i8``         record id, unique within the directory, increasing
-    wrms      ``<f4``         ``sqrt(mean(W ** 2))`` over all 64 weights (the
-                              volatility model reads ``|W[j]| / wrms``)
-    absw      ``<f2`` x 32    ``|W[63 - i]|`` for ``i = 0..31``: the weight
-                              magnitudes of the 32 most significant bits (the
-                              only bits a PSM header can use), clipped to 65504
+    wrms      ``<f4``         ``rms(W) = sqrt(mean(W ** 2))`` over all 64 weights
+    cq        ``u1`` x 32     ``round(32 * |W[63 - i]| / rms(W))`` clipped to
+                              255, for ``i = 0..31``: the normalised weight
+                              ``c = |W| / rms(W)`` (what the volatility model
+                              reads) of the 32 most significant bits, the only
+                              bits a PSM header can use, in steps of 1/32
     ========  ==============  ===============================================
 
-    84 bytes per fingerprint instead of 8 + 64 x 8: PSM batch mode needs the
-    volatility of the header bits only (``p_j`` is a function of ``|W[j]|``).
+    52 bytes per fingerprint instead of 8 + 64 x 8: PSM batch mode needs the
+    volatility of the header bits only (``p_j`` is a function of ``c_j``).
 ``B.urls``
     The records' URLs, UTF-8, one per line in record order, each ending in
     ``\\n`` (a URL containing a raw newline or carriage return has it
@@ -49,14 +50,14 @@ from ._atomic import CorruptFileError, atomic_write, atomic_write_json, crc32_fi
 FORMAT = "simdup-batch"
 VERSION = 1
 HEADER_BITS = 32
+CQ_SCALE = 32.0
 BATCH_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8"), ("wrms", "<f4"),
-                        ("absw", "<f2", (HEADER_BITS,))])
-_F16_MAX = float(np.finfo(np.float16).max)
+                        ("cq", "u1", (HEADER_BITS,))])
 
 
 def header_weights(W) -> tuple[np.ndarray, np.ndarray]:
-    """``(absw, wrms)``: ``|W|`` of the 32 most significant bits as float16 (most
-    significant first) and the RMS of all 64 weights as float32.
+    """``(cq, wrms)``: the quantised normalised weights of the 32 most significant
+    bits (uint8, most significant first, see the format) and ``rms(W)`` (float32).
 
     ``W`` is one weight vector ``(64,)`` or many ``(n, 64)``.
     """
@@ -65,10 +66,11 @@ def header_weights(W) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"W must have 64 weights per fingerprint, got shape {W.shape}")
     if not np.all(np.isfinite(W)):
         raise ValueError("W must be finite (no NaN or infinity)")
+    rms = np.sqrt(np.mean(W * W, axis=-1))
     top = np.abs(W[..., 63:63 - HEADER_BITS:-1])
-    absw = np.minimum(top, _F16_MAX).astype(np.float16)
-    wrms = np.sqrt(np.mean(W * W, axis=-1)).astype(np.float32)
-    return absw, wrms
+    scale = np.where(rms > 0, CQ_SCALE / np.where(rms > 0, rms, 1.0), 0.0)
+    cq = np.minimum(np.rint(top * np.expand_dims(scale, -1)), 255).astype(np.uint8)
+    return cq, rms.astype(np.float32)
 
 
 def escape_url(url) -> str:

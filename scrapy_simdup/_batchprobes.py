@@ -9,13 +9,14 @@ The flip sets come in VOSH order (non-increasing ``p(S)``) from the index
 module's compiled generator (``_vosh.h``, called by
 :func:`scrapy_simdup._batchscan.batch_flip_masks`); the bit log-odds
 ``log(p_j / (1 - p_j))`` come from the index's calibrated volatility model,
-evaluated on ``c_j = |W[j]| / rms(W)``.
+evaluated on ``c_j = |W[j]| / rms(W)`` (stored quantised, so a 256-entry table).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import _batchscan
+from ._batchfile import CQ_SCALE
 
 
 def volatility_model():
@@ -60,29 +61,31 @@ def _fallback_log_odds(c: np.ndarray) -> np.ndarray:
     return np.log(p) - np.log1p(-p)
 
 
-def header_log_odds(absw: np.ndarray, wrms: np.ndarray, t: int) -> np.ndarray:
-    """Log-odds ``(m, t)`` that each header bit flips (column ``c`` = bit ``63 - c``)."""
-    if not 1 <= t <= absw.shape[1]:
-        raise ValueError(f"t must be in 1..{absw.shape[1]}, got {t}")
-    rms = np.asarray(wrms, dtype=np.float64)[:, None]
-    c = np.asarray(absw[:, :t], dtype=np.float64) / np.where(rms > 0, rms, 1.0)
-    c = np.where(rms > 0, c, 0.0)
+def log_odds_table() -> np.ndarray:
+    """Log-odds of a flip for each stored ``cq`` code 0..255 (``c = cq / 32``)."""
+    c = np.arange(256, dtype=np.float64) / CQ_SCALE
     fn = _model_log_odds()
-    lw = None
     if fn is not None:
         try:
-            lw = np.asarray(fn(c), dtype=np.float64).reshape(c.shape)
+            return np.ascontiguousarray(np.asarray(fn(c), dtype=np.float64).reshape(256))
         except Exception:  # noqa: BLE001
-            lw = None
-    if lw is None:
-        lw = _fallback_log_odds(c)
-    return np.ascontiguousarray(lw)
+            pass
+    return _fallback_log_odds(c)
 
 
-def probe_masks(absw: np.ndarray, wrms: np.ndarray, t: int, h: int, k: int):
+def header_log_odds(cq: np.ndarray, t: int, table: np.ndarray | None = None) -> np.ndarray:
+    """Log-odds ``(m, t)`` that each header bit flips (column ``c`` = bit ``63 - c``),
+    from the batch files' ``cq`` field (one table lookup per bit)."""
+    if not 1 <= t <= cq.shape[1]:
+        raise ValueError(f"t must be in 1..{cq.shape[1]}, got {t}")
+    table = log_odds_table() if table is None else table
+    return np.ascontiguousarray(table[np.asarray(cq[:, :t], dtype=np.uint8)])
+
+
+def probe_masks(cq: np.ndarray, t: int, h: int, k: int):
     """``(masks uint64 (m, k), nprobes int32 (m,))``: each element's ``k`` most
     likely non-empty header flip sets, as XOR masks in their physical bits."""
     if k <= 0 or h <= 0:
-        m = len(absw)
+        m = len(cq)
         return np.zeros((m, 0), dtype=np.uint64), np.zeros(m, dtype=np.int32)
-    return _batchscan.batch_flip_masks(header_log_odds(absw, wrms, t), h, k)
+    return _batchscan.batch_flip_masks(header_log_odds(cq, t), h, k)

@@ -217,12 +217,12 @@ class PSMBatchMatcher:
     elements are deactivated and periodically compacted out of the table.
     """
 
-    def __init__(self, q_values, q_absw, q_wrms, distance, probes, first, t):
+    def __init__(self, q_values, q_cq, q_wrms, distance, probes, first, t):
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
         self.t = t
         self.h = distance
         self.first = first
-        masks, nprobes = probe_masks(q_absw, q_wrms, t, distance, probes)
+        masks, nprobes = probe_masks(q_cq, t, distance, probes)
         self.offsets, self.elems = _batchscan.probe_table(self.values, masks, nprobes, t)
         del masks
         self._active_at_compaction = len(self.values)
@@ -259,12 +259,14 @@ class ExactBatchMatcher:
         return qi[keep], yi[keep], np.asarray(dd, dtype=np.uint8)[keep]
 
 
-def _pseudo_W(absw: np.ndarray, wrms: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _pseudo_W(cq: np.ndarray, wrms: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Full 64-weight vectors carrying the stored header weights (signs from the
     value bits) and the stored RMS, for the online index's query API."""
+    from ._batchfile import CQ_SCALE  # noqa: PLC0415
+
     n = len(values)
     W = np.zeros((n, 64), dtype=np.float64)
-    top = absw.astype(np.float64)
+    top = cq.astype(np.float64) / CQ_SCALE * wrms.astype(np.float64)[:, None]
     bits = 63 - np.arange(top.shape[1])
     signs = np.where((values[:, None] >> bits.astype(np.uint64)) & np.uint64(1), 1.0, -1.0)
     W[:, bits] = top * signs
@@ -282,9 +284,9 @@ class IndexChunkMatcher:
     index's compiled query loop, VOSH probes recomputed per chunk). Slower than
     :class:`PSMBatchMatcher`; kept as the cross-check of the batch scan."""
 
-    def __init__(self, q_values, q_absw, q_wrms, distance, probes, first, t):
+    def __init__(self, q_values, q_cq, q_wrms, distance, probes, first, t):
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
-        self.W = _pseudo_W(q_absw, q_wrms, self.values)
+        self.W = _pseudo_W(q_cq, q_wrms, self.values)
         self.h = distance
         self.first = first
         self.t = t
@@ -452,7 +454,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         if exact:
             matcher = ExactBatchMatcher(q_values, distance, tables)
         else:
-            matcher = (IndexChunkMatcher if engine == "index" else PSMBatchMatcher)(q_values, records["absw"], records["wrms"], distance, probes, first, t)
+            matcher = (IndexChunkMatcher if engine == "index" else PSMBatchMatcher)(q_values, records["cq"], records["wrms"], distance, probes, first, t)
         found_q, found_dup, found_d = [], [], []
         for _start, chunk in coll.chunks(chunk_size, verify=verify):
             if not active.any():
