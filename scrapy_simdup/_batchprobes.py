@@ -88,4 +88,6 @@ def probe_masks(cq: np.ndarray, t: int, h: int, k: int):
     if k <= 0 or h <= 0:
         m = len(cq)
         return np.zeros((m, 0), dtype=np.uint64), np.zeros(m, dtype=np.int32)
-    return _batchscan.batch_flip_masks(header_log_odds(cq, t), h, k)
+    if not 1 <= t <= cq.shape[1]:
+        raise ValueError(f"t must be in 1..{cq.shape[1]}, got {t}")
+    return _batchscan.batch_flip_masks_cq(cq, log_odds_table(), t, h, k)

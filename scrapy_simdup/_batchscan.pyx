@@ -42,6 +42,57 @@ cdef extern from "_vosh.h" nogil:
     long vosh_total(int t, int h)
 
 
+cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
+                          const double[::1] table, bint use_cq, int t, int h, int k,
+                          uint64_t[:, ::1] mv, int32_t[::1] nv) noexcept nogil:
+    """VOSH over every row; the row's log-odds come from ``lw`` or from
+    ``table[cq]``. Returns -1 if the heap storage is too small."""
+    cdef Py_ssize_t m = mv.shape[0]
+    cdef long cap = h + 2 * (k + 2) + 2
+    cdef vosh_node *heap = <vosh_node *>malloc(cap * sizeof(vosh_node))
+    if heap == NULL:
+        return -2
+    cdef double srt[32]
+    cdef uint64_t bit[32]
+    cdef vosh_gen g
+    cdef Py_ssize_t i
+    cdef int r, j, size, got, bad = 0
+    cdef double v
+    cdef uint64_t mk
+    for i in range(m):
+        for r in range(t):          # stable insertion sort, descending
+            v = table[cq[i, r]] if use_cq else lw[i, r]
+            mk = (<uint64_t>1) << (63 - r)
+            j = r
+            while j > 0 and srt[j - 1] < v:
+                srt[j] = srt[j - 1]
+                bit[j] = bit[j - 1]
+                j -= 1
+            srt[j] = v
+            bit[j] = mk
+        if vosh_init(&g, srt, bit, t, h, heap, cap) != 0:
+            bad = -1
+            break
+        got = 0
+        vosh_next(&g, &mk, &size)   # the empty set
+        while got < k and vosh_next(&g, &mk, &size) > 0:
+            mv[i, got] = mk
+            got += 1
+        nv[i] = got
+    free(heap)
+    return bad
+
+
+def _check_flip_args(int t, int h, int k):
+    if t < 1 or t > 32:
+        raise ValueError(f"t must be in 1..32, got {t}")
+    if h < 0 or h > 8:
+        raise ValueError(f"h must be in 0..8, got {h}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    return min(k, vosh_total(t, h) - 1)
+
+
 def batch_flip_masks(const double[:, ::1] lw, int h, int k):
     """The ``k`` most likely header flip sets of every row, by VOSH.
 
@@ -50,60 +101,47 @@ def batch_flip_masks(const double[:, ::1] lw, int h, int k):
     (m, k), nprobes int32 (m,))``: the non-empty flip sets in non-increasing
     ``p(S)`` (the empty set, the element's own header, is not listed).
     """
-    cdef Py_ssize_t m = lw.shape[0]
     cdef int t = <int>lw.shape[1]
-    if t < 1 or t > 32:
-        raise ValueError(f"lw must have 1..32 columns, got {t}")
-    if h < 0 or h > 8:
-        raise ValueError(f"h must be in 0..8, got {h}")
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    cdef long total = vosh_total(t, h) - 1
-    if k > total:
-        k = <int>total
+    k = _check_flip_args(t, h, k)
+    cdef Py_ssize_t m = lw.shape[0]
     masks = np.zeros((m, k), dtype=np.uint64)
     nprobes = np.zeros(m, dtype=np.int32)
     if k == 0 or m == 0:
         return masks, nprobes
     cdef uint64_t[:, ::1] mv = masks
     cdef int32_t[::1] nv = nprobes
-    cdef long cap = h + 2 * (k + 2) + 2
-    cdef vosh_node *heap = <vosh_node *>malloc(cap * sizeof(vosh_node))
-    if heap == NULL:
-        raise MemoryError()
-    cdef double srt[32]
-    cdef uint64_t bit[32]
-    cdef vosh_gen g
-    cdef Py_ssize_t i
-    cdef int r, j, size, got, bad = 0
-    cdef double v
-    cdef uint64_t mk
-    try:
-        with nogil:
-            for i in range(m):
-                for r in range(t):          # stable insertion sort, descending
-                    v = lw[i, r]
-                    mk = (<uint64_t>1) << (63 - r)
-                    j = r
-                    while j > 0 and srt[j - 1] < v:
-                        srt[j] = srt[j - 1]
-                        bit[j] = bit[j - 1]
-                        j -= 1
-                    srt[j] = v
-                    bit[j] = mk
-                if vosh_init(&g, srt, bit, t, h, heap, cap) != 0:
-                    bad = 1
-                    break
-                got = 0
-                vosh_next(&g, &mk, &size)   # the empty set
-                while got < k and vosh_next(&g, &mk, &size) > 0:
-                    mv[i, got] = mk
-                    got += 1
-                nv[i] = got
-    finally:
-        free(heap)
-    if bad:
-        raise MemoryError("batch_flip_masks: VOSH heap too small")
+    cdef uint8_t[:, :] no_cq = np.zeros((1, 1), dtype=np.uint8)
+    cdef double[::1] no_table = np.zeros(1)
+    cdef int rc
+    with nogil:
+        rc = _flip_masks_rows(lw, no_cq, no_table, False, t, h, k, mv, nv)
+    if rc != 0:
+        raise MemoryError("batch_flip_masks: out of memory")
+    return masks, nprobes
+
+
+def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, int h, int k):
+    """:func:`batch_flip_masks` with the log-odds of bit ``63 - c`` of element
+    ``i`` given as ``table[cq[i, c]]`` (the batch files' quantised weights and
+    the volatility model tabulated per code), for ``c < t``."""
+    if table.shape[0] != 256:
+        raise ValueError("table must have 256 entries")
+    if cq.shape[1] < t:
+        raise ValueError(f"cq has {cq.shape[1]} columns, t = {t}")
+    k = _check_flip_args(t, h, k)
+    cdef Py_ssize_t m = cq.shape[0]
+    masks = np.zeros((m, k), dtype=np.uint64)
+    nprobes = np.zeros(m, dtype=np.int32)
+    if k == 0 or m == 0:
+        return masks, nprobes
+    cdef uint64_t[:, ::1] mv = masks
+    cdef int32_t[::1] nv = nprobes
+    cdef double[:, ::1] no_lw = np.zeros((1, 1))
+    cdef int rc
+    with nogil:
+        rc = _flip_masks_rows(no_lw, cq, table, True, t, h, k, mv, nv)
+    if rc != 0:
+        raise MemoryError("batch_flip_masks_cq: out of memory")
     return masks, nprobes
 
 
@@ -246,8 +284,10 @@ def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
                 const int32_t[::1] nprobes, int t):
     """Invert the probes of a batch: for every header ``b``, the elements that probe it.
 
-    Returns ``(offsets int64 (2^t + 1,), elems uint32 (total,))``: the elements
-    probing header ``b`` are ``elems[offsets[b]:offsets[b + 1]]`` (each element
+    Returns ``(offsets int64 (2^t + 1,), elems uint32 (total,), xs uint64
+    (total,))``: the elements probing header ``b`` are
+    ``elems[offsets[b]:offsets[b + 1]]``, their values ``xs[...]`` beside them so
+    the scan reads two sequential streams (each element
     probes its own header plus ``nprobes[i]`` flipped ones). Built once per
     batch by a counting sort, so that matching a sorted chunk is a merge of two
     header-ordered streams instead of ``m * k`` random bucket visits.
@@ -279,7 +319,9 @@ def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
         for b in range(nb):
             off[b + 1] += off[b]
     elems = np.empty(total, dtype=np.uint32)
+    xs = np.empty(total, dtype=np.uint64)
     cdef uint32_t[::1] ev = elems
+    cdef uint64_t[::1] xv = xs
     fill = offsets[:nb].copy()
     cdef int64_t[::1] fv = fill
     with nogil:
@@ -288,18 +330,21 @@ def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
             np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
             b = <int64_t>(x >> shift)
             ev[fv[b]] = <uint32_t>i
+            xv[fv[b]] = x
             fv[b] += 1
             for p in range(np_i):
                 b = <int64_t>((x ^ masks[i, p]) >> shift)
                 ev[fv[b]] = <uint32_t>i
+                xv[fv[b]] = x
                 fv[b] += 1
-    return offsets, elems
+    return offsets, elems, xs
 
 
-def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] elems, const uint8_t[::1] active):
+def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] elems, uint64_t[::1] xs,
+                        const uint8_t[::1] active):
     """Drop inactive elements from a probe table in place (order kept).
 
-    Returns the new number of entries; ``elems`` beyond it is garbage.
+    Returns the new number of entries; ``elems``/``xs`` beyond it are garbage.
     """
     cdef int64_t nb = offsets.shape[0] - 1
     cdef int64_t b, j, w = 0, start
@@ -309,6 +354,7 @@ def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] elems, const uint8_t
             for j in range(start, offsets[b + 1]):
                 if active[elems[j]]:
                     elems[w] = elems[j]
+                    xs[w] = xs[j]
                     w += 1
             start = offsets[b + 1]
             offsets[b + 1] = w
@@ -317,7 +363,7 @@ def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] elems, const uint8_t
 
 def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                const int64_t[::1] probe_offsets, const uint32_t[::1] probe_elems,
-               const uint64_t[::1] q_values, int h, uint8_t[::1] active,
+               const uint64_t[::1] probe_xs, int h, uint8_t[::1] active,
                bint first_only):
     """Match a batch against one sorted chunk by walking both header-ordered tables.
 
@@ -328,8 +374,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef int64_t nb = chunk_offsets.shape[0] - 1
     if probe_offsets.shape[0] != nb + 1:
         raise ValueError("chunk and probe tables use different header lengths")
-    if active.shape[0] != q_values.shape[0]:
-        raise ValueError("active and q_values differ in length")
+    if probe_xs.shape[0] < probe_offsets[nb] or probe_elems.shape[0] < probe_offsets[nb]:
+        raise ValueError("probe table arrays are shorter than its offsets say")
     if h < 0 or h > 64:
         raise ValueError(f"h must be in 0..64, got {h}")
     cdef PairBuf buf
@@ -342,6 +388,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef uint32_t qi
     cdef uint64_t x
     cdef int dist, failed = 0
+    cdef int64_t n_active = active.shape[0]
     with nogil:
         for b in range(nb):
             lo = chunk_offsets[b]
@@ -352,9 +399,12 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             phi = probe_offsets[b + 1]
             for e in range(plo, phi):
                 qi = probe_elems[e]
+                if qi >= n_active:
+                    failed = 2
+                    break
                 if not active[qi]:
                     continue
-                x = q_values[qi]
+                x = probe_xs[e]
                 for j in range(lo, hi):
                     dist = simdup_popcount64(x ^ chunk[j])
                     if dist <= h:
@@ -369,6 +419,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             if failed:
                 break
     try:
+        if failed == 2:
+            raise ValueError("the probe table names an element beyond `active`")
         if failed:
             raise MemoryError("join_chunk: out of memory for the result pairs")
         qa = np.empty(buf.n, dtype=np.int64)

@@ -55,8 +55,9 @@ def test_scan_and_join_equal_reference(case):
     want = matches(chunk, t, q, probes, nprobes, h, active)
     got = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, active.copy(), False)
     assert set(zip(*(a.tolist() for a in got))) == want
-    po, pe = _batchscan.probe_table(q, probes, nprobes, t)
-    got = _batchscan.join_chunk(chunk, offsets, po, pe, q, h, active.copy(), False)
+    po, pe, px = _batchscan.probe_table(q, probes, nprobes, t)
+    assert np.array_equal(px, q[pe])
+    got = _batchscan.join_chunk(chunk, offsets, po, pe, px, h, active.copy(), False)
     assert set(zip(*(a.tolist() for a in got))) == want
     # first-only: one match per element that has any, and it is a real match
     for fn in ("scan", "join"):
@@ -64,18 +65,19 @@ def test_scan_and_join_equal_reference(case):
         if fn == "scan":
             qi, yi, dd = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, act, True)
         else:
-            qi, yi, dd = _batchscan.join_chunk(chunk, offsets, po, pe, q, h, act, True)
+            qi, yi, dd = _batchscan.join_chunk(chunk, offsets, po, pe, px, h, act, True)
         assert len(set(qi.tolist())) == len(qi)
         assert set(qi.tolist()) == {i for i, _, _ in want}
         assert {(a, b, c) for a, b, c in zip(qi.tolist(), yi.tolist(), dd.tolist())} <= want
         assert all(act[i] == 0 for i in qi.tolist())
     # compaction keeps exactly the active elements, in header order
     act = (np.random.default_rng(len(q)).random(len(q)) < 0.5).astype(np.uint8)
-    po2, pe2 = po.copy(), pe.copy()
-    n = _batchscan.compact_probe_table(po2, pe2, act)
+    po2, pe2, px2 = po.copy(), pe.copy(), px.copy()
+    n = _batchscan.compact_probe_table(po2, pe2, px2, act)
     for b in range(len(po) - 1):
         kept = [e for e in pe[po[b]:po[b + 1]].tolist() if act[e]]
         assert pe2[po2[b]:po2[b + 1]].tolist() == kept
+        assert px2[po2[b]:po2[b + 1]].tolist() == q[kept].tolist()
     assert po2[-1] == n
 
 
@@ -93,6 +95,12 @@ def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
         scores = [mask_score(x, lw[i]) for x in got]
         assert all(a >= b - 1e-9 for a, b in zip(scores, scores[1:]))
         assert np.allclose(scores, top_flip_sets(lw[i], h, k))
+    # the same from quantised weights and a per-code table
+    table = np.sort(rng.uniform(-12, -0.01, 256))[::-1].copy()
+    cq = rng.integers(0, 256, size=(3, t + 2)).astype(np.uint8)
+    masks2, n2 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
+    masks3, n3 = _batchscan.batch_flip_masks(np.ascontiguousarray(table[cq[:, :t]]), h, k)
+    assert np.array_equal(masks2, masks3) and np.array_equal(n2, n3)
 
 
 def test_bad_arguments_are_value_errors():
@@ -107,3 +115,9 @@ def test_bad_arguments_are_value_errors():
                               np.zeros(4, np.int32), 3, np.ones(4, np.uint8), True)
     with pytest.raises(ValueError, match="h must be"):
         _batchscan.batch_flip_masks(np.zeros((2, 4)), 9, 3)
+    with pytest.raises(ValueError, match="256"):
+        _batchscan.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
+    q = np.arange(4, dtype=np.uint64)
+    po, pe, px = _batchscan.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
+    with pytest.raises(ValueError, match="beyond"):
+        _batchscan.join_chunk(v, off, po, pe, px, 3, np.ones(2, np.uint8), False)
