@@ -8,7 +8,11 @@ ADDONS = {"scrapy_simdup.Addon": 0}
 
 # The defaults, spelled out (see the README's "Settings" table):
 SIMDUP_ACTION = "drop"        # or "tag": pass duplicates on with response.meta["simdup"]
-SIMDUP_DISTANCE = 3           # Hamming distance threshold
+# Hamming distance threshold. The default is 3; on this site different
+# articles are at least 14 bits apart while heavily edited copies (syndicated
+# into another template and trimmed by 10-20 %) are 6-10 bits from the
+# original, so the example uses the largest threshold the index supports.
+SIMDUP_DISTANCE = 8
 SIMDUP_SEARCH = "psm"         # Probabilistic Simhash Matching ("exact": block-permuted search)
 SIMDUP_LOG_INTERVAL = 10.0    # the periodic "Simdup: ..." line, seconds
 

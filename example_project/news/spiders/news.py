@@ -24,7 +24,7 @@ import scrapy
 
 from scrapy_simdup import NearDuplicateResponse
 
-from ..site import SiteServer, build_site
+from ..site import SiteServer, build_site, data_dir
 
 
 class NewsSpider(scrapy.Spider):
@@ -32,6 +32,7 @@ class NewsSpider(scrapy.Spider):
 
     def __init__(self, records=None, half="report", seed=0, report=None, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        data_dir()  # fail now, with a clear message, if ../shared/data is missing
         self.records = int(records) if records else None
         self.half = half
         self.seed = int(seed)
