@@ -157,6 +157,31 @@ _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+class RealSeeds:
+    """Pages seeded from real ones: each real page once as it is, then new
+    pages made of a real page's boilerplate (first/last sentences) and body
+    sentences drawn from the pool of all real sentences of the half, so the
+    text statistics are real but no page is stored many times."""
+
+    def __init__(self, docs: list[Doc], rng):
+        self.docs = docs
+        self.pool = [s for d in docs for s in d.body]
+        self.rng = rng
+        self.next = 0
+
+    def __len__(self):
+        return len(self.docs)
+
+    def doc(self) -> Doc:
+        if self.next < len(self.docs):
+            self.next += 1
+            return self.docs[self.next - 1]
+        tmpl = self.docs[int(self.rng.integers(len(self.docs)))]
+        n = int(np.clip(self.rng.lognormal(np.log(20), 0.7), 3, 200))
+        body = [self.pool[int(i)] for i in self.rng.integers(len(self.pool), size=n)]
+        return Doc(tmpl.head, body, tmpl.tail)
+
+
 def real_docs(half: str) -> list[Doc]:
     """Docs from the real pages of one hold-out half ("tune" or "report")."""
     from _data import load_all, parse_html, split
@@ -191,13 +216,14 @@ def pairs(corpus: Corpus, n_pairs: int, max_distance: int, real: list[Doc] = (),
     [min_distance, max_distance]: returns dict of arrays base_value, base_W,
     var_value, var_W, distance, real (bool)."""
     rng = corpus.rng
+    seeds = RealSeeds(list(real), rng) if len(real) else None
     out = {k: [] for k in ("base_value", "base_W", "var_value", "var_W", "distance", "real")}
     have = 0
     while have < n_pairs:
         bases, variants, is_real = [], [], []
         for _ in range(batch):
-            use_real = len(real) and rng.random() < real_fraction
-            d = real[int(rng.integers(len(real)))] if use_real else corpus.doc()
+            use_real = seeds is not None and rng.random() < real_fraction
+            d = seeds.doc() if use_real else corpus.doc()
             intensity = float(rng.choice([0.01, 0.03, 0.06, 0.1, 0.2]))
             bases.append(d.tokens())
             variants.append(corpus.edit(d, intensity).tokens())

@@ -45,56 +45,96 @@ cdef enum:
     MAX_T = 32
     STACK_HEAP = 600
     BATCH = 8
+    GROUP = 8       # queries pipelined together in query_many
+    KPIPE = 64      # probes per query up to which query_many pipelines
 
 
 # ---------------------------------------------------------------- the model
 cdef struct model_t:
     double dc           # grid step of normalised |W|
+    double inv_dc
     int K               # grid points 0..K-1
     const double *tab   # log-odds of p at each grid point
     double slope        # log-odds slope beyond the grid
+    double slope_grid   # the same per grid step
     double uniform      # log-odds used when W is None
 
 
-cdef inline double model_lw(const model_t *m, double c) noexcept nogil:
-    cdef double x = c / m.dc
+cdef inline double model_lw_grid(const model_t *m, double x) noexcept nogil:
+    """log-odds at x grid steps (x = c / dc)."""
     cdef int i
     if x >= m.K - 1:
-        return m.tab[m.K - 1] + (x - (m.K - 1)) * m.dc * m.slope
+        return m.tab[m.K - 1] + (x - (m.K - 1)) * m.slope_grid
     i = <int>x
     return m.tab[i] + (x - i) * (m.tab[i + 1] - m.tab[i])
 
 
-cdef int prepare(const model_t *m, const double *W, int t,
+cdef inline double model_lw(const model_t *m, double c) noexcept nogil:
+    return model_lw_grid(m, c * m.inv_dc)
+
+
+cdef int prepare(const model_t *m, const double *W, int t, int keep,
                  double *lw, uint64_t *mask) noexcept nogil:
-    """Header bits ranked by volatility: lw[r] non-increasing, mask[r] the
-    bit. Returns -1 if W holds NaN or infinity."""
-    cdef int r, j, bit
-    cdef double ss = 0.0, inv, v
+    """The ``keep`` most volatile header bits ranked: lw[r] non-increasing,
+    mask[r] the bit. Returns -1 if W holds NaN or infinity.
+
+    ``keep = min(t, probes)`` is enough: every flip set has a key below each
+    of its members' singletons (all log-odds are < 0 since p < 1/2), so
+    before any set containing rank r all singletons of ranks <= r come out,
+    and the first ``probes`` sets (empty set included) use ranks < probes - 1.
+    Bits are selected by smallest |W| (lw is decreasing in |W|), so only the
+    kept ones go through the model."""
+    cdef int r, j, bit, n = 0
+    cdef double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, ss, scale, a, big
+    cdef double aw[MAX_T]
     cdef uint64_t mk
+    if keep > t:
+        keep = t
     if W == NULL:
-        for r in range(t):
+        for r in range(keep):
             lw[r] = m.uniform
             mask[r] = (<uint64_t>1) << (63 - r)
         return 0
-    for j in range(64):
-        v = W[j]
-        if not isfinite(v):
-            return -1
-        ss += v * v
-    inv = 0.0 if ss == 0.0 else 1.0 / sqrt(ss / 64.0)
+    for j in range(0, 64, 4):
+        s0 += W[j] * W[j]
+        s1 += W[j + 1] * W[j + 1]
+        s2 += W[j + 2] * W[j + 2]
+        s3 += W[j + 3] * W[j + 3]
+    ss = (s0 + s1) + (s2 + s3)
+    if not isfinite(ss):
+        # NaN/inf in W, or finite weights so large their squares overflow
+        big = 0.0
+        for j in range(64):
+            if not isfinite(W[j]):
+                return -1
+            if fabs(W[j]) > big:
+                big = fabs(W[j])
+        ss = 0.0
+        for j in range(64):
+            ss += (W[j] / big) * (W[j] / big)
+        scale = m.inv_dc / (big * sqrt(ss / 64.0))
+    elif ss == 0.0:
+        scale = 0.0
+    else:
+        scale = m.inv_dc / sqrt(ss / 64.0)
+    # keep the `keep` smallest |W| (stable: the higher bit first on ties)
     for r in range(t):
         bit = 63 - r
-        v = model_lw(m, fabs(W[bit]) * inv)
-        mk = (<uint64_t>1) << bit
-        # insertion sort, stable: equal volatility keeps the higher bit first
-        j = r
-        while j > 0 and lw[j - 1] < v:
-            lw[j] = lw[j - 1]
+        a = fabs(W[bit])
+        if n == keep:
+            if a >= aw[n - 1]:
+                continue
+            n -= 1
+        j = n
+        while j > 0 and aw[j - 1] > a:
+            aw[j] = aw[j - 1]
             mask[j] = mask[j - 1]
             j -= 1
-        lw[j] = v
-        mask[j] = mk
+        aw[j] = a
+        mask[j] = (<uint64_t>1) << bit
+        n += 1
+    for r in range(keep):
+        lw[r] = model_lw_grid(m, aw[r] * scale)
     return 0
 
 
@@ -108,9 +148,11 @@ cdef class _Model:
         if self._tab.shape[0] < 2 or dc <= 0:
             raise ValueError("model table needs at least 2 points and dc > 0")
         self.m.dc = dc
+        self.m.inv_dc = 1.0 / dc
         self.m.K = self._tab.shape[0]
         self.m.tab = &self._tab[0]
         self.m.slope = slope
+        self.m.slope_grid = slope * dc
         self.m.uniform = uniform
 
     def log_odds(self, c):
@@ -134,11 +176,12 @@ def flip_masks_c(_Model model, W, int header_bits, int distance, long max_probes
     if W is not None:
         wv = W
         wp = &wv[0]
-    if prepare(&model.m, wp, header_bits, lw, mk) < 0:
-        raise ValueError("W must be finite (no NaN or infinity)")
     cdef long total = vosh_total(header_bits, distance)
     if max_probes < 0 or max_probes > total:
         max_probes = total
+    cdef int keep = header_bits if max_probes >= header_bits else <int>max_probes
+    if prepare(&model.m, wp, header_bits, keep, lw, mk) < 0:
+        raise ValueError("W must be finite (no NaN or infinity)")
     cdef long cap = distance + max_probes + 2
     cdef vosh_node *heap = <vosh_node *>malloc(cap * sizeof(vosh_node))
     if heap == NULL:
@@ -152,7 +195,7 @@ def flip_masks_c(_Model model, W, int header_bits, int distance, long max_probes
     cdef int size, rc
     cdef uint64_t m
     try:
-        vosh_init(&g, lw, mk, header_bits, distance, heap, cap)
+        vosh_init(&g, lw, mk, keep, distance, heap, cap)
         while k < max_probes:
             rc = vosh_next(&g, &m, &size)
             if rc <= 0:
@@ -192,7 +235,7 @@ def ranks_of(_Model model, const double[:, ::1] W, const uint64_t[::1] a,
                 target = (a[i] ^ b[i]) & hmask
                 if simdup_popcount64(target) > distance:
                     continue
-                if prepare(&model.m, &W[i, 0], t, lw, mk) < 0:
+                if prepare(&model.m, &W[i, 0], t, t, lw, mk) < 0:
                     continue
                 vosh_init(&g, lw, mk, t, distance, heap, cap)
                 k = 0
@@ -478,9 +521,10 @@ cdef class PSMCore:
         cdef uint64_t v, hdr
         cdef const uint32_t *off = self.off
         cdef const uint64_t *vals = self.vals
-        if prepare(&self._model.m, W, t, lw, mk) < 0:
+        cdef int keep = t if maxk >= t else <int>maxk
+        if prepare(&self._model.m, W, t, keep, lw, mk) < 0:
             return -1
-        vosh_init(&g, lw, mk, t, h, heap, heapcap)
+        vosh_init(&g, lw, mk, keep, h, heap, heapcap)
         while k < maxk:
             nb = 0
             while nb < BATCH and k < maxk:
@@ -524,6 +568,79 @@ cdef class PSMCore:
             if rc <= 0:
                 break
         return found
+
+    cdef Py_ssize_t _search_group(self, const uint64_t *xs, const double *Ws,
+                                  int G, bint first, long maxk, int64_t q0,
+                                  resvec *res, vosh_node *heap,
+                                  long heapcap) noexcept nogil:
+        """G queries (maxk <= KPIPE) with their bucket loads overlapped:
+        all flip sets first, then all offset loads, then all scans. Returns
+        0, -2 for out of memory, or -(3 + g) for a bad W in query g."""
+        cdef double lw[MAX_T]
+        cdef uint64_t mk[MAX_T]
+        cdef vosh_gen gen
+        cdef uint32_t hq[GROUP][KPIPE]
+        cdef uint32_t lo[GROUP][KPIPE]
+        cdef uint32_t hi[GROUP][KPIPE]
+        cdef int nk[GROUP]
+        cdef int t = self.t, h = self.distance, shift = 64 - self.t
+        cdef int bshift = self.t - self.tb
+        cdef int g, k, size, d
+        cdef uint64_t m, x, v, hdr
+        cdef uint32_t j
+        cdef int32_t c
+        cdef bint done
+        cdef const uint32_t *off = self.off
+        cdef const uint64_t *vals = self.vals
+        cdef int keep = t if maxk >= t else <int>maxk
+        for g in range(G):
+            x = xs[g]
+            if prepare(&self._model.m, (Ws + 64 * g) if Ws != NULL else NULL,
+                       t, keep, lw, mk) < 0:
+                return -(3 + g)
+            vosh_init(&gen, lw, mk, keep, h, heap, heapcap)
+            k = 0
+            while k < maxk and vosh_next(&gen, &m, &size) > 0:
+                hq[g][k] = <uint32_t>((x ^ m) >> shift)
+                __builtin_prefetch(&off[hq[g][k]])
+                k += 1
+            nk[g] = k
+        for g in range(G):
+            for k in range(nk[g]):
+                lo[g][k] = off[hq[g][k]]
+                hi[g][k] = off[hq[g][k] + 1]
+                __builtin_prefetch(&vals[lo[g][k]])
+        for g in range(G):
+            x = xs[g]
+            done = False
+            for k in range(nk[g]):
+                for j in range(lo[g][k], hi[g][k]):
+                    d = simdup_popcount64(vals[j] ^ x)
+                    if d <= h:
+                        if res_push(res, q0 + g, self.ids[j], d) < 0:
+                            return -2
+                        if first:
+                            done = True
+                            break
+                if done:
+                    break
+                if self.n_buf:
+                    hdr = hq[g][k]
+                    c = self.bhead[hdr >> bshift]
+                    while c >= 0:
+                        v = self.bvals[c]
+                        if (v >> shift) == hdr:
+                            d = simdup_popcount64(v ^ x)
+                            if d <= h:
+                                if res_push(res, q0 + g, self.bids[c], d) < 0:
+                                    return -2
+                                if first:
+                                    done = True
+                                    break
+                        c = self.bnext[c]
+                    if done:
+                        break
+        return 0
 
     cdef long _probes(self):
         cdef long total = vosh_total(self.t, self.distance)
@@ -603,19 +720,42 @@ cdef class PSMCore:
             out_d = np.full(n, -1, np.int8)
             oid = out_ids
             odist = out_d
+        cdef Py_ssize_t g0, G, k
+        i = 0
+        cdef bint pipe = maxk <= KPIPE
         try:
             with nogil:
-                for i in range(n):
-                    before = res.n
-                    rc = self._search(values[i], &wv[i, 0] if has_w else NULL,
-                                      first, maxk, i, &res, heap, heapcap)
-                    if rc < 0:
-                        break
-                    if first:
-                        if res.n > before:
-                            oid[i] = res.ids[before]
-                            odist[i] = res.d[before]
-                        res.n = 0
+                if pipe:
+                    g0 = 0
+                    while g0 < n:
+                        G = n - g0 if n - g0 < GROUP else GROUP
+                        rc = self._search_group(&values[g0],
+                                                &wv[g0, 0] if has_w else NULL,
+                                                <int>G, first, maxk, g0, &res,
+                                                heap, heapcap)
+                        if rc < 0:
+                            if rc <= -3:
+                                i = g0 + (-rc - 3)
+                                rc = -1
+                            break
+                        if first:
+                            for k in range(res.n):
+                                oid[res.q[k]] = res.ids[k]
+                                odist[res.q[k]] = res.d[k]
+                            res.n = 0
+                        g0 += G
+                else:
+                    for i in range(n):
+                        before = res.n
+                        rc = self._search(values[i], &wv[i, 0] if has_w else NULL,
+                                          first, maxk, i, &res, heap, heapcap)
+                        if rc < 0:
+                            break
+                        if first:
+                            if res.n > before:
+                                oid[i] = res.ids[before]
+                                odist[i] = res.d[before]
+                            res.n = 0
             if rc == -1:
                 raise ValueError(f"W[{i}] must be finite (no NaN or infinity)")
             if rc == -2:

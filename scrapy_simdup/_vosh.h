@@ -18,10 +18,12 @@
 
 #define VOSH_MAX_H 8
 
+/* A node is 16 bytes: its key and its elements packed one per byte,
+ * element i (rank + 1) in byte 7 - i, 0 = absent. Equal keys are ordered
+ * by smaller size first, then lexicographically (deterministic order). */
 typedef struct {
     double key;
-    uint8_t size;
-    uint8_t e[VOSH_MAX_H];
+    uint64_t e;
 } vosh_node;
 
 typedef struct {
@@ -33,14 +35,18 @@ typedef struct {
     long n, cap;
 } vosh_gen;
 
+static inline int vosh_size(uint64_t e) {
+    int s = 0;
+    while (s < VOSH_MAX_H && ((e >> (56 - 8 * s)) & 0xff)) s++;
+    return s;
+}
+
 static inline int vosh_less(const vosh_node *a, const vosh_node *b) {
-    /* max-heap on key; ties: smaller sets first, then lexicographic, so the
-     * order is deterministic */
+    /* is a after b? max-heap on key */
     if (a->key != b->key) return a->key < b->key;
-    if (a->size != b->size) return a->size > b->size;
-    for (int i = 0; i < a->size; i++)
-        if (a->e[i] != b->e[i]) return a->e[i] > b->e[i];
-    return 0;
+    int sa = vosh_size(a->e), sb = vosh_size(b->e);
+    if (sa != sb) return sa > sb;
+    return a->e > b->e;
 }
 
 static inline int vosh_push(vosh_gen *g, const vosh_node *x) {
@@ -75,6 +81,9 @@ static inline void vosh_pop(vosh_gen *g, vosh_node *out) {
     h[i] = last;
 }
 
+#define VOSH_GET(e, i) ((int)(((e) >> (56 - 8 * (i))) & 0xff) - 1)
+#define VOSH_INC(i) ((uint64_t)1 << (56 - 8 * (i)))
+
 /* Returns 0 on success, -1 if the heap storage is too small for the roots. */
 static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
                             int t, int h, vosh_node *heap, long cap) {
@@ -82,11 +91,12 @@ static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
     g->h = h < t ? h : t;
     if (g->h > VOSH_MAX_H) g->h = VOSH_MAX_H;
     g->heap = heap; g->cap = cap; g->n = 0; g->started = 0;
+    vosh_node r;
+    r.key = 0.0;
+    r.e = 0;
     for (int s = 1; s <= g->h; s++) {
-        vosh_node r = {0};
-        r.size = (uint8_t)s;
-        r.key = 0.0;
-        for (int i = 0; i < s && i < VOSH_MAX_H; i++) { r.e[i] = (uint8_t)i; r.key += lw[i]; }
+        r.key += lw[s - 1];
+        r.e |= (uint64_t)s << (56 - 8 * (s - 1));   /* element s-1 = rank s-1 */
         if (vosh_push(g, &r)) return -1;
     }
     return 0;
@@ -103,25 +113,31 @@ static inline int vosh_next(vosh_gen *g, uint64_t *mask_out, int *size_out) {
     if (g->n == 0) return 0;
     vosh_node s;
     vosh_pop(g, &s);
-    int k = s.size;
+    int el[VOSH_MAX_H];
+    int k = 0;
     uint64_t m = 0;
-    for (int i = 0; i < k; i++) m |= g->mask[s.e[i]];
+    while (k < VOSH_MAX_H) {
+        int r = VOSH_GET(s.e, k);
+        if (r < 0) break;
+        el[k++] = r;
+        m |= g->mask[r];
+    }
     *mask_out = m; *size_out = k;
     /* left child: increment the last element */
-    if (s.e[k - 1] < g->t - 1) {
-        vosh_node c = s;
-        c.e[k - 1]++;
-        c.key += g->lw[c.e[k - 1]] - g->lw[s.e[k - 1]];
+    if (el[k - 1] < g->t - 1) {
+        vosh_node c;
+        c.e = s.e + VOSH_INC(k - 1);
+        c.key = s.key + g->lw[el[k - 1] + 1] - g->lw[el[k - 1]];
         if (vosh_push(g, &c)) return -1;
     }
     /* right child: scan gaps right to left; the first gap != 1 decides */
     for (int j = k - 2; j >= 0; j--) {
-        int gap = s.e[j + 1] - s.e[j];
+        int gap = el[j + 1] - el[j];
         if (gap == 1) continue;
         if (gap == 2) {
-            vosh_node c = s;
-            c.e[j]++;
-            c.key += g->lw[c.e[j]] - g->lw[s.e[j]];
+            vosh_node c;
+            c.e = s.e + VOSH_INC(j);
+            c.key = s.key + g->lw[el[j] + 1] - g->lw[el[j]];
             if (vosh_push(g, &c)) return -1;
         }
         break;

@@ -200,6 +200,12 @@ def test_bad_query_arguments():
         idx.query(1, Wn)
     with pytest.raises(ValueError, match="W"):
         idx.query_many([1, 2], np.zeros((3, 64)))
+    Wm = np.ones((20, 64))
+    Wm[13, 5] = np.inf
+    for probes in (5, 500):  # pipelined and per-query loops
+        idx.max_probes = probes
+        with pytest.raises(ValueError, match=r"W\[13\]"):
+            idx.query_many(np.arange(20), Wm)
     with pytest.raises(ValueError, match="value"):
         idx.query(-1)
     with pytest.raises(ValueError, match="value"):

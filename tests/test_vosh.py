@@ -46,12 +46,16 @@ def test_order_matches_brute_force(t, h, seed, ties):
     assert np.all(np.diff(got[1:]) <= got[1:-1] * 1e-9 + 1e-300)
 
 
-def test_max_probes_is_a_prefix():
-    W = np.random.default_rng(1).laplace(size=64)
-    full, _ = flip_masks(W, 12, 3, model=MODEL)
-    part, fl = flip_masks(W, 12, 3, max_probes=17, model=MODEL)
-    assert len(part) == 17
-    np.testing.assert_array_equal(part, full[:17])
+@pytest.mark.parametrize("t, probes", [(12, 17), (20, 2), (20, 5), (24, 9), (30, 31)])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_max_probes_is_a_prefix(t, probes, seed):
+    """A cap only ranks the `probes` most volatile bits: same sets, same order."""
+    W = np.random.default_rng(seed).laplace(size=64)
+    for w in (W, None):
+        full, _ = flip_masks(w, t, 3, model=MODEL)
+        part, fl = flip_masks(w, t, 3, max_probes=probes, model=MODEL)
+        assert len(part) == probes
+        np.testing.assert_array_equal(part, full[:probes])
 
 
 def test_most_volatile_bit_first():
