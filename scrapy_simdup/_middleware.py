@@ -35,6 +35,8 @@ class SimdupDownloaderMiddleware(SimdupComponent):
     Place it below ``HttpCompressionMiddleware`` (590) and ``RedirectMiddleware``
     (600), so that it sees decompressed responses after redirects: the add-on
     uses 585. Requests with ``meta["dont_simdup"] = True`` are not checked.
+    Every response it passes on gets ``meta["simdup"]`` (``simhash``,
+    ``duplicate_of``, ``distance``; ``skipped`` when not fingerprinted).
     """
 
     kind = "pages"
@@ -61,11 +63,11 @@ class SimdupDownloaderMiddleware(SimdupComponent):
                          extra={"spider": self.crawler.spider})
             raise NearDuplicateResponse(url, match.duplicate_of, match.distance,
                                         verdict.simhash)
-        if self.config.action == "tag":
-            if match is not None:
-                self.stats.inc_value("simdup/tagged")
-                logger.debug("Tagged near-duplicate %s of %s (distance %d)", url,
-                             match.duplicate_of, match.distance,
-                             extra={"spider": self.crawler.spider})
-            request.meta["simdup"] = verdict.as_tag()
+        if match is not None:  # tag mode
+            self.stats.inc_value("simdup/tagged")
+            logger.debug("Tagged near-duplicate %s of %s (distance %d)", url,
+                         match.duplicate_of, match.distance,
+                         extra={"spider": self.crawler.spider})
+        # every response passed on carries the verdict (in drop mode: not a duplicate)
+        request.meta["simdup"] = verdict.as_tag()
         return response

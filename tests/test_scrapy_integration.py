@@ -128,6 +128,8 @@ def test_drop_mode_keeps_one_page_per_cluster(site, tmp_path):
     assert stats["simdup/index_size"] == N_ARTICLES
     kept = sorted(site.clusters[_name(r["url"])] for r in result["responses"])
     assert kept == list(range(N_ARTICLES))
+    for r in result["responses"]:  # the pages that reach the spider carry their verdict
+        assert isinstance(r["simdup"]["simhash"], int) and r["simdup"]["duplicate_of"] is None
     # dropped responses never reach the callback: the errback gets NearDuplicateResponse
     assert len(result["dropped"]) == total - N_ARTICLES
     for drop in result["dropped"]:
