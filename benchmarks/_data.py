@@ -225,19 +225,20 @@ def _tokens(text: str | None) -> list[str]:
 _SKIP_TEXT = {"script", "style", "noscript", "template"}
 
 
-def find_main_node(doc, reference: str):
+def find_main_node(doc, reference: str, with_recall: bool = False):
     """The element whose text best matches ``reference`` (token F1).
 
     Independent of the package's own extractor (so the evaluation is not
-    circular). Returns ``(element, f1)`` or ``(None, 0.0)``.
+    circular). Returns ``(element, f1)`` or ``(None, 0.0)`` (and the recall of
+    the reference tokens as a third item with ``with_recall``).
     """
     ref = set(_tokens(reference))
     n_ref = len(_tokens(reference))
     if not ref:
-        return None, 0.0
+        return (None, 0.0, 0.0) if with_recall else (None, 0.0)
     body = doc.find("body")
     if body is None:
-        return None, 0.0
+        return (None, 0.0, 0.0) if with_recall else (None, 0.0)
     total: dict = {}
     hits: dict = {}
 
@@ -266,7 +267,7 @@ def find_main_node(doc, reference: str):
         add(el, el.text)
         if el is not body and el.tail and el.getparent() is not None:
             add(el.getparent(), el.tail)
-    best, best_f1 = None, 0.0
+    best, best_f1, best_r = None, 0.0, 0.0
     for el in body.iter():
         if el not in total or el.tag in ("p", "span", "a", "li", "b", "i", "em", "strong"):
             continue
@@ -274,7 +275,9 @@ def find_main_node(doc, reference: str):
         r = min(1.0, hits[el] / n_ref)
         f1 = 2 * p * r / (p + r) if p + r else 0.0
         if f1 >= best_f1:      # pre-order: ties go to the deeper element
-            best, best_f1 = el, f1
+            best, best_f1, best_r = el, f1, r
+    if with_recall:
+        return best, best_f1, best_r
     return best, best_f1
 
 
@@ -367,6 +370,42 @@ def _comment_block(rng, pool, n_comments) -> etree._Element:
     return block
 
 
+def _shingle_set(text: str, k: int = 3) -> set:
+    toks = _tokens(text)
+    return {" ".join(toks[i:i + k]) for i in range(max(1, len(toks) - k + 1))} if toks else set()
+
+
+def _reference_clusters(records, min_jaccard: float = 0.5) -> dict:
+    """Cluster id per record: records whose reference texts are near-identical
+    (Jaccard of word 3-shingle sets >= ``min_jaccard``) share a cluster.
+
+    The data has such pairs (several readability test pages reuse one lorem
+    ipsum text); labelling them different would count correct matches as
+    false positives. Exact set comparison, independent of any fingerprint.
+    """
+    sets = {r.id: _shingle_set(r.main_text) for r in records if r.main_text}
+    parent = {r.id: r.id for r in records}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    ids = sorted(sets)
+    for i, a in enumerate(ids):
+        sa = sets[a]
+        if not sa:
+            continue
+        for b in ids[i + 1:]:
+            sb = sets[b]
+            if sb and len(sa & sb) >= min_jaccard * len(sa | sb):
+                ra, rb = find(a), find(b)
+                if ra != rb:
+                    parent[max(ra, rb)] = min(ra, rb)
+    return {r.id: find(r.id) for r in records}
+
+
 def build_near_duplicate_site(records, seed: int = 0, min_words: int = 60) -> list[SitePage]:
     """Labelled near-duplicate pages built the way the web makes them.
 
@@ -405,8 +444,10 @@ def build_near_duplicate_site(records, seed: int = 0, min_words: int = 60) -> li
             continue
         parsed[r.id] = doc
         if r.paragraphs and r.main_text and len(r.main_text.split()) >= min_words:
-            node, f1 = find_main_node(doc, r.main_text)
-            if node is not None and f1 >= 0.5:
+            node, f1, recall = find_main_node(doc, r.main_text, with_recall=True)
+            # the node must hold (nearly) the whole article, or replacing its
+            # content would leave part of the old article in the page
+            if node is not None and f1 >= 0.6 and recall >= 0.9:
                 main[r.id] = node
     by_id = {r.id: r for r in records}
     hosts = [rid for rid in by_id if rid in main]
@@ -418,6 +459,7 @@ def build_near_duplicate_site(records, seed: int = 0, min_words: int = 60) -> li
     headline_pool = [_title_of(parsed[rid]) for rid in sorted(parsed)]
     headline_pool = [h for h in headline_pool if len(h.split()) >= 3] or ["Breaking news update"]
 
+    cluster_of = _reference_clusters(records)
     pages: list[SitePage] = []
 
     def emit(doc, cluster, kind, source, template):
@@ -430,6 +472,16 @@ def build_near_duplicate_site(records, seed: int = 0, min_words: int = 60) -> li
         node = find_main_node(doc, by_id[rid].main_text)[0] if rid in main else None
         return doc, node
 
+    def replace_article(doc, node, rid, paragraphs):
+        """Fill ``node`` and every other copy of the article (some pages carry
+        it twice, e.g. a second hidden or AMP copy)."""
+        _fill(node, paragraphs)
+        for _ in range(3):
+            other, f1, recall = find_main_node(doc, by_id[rid].main_text, with_recall=True)
+            if other is None or recall < 0.3 or other is node:
+                break
+            _fill(other, paragraphs)
+
     order = list(hosts)
     rng.shuffle(order)
     position = {rid: i for i, rid in enumerate(order)}
@@ -437,7 +489,7 @@ def build_near_duplicate_site(records, seed: int = 0, min_words: int = 60) -> li
     for r in records:
         if r.id not in parsed:
             continue
-        cluster = r.id
+        cluster = cluster_of[r.id]
         pages.append(SitePage(f"/{_slug(r.site or r.id)}/{_slug(r.id.split(':', 1)[1])}-original.html",
                               r.html, cluster, "original", r.id, r.id))
         own_title = _title_of(parsed[r.id]) or (r.paragraphs[0][:80] if r.paragraphs else r.site)
@@ -450,12 +502,12 @@ def build_near_duplicate_site(records, seed: int = 0, min_words: int = 60) -> li
             h2 = order[(i + 2) % n_hosts]
             # syndicated
             doc, node = copy(h1)
-            _fill(node, r.paragraphs)
+            replace_article(doc, node, h1, r.paragraphs)
             _set_headline(doc, own_title)
             emit(doc, cluster, "syndicated", r.id, h1)
             # syndicated, re-headlined, trimmed
             doc, node = copy(h2)
-            _fill(node, _trim(r.paragraphs, rng))
+            replace_article(doc, node, h2, _trim(r.paragraphs, rng))
             _set_headline(doc, new_headline)
             emit(doc, cluster, "syndicated-trimmed", r.id, h2)
             # re-headlined (own page)
@@ -470,7 +522,7 @@ def build_near_duplicate_site(records, seed: int = 0, min_words: int = 60) -> li
             while len(extra.split()) > max(8, words // 8):
                 extra = " ".join(extra.split()[: max(8, words // 8)])
             paras.insert(len(paras) // 2, extra)
-            _fill(node, paras)
+            replace_article(doc, node, r.id, paras)
             emit(doc, cluster, "paragraph-added", r.id, r.id)
             # comments changed (own page)
             doc, node = copy(r.id)

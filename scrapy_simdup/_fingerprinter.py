@@ -133,7 +133,7 @@ _local = threading.local()
 def _html_parser():
     parser = getattr(_local, "parser", None)
     if parser is None:
-        parser = _local.parser = lxml.html.HTMLParser(recover=True, encoding="utf-8",
+        parser = _local.parser = etree.HTMLParser(recover=True, encoding="utf-8",
                                                       huge_tree=True)
     return parser
 

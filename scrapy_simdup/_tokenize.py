@@ -33,14 +33,16 @@ _NOSPACE = re.compile(
     "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"      # Thai, Lao, Myanmar, Khmer
     "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"       # kana, CJK ext A, CJK
     "\uf900-\ufaff\U00020000-\U0002fa1f]")
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"})
 
 
 def normalize(text: str) -> str:
     """NFKC + apostrophe folding + casefold (ASCII text takes a fast path)."""
     if text.isascii():
         return text.lower()
-    text = text.translate(_APOSTROPHES)
+    if "\u2019" in text or "\u2018" in text:
+        text = text.replace("\u2019", "'").replace("\u2018", "'")
+    if "\u02bc" in text or "\uff07" in text:
+        text = text.replace("\u02bc", "'").replace("\uff07", "'")
     if not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text)
     return text.casefold()
