@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_HEADER_BITS = 14
 _MASK64 = (1 << 64) - 1
-_CAND = struct.Struct("<QH")
+_HEXDIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 
 class RedisIndexError(ConnectionError):
@@ -110,6 +110,7 @@ class RedisIndexStore:
         opts.update(params or {})
         self._params = opts
         self._client = None
+        self._loop = None
         self._sha = None
         self.last_size = 0
 
@@ -171,12 +172,16 @@ class RedisIndexStore:
         return self
 
     def _ensure_client(self):
-        if self._client is None:
+        # asyncio connections belong to one event loop: a new loop (another
+        # asyncio.run) gets a new client; the old one died with its loop
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
             self._client = self._make_client(_redis_asyncio())
+            self._loop = loop
         return self._client
 
     async def _close_client(self):
-        if self._client is not None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
             client, self._client = self._client, None
             try:
                 await client.aclose()
@@ -185,8 +190,16 @@ class RedisIndexStore:
 
     async def close(self):
         await self._close_client()
+        self._client = None        # (a client of a finished event loop is just dropped)
 
     # -- queries ---------------------------------------------------------------
+    def _hex(self, headers) -> bytes:
+        """Headers as the concatenation of their bucket-name hex digits."""
+        d = self.hex_digits
+        shifts = np.arange(4 * (d - 1), -1, -4, dtype=np.uint64)
+        digits = (headers[:, None] >> shifts) & np.uint64(15)
+        return _HEXDIGITS[digits.astype(np.intp)].tobytes()
+
     def _keys(self, headers):
         tab = self._keytab
         if tab is not None:
@@ -308,7 +321,7 @@ class RedisIndexStore:
                 script_args = (0, base, self.distance, n_snap, id_snap, self.hex_digits,
                                values[is_new].astype("<u8").tobytes(),
                                counts[is_new].astype("<u2").tobytes(),
-                               headers[sel].astype("<u4").tobytes(),
+                               self._hex(headers[sel]),
                                lens[sel].astype("<u4").tobytes(),
                                self._id_new, *argv_keys)
             match_values = entries[idx[~is_new]]
@@ -516,6 +529,21 @@ class RedisBackend:
     def size(self) -> int:
         return self._size
 
+    def _fast_flip(self):
+        """The compiled VOSH generator with its arguments checked once per
+        batch (what ``flip_masks`` checks per call), or None for a custom one."""
+        if self._flip is not None:
+            return None
+        try:
+            from ._psm import flip_masks_c  # noqa: PLC0415
+            from ._volatility import VolatilityModel  # noqa: PLC0415
+            model = self.model if self.model is not None else VolatilityModel.default()
+            model_c = model._c
+        except (ImportError, AttributeError):
+            return None
+        k = -1 if self.max_probes is None else int(self.max_probes)
+        return flip_masks_c, model_c, self.store.header_bits, self.store.distance, k
+
     def masks_for(self, W) -> np.ndarray:
         """Header XOR masks of one page, mask 0 first (VOSH order)."""
         flip = self._flip
@@ -577,8 +605,17 @@ class RedisBackend:
 
     async def _check(self, values, W, keys) -> list:
         from ._backends import Match  # noqa: PLC0415 (the glue's result type)
+        W = np.ascontiguousarray(W, dtype=np.float64)
+        if not np.isfinite(W).all():
+            raise ValueError("W must be finite (no NaN or infinity)")
+        fast = self._fast_flip()
+
         def masks(a, b):
-            out = [self.masks_for(W[i]) for i in range(a, b)]
+            if fast is not None:
+                flip, model_c, t, h, k = fast
+                out = [flip(model_c, W[i], t, h, k)[0] for i in range(a, b)]
+            else:
+                out = [self.masks_for(W[i]) for i in range(a, b)]
             self._probes += sum(m.shape[0] for m in out)
             return out
         found = await self.store.check_and_add_many(values, masks, keys)

@@ -7,8 +7,9 @@ Layout under a base key ``B`` (``SIMDUP_REDIS_KEY`` with the spider name):
                   hex, ``ceil(t / 4)`` digits), in insertion order. Append-only.
 ``B:n``           number of fingerprints inserted (an integer string): the
                   index size and the insertion sequence number.
-``B:log``         the headers (uint32 LE) of the most recent insertions, in
-                  order: insertion ``B:n - len/4 + 1 .. B:n``. Trimmed to the
+``B:log``         the headers (as in the bucket names) of the most recent
+                  insertions, in order: insertion ``B:n - len/d + 1 .. B:n``
+                  with ``d`` hex digits per header. Trimmed to the
                   last ``LOG_KEEP`` bytes when it passes ``LOG_MAX``.
 ``B:id``          a token naming this incarnation of the index; a Redis that
                   lost its data (restart without persistence, FLUSHDB) has no
@@ -60,7 +61,7 @@ local base = ARGV[1]
 local h = tonumber(ARGV[2])
 local n_snap = tonumber(ARGV[3])
 local id_snap = ARGV[4]
-local fmt = '%0' .. ARGV[5] .. 'x'
+local w = tonumber(ARGV[5])
 local vals, counts, heads, seens = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local id_new = ARGV[10]
 local bxor, band, rshift = bit.bxor, bit.band, bit.rshift
@@ -90,12 +91,12 @@ if id_now ~= id_snap or n_now < n_snap then
 elseif n_now > n_snap then
   local need = n_now - n_snap
   local loglen = redis.call('STRLEN', logkey)
-  if need * 4 > loglen then
+  if need * w > loglen then
     check_all = true
   else
-    local log = redis.call('GETRANGE', logkey, loglen - need * 4, -1)
-    for i = 1, #log, 4 do
-      changed[struct.unpack('<I4', log, i)] = true
+    local log = redis.call('GETRANGE', logkey, loglen - need * w, -1)
+    for i = 1, #log, w do
+      changed[string.sub(log, i, i + w - 1)] = true
     end
   end
 end
@@ -107,12 +108,12 @@ for c = 1, #vals / 8 do
   local lo, hi = struct.unpack('<I4I4', vals, c * 8 - 7)
   local np = struct.unpack('<I2', counts, c * 2 - 1)
   local found, fd = nil, 0
-  local own = struct.unpack('<I4', heads, pp * 4 + 1)
+  local own = string.sub(heads, pp * w + 1, pp * w + w)
   for p = 1, np do
     if not found then
-      local hd = struct.unpack('<I4', heads, pp * 4 + 1)
+      local hd = string.sub(heads, pp * w + 1, pp * w + w)
       if check_all or changed[hd] then
-        local key = bprefix .. string.format(fmt, hd)
+        local key = bprefix .. hd
         local len = redis.call('STRLEN', key)
         local seen = struct.unpack('<I4', seens, pp * 4 + 1)
         local start = seen
@@ -136,10 +137,10 @@ for c = 1, #vals / 8 do
     out[c] = {found, fd, pending[found] or redis.call('HGET', urlkey, found) or ''}
   else
     local v = string.sub(vals, c * 8 - 7, c * 8)
-    redis.call('APPEND', bprefix .. string.format(fmt, own), v)
+    redis.call('APPEND', bprefix .. own, v)
     changed[own] = true
     inserted = inserted + 1
-    newlog[inserted] = struct.pack('<I4', own)
+    newlog[inserted] = own
     local url = ARGV[10 + c]
     if url ~= '' then
       urls[#urls + 1] = v
