@@ -1,0 +1,167 @@
+"""Main-content extraction: real pages, reference agreement, robustness."""
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+import lxml.html
+import pytest
+from lxml import etree
+
+from scrapy_simdup import _extract
+from scrapy_simdup._extract import (BlockBuilder, extract_lxml, scan_lxml, scan_lxml_py,
+                                    walk_lxml)
+from scrapy_simdup._extract_bs4 import extract_soup, parse_soup, walk_soup
+from scrapy_simdup._fingerprinter import parse_html_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._data import DATA, decode_html, load_article_benchmark, load_all  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared data not available")
+
+
+@pytest.fixture(scope="module")
+def records():
+    return load_all()
+
+
+@pytest.fixture(scope="module")
+def sample(records):
+    # every 9th record: ~47 pages of all three datasets
+    return [(r, parse_html_text(decode_html(r.html))) for r in records[::9]]
+
+
+def _blocks(b):
+    return (b.texts, b.nchars, b.lchars, b.owner, b.parent, b.end, b.unl, b.tags)
+
+
+@pytest.mark.parametrize("mode", ["main", "visible"])
+def test_compiled_scan_matches_python_reference(sample, mode):
+    assert _extract._scan_raw is not None, "compiled _scan module is not built"
+    for record, root in sample:
+        reference = walk_lxml(root, BlockBuilder(mode, True))
+        assert _blocks(scan_lxml_py(root, mode, True)) == _blocks(reference), record.id
+        assert _blocks(scan_lxml(root, mode, True)) == _blocks(reference), record.id
+
+
+def _token_f1(a: str, b: str) -> float:
+    ca = Counter(re.findall(r"\w+", a.lower()))
+    cb = Counter(re.findall(r"\w+", b.lower()))
+    overlap = sum((ca & cb).values())
+    if not overlap:
+        return 0.0
+    p, r = overlap / sum(ca.values()), overlap / sum(cb.values())
+    return 2 * p * r / (p + r)
+
+
+def test_main_text_agrees_with_reference_article_bodies():
+    records = load_article_benchmark()[::4]
+    scores = []
+    for r in records:
+        text, found, _ = extract_lxml(parse_html_text(decode_html(r.html)), "main")
+        scores.append(_token_f1(text, r.main_text))
+    # measured: median ~0.98, mean ~0.93 over all 181 pages
+    assert statistics.median(scores) >= 0.93
+    assert statistics.mean(scores) >= 0.85
+    visible = [_token_f1(extract_lxml(parse_html_text(decode_html(r.html)), "visible")[0],
+                         r.main_text) for r in records]
+    assert statistics.mean(scores) > statistics.mean(visible) + 0.1
+
+
+ARTICLE = " ".join(f"Sentence number {i} of the story explains what happened in detail." for i in range(40))
+PAGE = f"""<html><head><title>t</title><script>var x = "script text";</script>
+<style>.a {{color: red}}</style></head><body>
+<header><a href="/">Home</a> <a href="/news">News</a> Site banner text that is long enough to be a block of text</header>
+<nav><ul><li><a href="/a">Politics</a></li><li><a href="/b">Sports</a></li></ul></nav>
+<div class="sidebar">Trending now: an unrelated teaser paragraph that is long enough to count as a block.</div>
+<article><h1>Headline</h1><p>{ARTICLE[:400]}</p><p>{ARTICLE[400:]}</p>
+<div class="share-buttons"><a href="#">Share on social networks</a></div></article>
+<section id="comments" class="comments"><p>A reader comment that is long enough to look like content to a naive extractor.</p></section>
+<footer>Copyright footer text that is long enough to be a block, all rights reserved.</footer>
+</body></html>"""
+
+
+def test_boilerplate_is_dropped_and_article_kept():
+    root = parse_html_text(PAGE)
+    text, found, _ = extract_lxml(root, "main")
+    assert found
+    assert "Sentence number 0" in text and "Sentence number 39" in text
+    for junk in ("script text", "color", "Politics", "Trending", "reader comment",
+                 "Copyright", "Share on social", "Site banner"):
+        assert junk not in text, junk
+    visible, _, _ = extract_lxml(root, "visible")
+    assert "Politics" in visible and "reader comment" in visible
+    assert "script text" not in visible and "color" not in visible
+
+
+def test_page_wrapped_in_form_or_flagged_wrapper_still_extracts():
+    # ASP.NET pages wrap everything in a <form>; blogs in class="widget ..."
+    for wrapper in ('<form id="aspnetForm">{}</form>', '<div class="widget Blog">{}</div>',
+                    '<div class="container right-sidebar">{}</div>'):
+        page = "<html><body>" + wrapper.format(f"<div><p>{ARTICLE}</p></div>") + "</body></html>"
+        text, found, _ = extract_lxml(parse_html_text(page), "main")
+        assert "Sentence number 20" in text, wrapper
+
+
+def test_comment_and_processing_instruction_tails_are_kept():
+    root = parse_html_text("<html><body><p>Hello <!-- note -->wonderful<?pi x?> world</p></body></html>")
+    for b in (scan_lxml(root, "visible"), scan_lxml_py(root, "visible"),
+              walk_lxml(root, BlockBuilder("visible"))):
+        assert b.all_text().split() == ["Hello", "wonderful", "world"]
+
+
+def test_hidden_elements_are_skipped():
+    root = parse_html_text('<html><body><p>shown text</p><div hidden>secret one</div>'
+                           '<div aria-hidden="true">secret two</div></body></html>')
+    text = extract_lxml(root, "visible")[0]
+    assert "shown" in text and "secret" not in text
+
+
+def test_tree_is_not_modified(sample):
+    for _, root in sample[:10]:
+        before = etree.tostring(root)
+        extract_lxml(root, "main", want_tags=True)
+        assert etree.tostring(root) == before
+
+
+def test_deeply_nested_page_does_not_recurse():
+    # built with the tree API: the HTML parser itself caps nesting depth
+    root = etree.Element("html")
+    node = etree.SubElement(root, "body")
+    for _ in range(5000):
+        node = etree.SubElement(node, "div")
+    node.text = "deep text"
+    assert "deep text" in extract_lxml(root, "visible")[0]
+    extract_lxml(root, "main")   # must not raise RecursionError
+    assert "deep text" in walk_lxml(root, BlockBuilder("visible")).all_text()
+    assert "deep text" in walk_soup(parse_soup("<div>" * 3000 + "deep text"),
+                                    BlockBuilder("visible")).all_text()
+
+
+def test_lxml_html_and_etree_trees_give_the_same_text(sample):
+    for record, root in sample[:8]:
+        html_root = lxml.html.document_fromstring(decode_html(record.html).strip().encode("utf-8"),
+                                                  parser=lxml.html.HTMLParser(encoding="utf-8"))
+        assert extract_lxml(html_root, "main")[0] == extract_lxml(root, "main")[0]
+
+
+def test_bs4_walker_feeds_the_same_events(sample):
+    same = 0
+    for record, root in sample:
+        soup = parse_soup(decode_html(record.html))
+        a = extract_lxml(root, "main")[0].split()
+        b = extract_soup(soup, "main")[0].split()
+        same += a == b
+        # parsers repair broken HTML a little differently; texts stay close
+        assert _token_f1(" ".join(a), " ".join(b)) >= 0.8 or not a, record.id
+    assert same >= 0.85 * len(sample)
+
+
+def test_bs4_walker_on_a_simple_page_is_identical():
+    soup = parse_soup(PAGE)
+    root = parse_html_text(PAGE)
+    assert walk_soup(soup, BlockBuilder("main", True)).texts == scan_lxml(root, "main", True).texts
+    assert extract_soup(soup, "main")[0] == extract_lxml(root, "main")[0]

@@ -1,0 +1,138 @@
+"""Tokenizer and feature hashing against pure Python references."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scrapy_simdup import _core
+from scrapy_simdup._features import (STOP_HASHES, STOPWORDS, features_from_tokens,
+                                     shingle_hashes, spot_hashes, weigh)
+from scrapy_simdup._tokenize import normalize, tokenize
+
+MASK = (1 << 64) - 1
+M = 0x9E3779B97F4A7C15
+SALT_SHINGLES = 0x5348494E474C4553
+SALT_SPOTS = 0x53504F5453494753
+
+
+def fmix64_ref(x: int) -> int:
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & MASK
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & MASK
+    x ^= x >> 33
+    return x
+
+
+def shingles_ref(tokens, k, salt=SALT_SHINGLES):
+    hs = [_core.hash64(t) for t in tokens]
+    if not hs:
+        return []
+    k = min(k, len(hs))
+    out = []
+    for i in range(len(hs) - k + 1):
+        s = hs[i] ^ salt
+        for j in range(1, k):
+            s = (s * M + hs[i + j]) & MASK
+        out.append(fmix64_ref(s))
+    return out
+
+
+def spots_ref(tokens, chain=2):
+    hs = [_core.hash64(t) for t in tokens]
+    stop = [t in STOPWORDS for t in tokens]
+    out = []
+    for i, h in enumerate(hs):
+        if not stop[i]:
+            continue
+        following = [hs[j] for j in range(i + 1, len(hs)) if not stop[j]][:chain]
+        if len(following) < chain:
+            continue
+        s = h ^ SALT_SPOTS
+        for f in following:
+            s = (s * M + f) & MASK
+        out.append(fmix64_ref(s))
+    return out
+
+
+words = st.lists(st.sampled_from(["the", "is", "said", "cat", "dog", "der", "und", "Haus",
+                                  "x", "2019", "naïve", "le", "chat"]), max_size=40)
+
+
+@given(words, st.integers(1, 6))
+def test_shingle_hashes_match_reference(tokens, k):
+    got = shingle_hashes(np.array([_core.hash64(t) for t in tokens], dtype=np.uint64), k)
+    assert got.tolist() == shingles_ref(tokens, k)
+
+
+@given(words)
+def test_spot_hashes_match_reference(tokens):
+    tokens = [t.lower() for t in tokens]
+    got = spot_hashes(np.array([_core.hash64(t) for t in tokens], dtype=np.uint64))
+    assert got.tolist() == spots_ref(tokens)
+
+
+def test_stop_hashes_are_the_stopwords():
+    assert sorted(STOP_HASHES.tolist()) == sorted({_core.hash64(w) for w in STOPWORDS})
+
+
+@given(st.lists(st.integers(0, 5), max_size=50))
+def test_weights_are_positive_and_follow_the_formula(ids):
+    hashes = np.array([1000 + i for i in ids], dtype=np.uint64)
+    counts = {1000 + i: ids.count(i) for i in set(ids)}
+    for weighting in ("count", "logtf", "binary"):
+        uniq, w = weigh(hashes, weighting)
+        assert uniq.tolist() == sorted(counts)
+        assert np.all(w > 0)
+        for h, x in zip(uniq.tolist(), w.tolist()):
+            c = counts[h]
+            expected = {"count": c, "logtf": 1 + math.log(c), "binary": 1.0}[weighting]
+            assert x == pytest.approx(expected)
+    with pytest.raises(ValueError, match="weighting"):
+        weigh(np.array([1], dtype=np.uint64), "idf")
+
+
+def test_feature_sets_are_disjoint_and_combine():
+    tokens = "the cat is on the mat and the dog said hello".split()
+    a = features_from_tokens(tokens, {"shingles"}, 3)
+    b = features_from_tokens(tokens, {"spots"}, 3)
+    c = features_from_tokens(tokens, {"shingles", "spots"}, 3)
+    assert len(c) == len(a) + len(b)
+    assert not set(a.tolist()) & set(b.tolist())
+    s = features_from_tokens([], {"structure"}, 3, tags=["html", "body", "div.a", "p", "p"])
+    assert len(s) == 2          # 4-grams of 5 tags
+    assert features_from_tokens([], {"shingles"}, 3).size == 0
+
+
+# ----------------------------------------------------------------- tokenizer
+
+def test_tokenizer_rules():
+    assert tokenize("Hello, World! Don't stop.") == ["hello", "world", "don't", "stop"]
+    assert tokenize("Don\u2019t") == tokenize("don't") == ["don't"]
+    assert tokenize("ＡＢＣ １２３") == ["abc", "123"]             # NFKC full-width
+    assert tokenize("Straße STRASSE") == ["strasse", "strasse"]   # casefold
+    assert tokenize("ﬁnance") == ["finance"]                      # ligature
+    assert tokenize("3.5 million, 1,000 people") == ["3", "5", "million", "1", "000", "people"]
+    assert tokenize("e-mail — “quoted” …") == ["e", "mail", "quoted"]
+    assert tokenize("Ελληνικά κείμενα") == ["ελληνικά", "κείμενα"]
+    assert tokenize("Привет, мир") == ["привет", "мир"]
+    assert tokenize("") == [] and tokenize("  ,;  ") == []
+
+
+def test_tokenizer_splits_scripts_without_spaces():
+    assert tokenize("東京都に住む") == ["東", "京", "都", "に", "住", "む"]
+    assert tokenize("ภาษาไทย") == list("ภาษาไทย")
+    assert tokenize("한국어 문장") == ["한국어", "문장"]            # Hangul uses spaces
+    assert tokenize("iPhone発売") == ["iphone", "発", "売"]
+
+
+@given(st.text(max_size=200))
+def test_tokenizer_is_total_and_idempotent(text):
+    tokens = tokenize(text)
+    assert all(tokens)
+    assert tokenize(" ".join(tokens)) == tokens
+    assert normalize(normalize(text)) == normalize(text)

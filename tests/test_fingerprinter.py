@@ -1,0 +1,308 @@
+"""Fingerprinter: contract, determinism, Scrapy responses, bad input."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scrapy.http import HtmlResponse, Response, TextResponse, XmlResponse
+
+import scrapy_simdup
+from scrapy_simdup import (Fingerprint, Fingerprinter, SkippedPage, fingerprint_html,
+                           fingerprint_response, hamming, simhash)
+from scrapy_simdup import _fingerprinter
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks._data import DATA, build_near_duplicate_site, load_article_benchmark  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared data not available")
+
+ARTICLE = " ".join(f"Paragraph sentence {i} tells the readers what happened at the meeting."
+                   for i in range(60))
+PAGE = (f"<html><head><title>Title</title></head><body><nav><a href='/'>Home</a></nav>"
+        f"<article><p>{ARTICLE}</p></article><footer>footer</footer></body></html>")
+
+
+@pytest.fixture(scope="module")
+def pages():
+    return [r.html for r in load_article_benchmark()[:12]]
+
+
+def test_public_names():
+    for name in ("Fingerprint", "Fingerprinter", "SkippedPage", "fingerprint_html",
+                 "fingerprint_response"):
+        assert name in scrapy_simdup.__all__
+        assert getattr(scrapy_simdup, name) is getattr(_fingerprinter, name)
+
+
+def test_fingerprint_unpacks_as_value_and_W():
+    fp = fingerprint_html(PAGE)
+    assert isinstance(fp, Fingerprint)
+    value, W = fp
+    assert value == fp.value and W is fp.W and len(fp) == 2
+    assert isinstance(value, int) and 0 <= value < 2 ** 64
+    assert W.dtype == np.float64 and W.shape == (64,)
+    assert value == sum(1 << j for j in range(64) if W[j] >= 0)
+    assert fp.n_features > 100 and fp.main_found
+    with pytest.raises(ValueError):
+        a, b, c = fp
+
+
+def test_fingerprint_equals_simhash_of_its_features():
+    f = Fingerprinter()
+    hashes, weights = f.features_html(PAGE)
+    from scrapy_simdup import _core
+    value, W = _core.simhash_hashes(hashes, weights)
+    fp = f.fingerprint_html(PAGE)
+    assert fp.value == value and np.array_equal(fp.W, W)
+    assert np.all(weights > 0)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(features="words"), "features"), (dict(features="shingles+bogus"), "features"),
+    (dict(features=""), "features"), (dict(shingle_size=0), "shingle_size"),
+    (dict(shingle_size=2.5), "shingle_size"), (dict(weighting="tfidf"), "weighting"),
+    (dict(extract="article"), "extract"), (dict(parser="html5lib"), "parser"),
+    (dict(min_features=0), "min_features"), (dict(max_bytes=10), "max_bytes"),
+    (dict(on_too_large="explode"), "on_too_large"), (dict(content_xpath="//div["), "content_xpath"),
+    (dict(content_css="div[[["), "content_css"), (dict(content_css=""), "content_css"),
+    (dict(content_css="p", content_xpath="//p"), "content_xpath"),
+])
+def test_bad_options_raise_value_error_naming_the_option(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        Fingerprinter(**kwargs)
+
+
+def test_same_page_same_fingerprint_for_bytes_str_and_response(pages):
+    f = Fingerprinter()
+    for html in pages:
+        a = f.fingerprint_html(html)
+        text = HtmlResponse("https://example.com/a", body=html).text
+        b = f.fingerprint_html(text)
+        c = f.fingerprint_response(HtmlResponse("https://example.com/b", body=html))
+        assert a == b == c
+
+
+def test_response_reuses_the_cached_selector_tree(pages, monkeypatch):
+    response = HtmlResponse("https://example.com/", body=pages[0])
+    titles = response.css("title::text").getall()        # the spider parses first
+    root = response.selector.root
+    before = root.getroottree().getroot().__copy__()
+    expected = fingerprint_html(pages[0])
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("the page was parsed a second time")
+    monkeypatch.setattr(_fingerprinter, "parse_html_text", no_parse)
+    fp = fingerprint_response(response)
+    assert fp == expected
+    assert response.selector.root is root                  # same tree, not rebuilt
+    from lxml import etree
+    assert etree.tostring(root) == etree.tostring(before)  # and not modified
+    assert response.css("title::text").getall() == titles
+
+
+def test_non_html_responses_are_skipped():
+    for response in (Response("https://e.com/x.png", body=b"\x89PNG\r\n\x1a\n...."),
+                     XmlResponse("https://e.com/feed", body=b"<rss><item>x</item></rss>"),
+                     TextResponse("https://e.com/a.json", body=b'{"a": 1}',
+                                  headers={"Content-Type": "application/json"})):
+        with pytest.raises(SkippedPage) as info:
+            fingerprint_response(response)
+        assert info.value.reason == "not_html"
+    # a TextResponse that says text/html is fingerprinted
+    r = TextResponse("https://e.com/", body=PAGE.encode(), headers={"Content-Type": "text/html"})
+    assert fingerprint_response(r) == fingerprint_html(PAGE)
+
+
+@pytest.mark.parametrize("html, reason", [
+    (b"", "empty"), (b"   \n\t ", "empty"), ("", "empty"),
+    (b"<html><body></body></html>", "empty"),
+    (b"<html><body><p>just a few words here</p></body></html>", "too_few_features"),
+    (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "binary"),
+    (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj", "binary"),
+    (b"<html>" + b"\x00\x01\x02\x03" * 300, "binary"),
+    (gzip.compress(PAGE.encode()), "binary"),
+])
+def test_bad_pages_are_skipped_with_a_reason(html, reason):
+    with pytest.raises(SkippedPage) as info:
+        fingerprint_html(html)
+    assert info.value.reason == reason
+    assert isinstance(info.value, ValueError)
+    assert info.value.reason in _fingerprinter.SKIP_REASONS
+
+
+def test_unknown_encoding_is_a_decode_error_and_wrong_type_a_type_error():
+    with pytest.raises(SkippedPage) as info:
+        fingerprint_html(PAGE.encode(), encoding="no-such-codec")
+    assert info.value.reason == "decode_error"
+    with pytest.raises(TypeError, match="html"):
+        fingerprint_html(12345)
+    with pytest.raises(TypeError, match="text"):
+        Fingerprinter().fingerprint_text(b"bytes")
+
+
+def test_encodings_decode_like_scrapy():
+    text = PAGE.replace("Paragraph", "Café naïve Paragraph")
+    utf8 = fingerprint_html(text.encode("utf-8"))
+    meta = text.replace("<head>", '<head><meta charset="iso-8859-1">')
+    assert fingerprint_html(meta.encode("latin-1")) == utf8
+    assert fingerprint_html(text.encode("latin-1"), encoding="latin-1") == utf8
+    assert fingerprint_html(text.encode("utf-16")) == utf8            # BOM
+    # wrong declared encoding: decoded with replacement, never an exception
+    wrong = fingerprint_html(text.encode("utf-8"), encoding="ascii")
+    assert wrong.n_features > 100 and wrong != utf8
+
+
+def test_malformed_html_never_crashes():
+    for html in ("<p>" + ARTICLE + "<div><span></p></div>" * 50, "<<<>>>" + ARTICLE,
+                 "<html><body><table><tr><td>" + ARTICLE, "</div></span>" + ARTICLE + "<script>",
+                 "<?xml version='1.0' encoding='utf-8'?><html><body><p>" + ARTICLE + "</p></body></html>",
+                 ARTICLE):
+        fp = fingerprint_html(html)
+        assert fp.n_features > 100
+    # everything inside an unclosed comment is no text at all
+    with pytest.raises(SkippedPage):
+        fingerprint_html("<!-- unclosed comment " + ARTICLE)
+
+
+def test_huge_pages_are_truncated_or_skipped():
+    big = ("<html><body>" + "".join(f"<p>{ARTICLE} {i}</p>" for i in range(400)) + "</body></html>").encode()
+    assert len(big) > 1_500_000
+    fp = Fingerprinter(max_bytes=1_000_000).fingerprint_html(big)
+    assert fp.truncated and fp.n_features > 100
+    assert not Fingerprinter(max_tokens=10**6).fingerprint_html(big).truncated
+    with pytest.raises(SkippedPage) as info:
+        Fingerprinter(max_bytes=1_000_000, on_too_large="skip").fingerprint_html(big)
+    assert info.value.reason == "too_large"
+    r = HtmlResponse("https://e.com/", body=big)
+    assert Fingerprinter(max_bytes=1_000_000).fingerprint_response(r).truncated
+    assert Fingerprinter(max_tokens=1000).fingerprint_html(big).truncated
+
+
+def test_content_selectors_override_extraction():
+    page = (f"<html><body><div id='main'><p>{ARTICLE}</p></div>"
+            f"<div class='other'><p>{ARTICLE.upper().replace('SENTENCE', 'CLAUSE')}</p></div></body></html>")
+    only_main = Fingerprinter(content_css="#main").fingerprint_html(page)
+    assert only_main == Fingerprinter(content_xpath="//div[@id='main']").fingerprint_html(page)
+    assert only_main == Fingerprinter().fingerprint_text(ARTICLE)
+    other = Fingerprinter(content_css="div.other").fingerprint_html(page)
+    assert hamming(only_main.value, other.value) > 10
+    # a selector that matches nothing falls back to the extractor
+    assert Fingerprinter(content_css="#missing").fingerprint_html(page) == fingerprint_html(page)
+
+
+def test_fingerprint_text_and_features_text():
+    f = Fingerprinter()
+    fp = f.fingerprint_text(ARTICLE)
+    hashes, weights = f.features_text(ARTICLE)
+    assert fp.n_features == len(hashes) and fp.value == simhash_of(hashes, weights)
+    with pytest.raises(SkippedPage):
+        f.fingerprint_text("   ")
+    with pytest.raises(ValueError, match="text features"):
+        Fingerprinter(features="structure").fingerprint_text(ARTICLE)
+
+
+def simhash_of(hashes, weights):
+    from scrapy_simdup import _core
+    return int(_core.simhash_hashes(hashes, weights)[0])
+
+
+def test_feature_options_change_the_fingerprint():
+    values = {Fingerprinter(features=feat, shingle_size=k, weighting=w,
+                            min_features=1).fingerprint_html(PAGE).value
+              for feat, k, w in [("shingles", 3, "logtf"), ("shingles", 2, "logtf"),
+                                 ("spots", 3, "logtf"), ("shingles+structure", 3, "logtf")]}
+    assert len(values) == 4
+    s = Fingerprinter(features="structure", min_features=2).fingerprint_html(PAGE)
+    assert s.n_features >= 2
+
+
+def test_state_round_trip_and_version_mismatch():
+    f = Fingerprinter()
+    state = json.loads(json.dumps(f.state()))
+    Fingerprinter().load_state(state)
+    with pytest.raises(ValueError, match="fingerprint state"):
+        Fingerprinter(shingle_size=4).load_state(state)
+    assert "shingles" in f.version and "logtf" in f.version
+
+
+def test_module_functions_cache_their_fingerprinter():
+    a = _fingerprinter.get_fingerprinter(shingle_size=4)
+    assert a is _fingerprinter.get_fingerprinter(shingle_size=4)
+    assert fingerprint_html(PAGE, shingle_size=4) == a.fingerprint_html(PAGE)
+    with pytest.raises(ValueError, match="weighting"):
+        fingerprint_html(PAGE, weighting="nope")
+
+
+def test_bs4_parser_and_soup_give_the_same_fingerprint(pages):
+    from bs4 import BeautifulSoup
+    lx, bs = Fingerprinter(), Fingerprinter(parser="bs4")
+    same = 0
+    for html in pages:
+        a, b = lx.fingerprint_html(html), bs.fingerprint_html(html)
+        same += a == b
+        assert hamming(a.value, b.value) <= 8
+        soup = BeautifulSoup(HtmlResponse("https://e.com/", body=html).text, "lxml")
+        assert bs.fingerprint_soup(soup) == b
+    assert same >= len(pages) - 2
+    assert bs.fingerprint_response(HtmlResponse("https://e.com/", body=pages[0])) == \
+        bs.fingerprint_html(pages[0])
+
+
+def test_near_duplicates_are_closer_than_unrelated_pages():
+    records = load_article_benchmark()[:20]
+    site = build_near_duplicate_site(records, seed=3)
+    f = Fingerprinter()
+    fps = {}
+    for p in site:
+        try:
+            fps[p.path] = (p.cluster_id, f.fingerprint_html(p.html).value)
+        except SkippedPage:
+            pass
+    same, diff = [], []
+    items = list(fps.values())
+    for i, (ci, vi) in enumerate(items):
+        for cj, vj in items[:i]:
+            (same if ci == cj else diff).append(hamming(vi, vj))
+    assert np.median(same) <= 6 and min(diff) >= 17
+    assert np.median(diff) >= 26
+
+
+DETERMINISM_SCRIPT = r"""
+import sys, json, hashlib
+sys.path.insert(0, sys.argv[1])
+from benchmarks._data import load_article_benchmark
+from scrapy_simdup import Fingerprinter, SkippedPage
+out = []
+for options in ({}, {"features": "spots", "weighting": "count"}, {"features": "shingles+structure"}):
+    f = Fingerprinter(**options)
+    for r in load_article_benchmark()[:15]:
+        try:
+            fp = f.fingerprint_html(r.html)
+        except SkippedPage as exc:
+            out.append(exc.reason)
+            continue
+        out.append([fp.value, hashlib.sha256(fp.W.tobytes()).hexdigest(), fp.n_features])
+print(json.dumps(out))
+"""
+
+
+def test_fingerprints_are_identical_across_processes():
+    runs = []
+    for seed in ("0", "12345"):
+        env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}
+        res = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(ROOT)],
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        runs.append(json.loads(res.stdout))
+    assert runs[0] == runs[1]
+    assert sum(isinstance(x, list) for x in runs[0]) >= 40
+    # and equal to this process
+    f = Fingerprinter()
+    first = load_article_benchmark()[0]
+    assert runs[0][0][0] == f.fingerprint_html(first.html).value
