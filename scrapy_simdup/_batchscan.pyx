@@ -280,17 +280,21 @@ def scan_chunk(const uint64_t[::1] chunk, const int64_t[::1] offsets, int t,
         free(buf.d)
 
 
+cdef uint64_t LOW32 = 0xFFFFFFFFu
+
+
 def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
                 const int32_t[::1] nprobes, int t):
     """Invert the probes of a batch: for every header ``b``, the elements that probe it.
 
-    Returns ``(offsets int64 (2^t + 1,), elems uint32 (total,), xs uint64
-    (total,))``: the elements probing header ``b`` are
-    ``elems[offsets[b]:offsets[b + 1]]``, their values ``xs[...]`` beside them so
-    the scan reads two sequential streams (each element
-    probes its own header plus ``nprobes[i]`` flipped ones). Built once per
-    batch by a counting sort, so that matching a sorted chunk is a merge of two
-    header-ordered streams instead of ``m * k`` random bucket visits.
+    Returns ``(offsets int64 (2^t + 1,), entries uint64 (total,))``: the
+    elements probing header ``b`` are ``entries[offsets[b]:offsets[b + 1]]``,
+    each packed as ``(low 32 bits of the element's value) << 32 | element
+    index`` (each element probes its own header plus ``nprobes[i]`` flipped
+    ones). Built once per batch by a counting sort, so that matching a sorted
+    chunk is a merge of two header-ordered streams instead of ``m * k`` random
+    bucket visits, and the low bits carried along filter candidates without
+    touching ``q_values``.
     """
     cdef Py_ssize_t m = q_values.shape[0]
     if masks.shape[0] != m or nprobes.shape[0] != m:
@@ -306,8 +310,8 @@ def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
     cdef int64_t[::1] off = offsets
     cdef Py_ssize_t i
     cdef int p, np_i
-    cdef uint64_t x
-    cdef int64_t total = 0, b, run, c
+    cdef uint64_t x, entry
+    cdef int64_t total = 0, b
     with nogil:
         for i in range(m):
             x = q_values[i]
@@ -318,64 +322,74 @@ def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
             total += np_i + 1
         for b in range(nb):
             off[b + 1] += off[b]
-    elems = np.empty(total, dtype=np.uint32)
-    xs = np.empty(total, dtype=np.uint64)
-    cdef uint32_t[::1] ev = elems
-    cdef uint64_t[::1] xv = xs
+    entries = np.empty(total, dtype=np.uint64)
+    cdef uint64_t[::1] ev = entries
     fill = offsets[:nb].copy()
     cdef int64_t[::1] fv = fill
     with nogil:
         for i in range(m):
             x = q_values[i]
+            entry = (x << 32) | <uint64_t>i
             np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
             b = <int64_t>(x >> shift)
-            ev[fv[b]] = <uint32_t>i
-            xv[fv[b]] = x
+            ev[fv[b]] = entry
             fv[b] += 1
             for p in range(np_i):
                 b = <int64_t>((x ^ masks[i, p]) >> shift)
-                ev[fv[b]] = <uint32_t>i
-                xv[fv[b]] = x
+                ev[fv[b]] = entry
                 fv[b] += 1
-    return offsets, elems, xs
+    return offsets, entries
 
 
-def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] elems, uint64_t[::1] xs,
-                        const uint8_t[::1] active):
+def compact_probe_table(int64_t[::1] offsets, uint64_t[::1] entries, const uint8_t[::1] active):
     """Drop inactive elements from a probe table in place (order kept).
 
-    Returns the new number of entries; ``elems``/``xs`` beyond it are garbage.
+    Returns the new number of entries; ``entries`` beyond it is garbage.
     """
     cdef int64_t nb = offsets.shape[0] - 1
+    cdef int64_t n_active = active.shape[0]
     cdef int64_t b, j, w = 0, start
+    cdef uint32_t qi
+    cdef int bad = 0
     with nogil:
         start = 0
         for b in range(nb):
             for j in range(start, offsets[b + 1]):
-                if active[elems[j]]:
-                    elems[w] = elems[j]
-                    xs[w] = xs[j]
+                qi = <uint32_t>(entries[j] & LOW32)
+                if qi >= n_active:
+                    bad = 1
+                    break
+                if active[qi]:
+                    entries[w] = entries[j]
                     w += 1
+            if bad:
+                break
             start = offsets[b + 1]
             offsets[b + 1] = w
+    if bad:
+        raise ValueError("the probe table names an element beyond `active`")
     return w
 
 
 def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
-               const int64_t[::1] probe_offsets, const uint32_t[::1] probe_elems,
-               const uint64_t[::1] probe_xs, int h, uint8_t[::1] active,
+               const int64_t[::1] probe_offsets, const uint64_t[::1] entries,
+               const uint64_t[::1] q_values, int h, uint8_t[::1] active,
                bint first_only):
     """Match a batch against one sorted chunk by walking both header-ordered tables.
 
     Same result set as :func:`scan_chunk` with the same probes (within one
     chunk; with ``first_only`` the one reported match of an element may
-    differ). Returns ``(qi int64, yi int64, distance uint8)``.
+    differ). A chunk entry ``y`` is a candidate when the low 32 bits differ
+    in at most ``h`` positions (a lower bound of the distance); only then is
+    the element's full value read. Returns ``(qi int64, yi int64, distance uint8)``.
     """
     cdef int64_t nb = chunk_offsets.shape[0] - 1
     if probe_offsets.shape[0] != nb + 1:
         raise ValueError("chunk and probe tables use different header lengths")
-    if probe_xs.shape[0] < probe_offsets[nb] or probe_elems.shape[0] < probe_offsets[nb]:
-        raise ValueError("probe table arrays are shorter than its offsets say")
+    if entries.shape[0] < probe_offsets[nb]:
+        raise ValueError("the probe table is shorter than its offsets say")
+    if active.shape[0] != q_values.shape[0]:
+        raise ValueError("active and q_values differ in length")
     if h < 0 or h > 64:
         raise ValueError(f"h must be in 0..64, got {h}")
     cdef PairBuf buf
@@ -385,8 +399,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     buf.n = 0
     buf.cap = 0
     cdef int64_t b, lo, hi, j, e, plo, phi
-    cdef uint32_t qi
-    cdef uint64_t x
+    cdef uint32_t qi, xl
+    cdef uint64_t x, entry
     cdef int dist, failed = 0
     cdef int64_t n_active = active.shape[0]
     with nogil:
@@ -398,14 +412,18 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             plo = probe_offsets[b]
             phi = probe_offsets[b + 1]
             for e in range(plo, phi):
-                qi = probe_elems[e]
+                entry = entries[e]
+                qi = <uint32_t>(entry & LOW32)
                 if qi >= n_active:
                     failed = 2
                     break
                 if not active[qi]:
                     continue
-                x = probe_xs[e]
+                xl = <uint32_t>(entry >> 32)
                 for j in range(lo, hi):
+                    if simdup_popcount64(<uint64_t>(xl ^ <uint32_t>chunk[j])) > h:
+                        continue
+                    x = q_values[qi]
                     dist = simdup_popcount64(x ^ chunk[j])
                     if dist <= h:
                         if _push(&buf, qi, j, <uint8_t>dist) != 0:

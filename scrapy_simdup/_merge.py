@@ -223,19 +223,18 @@ class PSMBatchMatcher:
         self.h = distance
         self.first = first
         masks, nprobes = probe_masks(q_cq, t, distance, probes)
-        self.offsets, self.elems, self.xs = _batchscan.probe_table(self.values, masks, nprobes, t)
+        self.offsets, self.entries = _batchscan.probe_table(self.values, masks, nprobes, t)
         del masks
         self._active_at_compaction = len(self.values)
 
     def match(self, chunk_values, active):
         chunk_offsets = _batchscan.bucket_offsets(chunk_values, self.t)
-        result = _batchscan.join_chunk(chunk_values, chunk_offsets, self.offsets, self.elems,
-                                       self.xs, self.h, active, self.first)
+        result = _batchscan.join_chunk(chunk_values, chunk_offsets, self.offsets, self.entries,
+                                       self.values, self.h, active, self.first)
         n_active = int(np.count_nonzero(active))
         if n_active < 0.8 * self._active_at_compaction:
-            n = _batchscan.compact_probe_table(self.offsets, self.elems, self.xs, active)
-            self.elems = self.elems[:n].copy()
-            self.xs = self.xs[:n].copy()
+            n = _batchscan.compact_probe_table(self.offsets, self.entries, active)
+            self.entries = self.entries[:n].copy()
             self._active_at_compaction = n_active
         return result
 

@@ -55,9 +55,16 @@ def test_scan_and_join_equal_reference(case):
     want = matches(chunk, t, q, probes, nprobes, h, active)
     got = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, active.copy(), False)
     assert set(zip(*(a.tolist() for a in got))) == want
-    po, pe, px = _batchscan.probe_table(q, probes, nprobes, t)
-    assert np.array_equal(px, q[pe])
-    got = _batchscan.join_chunk(chunk, offsets, po, pe, px, h, active.copy(), False)
+    po, pe = _batchscan.probe_table(q, probes, nprobes, t)
+    elems = (pe & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    assert np.array_equal(pe >> np.uint64(32), q[elems] & np.uint64(0xFFFFFFFF))
+    for b in range(len(po) - 1):       # every element listed under each header it probes
+        for e in elems[po[b]:po[b + 1]]:
+            x = int(q[e])
+            assert b in {x >> (64 - t)} | {(x ^ int(probes[e][p])) >> (64 - t)
+                                            for p in range(nprobes[e])}
+    assert len(pe) == len(q) + int(nprobes.sum())
+    got = _batchscan.join_chunk(chunk, offsets, po, pe, q, h, active.copy(), False)
     assert set(zip(*(a.tolist() for a in got))) == want
     # first-only: one match per element that has any, and it is a real match
     for fn in ("scan", "join"):
@@ -65,19 +72,18 @@ def test_scan_and_join_equal_reference(case):
         if fn == "scan":
             qi, yi, dd = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, act, True)
         else:
-            qi, yi, dd = _batchscan.join_chunk(chunk, offsets, po, pe, px, h, act, True)
+            qi, yi, dd = _batchscan.join_chunk(chunk, offsets, po, pe, q, h, act, True)
         assert len(set(qi.tolist())) == len(qi)
         assert set(qi.tolist()) == {i for i, _, _ in want}
         assert {(a, b, c) for a, b, c in zip(qi.tolist(), yi.tolist(), dd.tolist())} <= want
         assert all(act[i] == 0 for i in qi.tolist())
     # compaction keeps exactly the active elements, in header order
     act = (np.random.default_rng(len(q)).random(len(q)) < 0.5).astype(np.uint8)
-    po2, pe2, px2 = po.copy(), pe.copy(), px.copy()
-    n = _batchscan.compact_probe_table(po2, pe2, px2, act)
+    po2, pe2 = po.copy(), pe.copy()
+    n = _batchscan.compact_probe_table(po2, pe2, act)
     for b in range(len(po) - 1):
-        kept = [e for e in pe[po[b]:po[b + 1]].tolist() if act[e]]
+        kept = [int(e) for e in pe[po[b]:po[b + 1]] if act[int(e) & 0xFFFFFFFF]]
         assert pe2[po2[b]:po2[b + 1]].tolist() == kept
-        assert px2[po2[b]:po2[b + 1]].tolist() == q[kept].tolist()
     assert po2[-1] == n
 
 
@@ -118,6 +124,8 @@ def test_bad_arguments_are_value_errors():
     with pytest.raises(ValueError, match="256"):
         _batchscan.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
     q = np.arange(4, dtype=np.uint64)
-    po, pe, px = _batchscan.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
+    po, pe = _batchscan.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
+    with pytest.raises(ValueError, match="differ in length"):
+        _batchscan.join_chunk(v, off, po, pe, q, 3, np.ones(2, np.uint8), False)
     with pytest.raises(ValueError, match="beyond"):
-        _batchscan.join_chunk(v, off, po, pe, px, 3, np.ones(2, np.uint8), False)
+        _batchscan.join_chunk(v, off, po, pe, q[:2], 3, np.ones(2, np.uint8), False)
