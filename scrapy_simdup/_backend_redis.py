@@ -238,16 +238,23 @@ class RedisIndexStore:
         self._ensure_client()
         out: list = []
         pending = None
+        token = os.urandom(8)        # names this call's insertions in the log
+        prev = None                  # (values, own headers) of the chunk in flight
         try:
             for a in range(0, n, chunk):
                 b = min(n, a + chunk)
                 m = masks(a, b) if callable(masks) else masks[a:b]
                 state = await self._snapshot(values[a:b], m)
+                flags = self._own_flags(state, prev)
                 if pending is not None:
                     out.extend(await pending)
                     pending = None
+                vals, counts, headers = state[0], state[1], state[2]
+                is_new = state[5] < 0
+                own = headers[np.concatenate(([0], np.cumsum(counts)[:-1]))]
+                prev = (vals[is_new], own[is_new])
                 pending = asyncio.ensure_future(
-                    self._commit(state, None if keys is None else keys[a:b]))
+                    self._commit(state, None if keys is None else keys[a:b], flags, token))
                 await asyncio.sleep(0)          # let it send its commands now
             out.extend(await pending)
             pending = None
@@ -259,6 +266,42 @@ class RedisIndexStore:
                 except BaseException:  # noqa: BLE001 (the first error is the one raised)
                     pass
         return out
+
+    def _own_flags(self, state, prev) -> np.ndarray:
+        """Per candidate, 1 if an insertion of this call that the snapshot may
+        miss (an earlier new candidate of this chunk, or one of the chunk in
+        flight) lands in one of its probed buckets *within distance h*: only
+        then must the script re-check this call's own insertions for it.
+        Insertions of other writers are always re-checked (``_redis_lua``)."""
+        values, counts, headers, _, _, idx, _, _, _ = state
+        n = values.shape[0]
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        is_new = idx < 0
+        own_v, own_h, own_pos = values[is_new], headers[starts][is_new], \
+            np.flatnonzero(is_new)
+        if prev is not None and prev[0].shape[0]:
+            own_v = np.concatenate((prev[0], own_v))
+            own_h = np.concatenate((prev[1], own_h))
+            own_pos = np.concatenate((np.full(prev[0].shape[0], -1), own_pos))
+        flags = np.zeros(n, dtype=np.uint8)
+        if own_v.shape[0] == 0:
+            return flags
+        order = np.argsort(own_h, kind="stable")
+        sh = own_h[order]
+        lo = np.searchsorted(sh, headers, "left")
+        hi = np.searchsorted(sh, headers, "right")
+        hits = hi - lo
+        if not hits.any():
+            return flags
+        cand_of_probe = np.repeat(np.arange(n), counts)
+        probe = np.repeat(np.arange(headers.shape[0]), hits)
+        j = order[np.repeat(lo, hits) + (np.arange(probe.shape[0]) -
+                                         np.repeat(np.cumsum(hits) - hits, hits))]
+        c = cand_of_probe[probe]
+        ok = (own_pos[j] < c) & \
+            (np.bitwise_count(own_v[j] ^ values[c]) <= self.distance)
+        flags[c[ok]] = 1
+        return flags
 
     async def _snapshot(self, values, masks):
         """Round trip 1: MGET the probed buckets; local check (compiled)."""
@@ -300,7 +343,7 @@ class RedisIndexStore:
             raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
         return (values, counts, headers, lens, entries, idx, dist, n_snap, id_snap)
 
-    async def _commit(self, state, keys):
+    async def _commit(self, state, keys, flags=None, token=b"\0" * 8):
         """Round trip 2: the atomic script for the new ones, the keys of the matches."""
         from redis.exceptions import RedisError, NoScriptError
         values, counts, headers, lens, entries, idx, dist, n_snap, id_snap = state
@@ -323,7 +366,9 @@ class RedisIndexStore:
                                counts[is_new].astype("<u2").tobytes(),
                                self._hex(headers[sel]),
                                lens[sel].astype("<u4").tobytes(),
-                               self._id_new, *argv_keys)
+                               self._id_new,
+                               (np.ones(n, np.uint8) if flags is None else flags)[is_new]
+                               .tobytes(), token, *argv_keys)
             match_values = entries[idx[~is_new]]
             replies = []
             for attempt in (0, 1):

@@ -7,9 +7,10 @@ Layout under a base key ``B`` (``SIMDUP_REDIS_KEY`` with the spider name):
                   hex, ``ceil(t / 4)`` digits), in insertion order. Append-only.
 ``B:n``           number of fingerprints inserted (an integer string): the
                   index size and the insertion sequence number.
-``B:log``         the headers (as in the bucket names) of the most recent
-                  insertions, in order: insertion ``B:n - len/d + 1 .. B:n``
-                  with ``d`` hex digits per header. Trimmed to the
+``B:log``         the most recent insertions, in order, one entry each: the
+                  header (its ``d`` hex digits, as in the bucket name) and the
+                  8-byte token of the ``check_and_add_many`` call that made
+                  it; entries ``B:n - len/(d+8) + 1 .. B:n``. Trimmed to the
                   last ``LOG_KEEP`` bytes when it passes ``LOG_MAX``.
 ``B:id``          a token naming this incarnation of the index; a Redis that
                   lost its data (restart without persistence, FLUSHDB) has no
@@ -38,7 +39,13 @@ logs its header in the same script, so the headers inserted since the
 snapshot are the last ``n_now - n_snap`` log entries: only those buckets (and
 the ones this very script call appended to, which also resolves near-duplicate
 pages *within* one batch) can have tails, and their tails are checked with
-the same distance ``h`` as the client (full 64-bit Hamming distance). If the
+the same distance ``h`` as the client (full 64-bit Hamming distance).
+Insertions logged by *other* writers (another token) are always re-checked.
+The call's own insertions (its earlier chunk still in flight, earlier pages of
+the same script call) are re-checked only for the candidates the client
+flagged: the client knows their values and computes, in NumPy, which of them
+land in a candidate's probed buckets within ``h``; for an unflagged candidate
+none of them can match, so skipping them changes nothing. If the
 log no longer reaches back to the snapshot, or the index was reset (``B:id``
 changed or ``B:n`` went down), every probed bucket is checked, from its start
 when it is shorter than in the snapshot. So at the instant the script runs
@@ -53,8 +60,8 @@ Reply: one item per candidate, ``0`` when inserted, else ``{fingerprint (8
 bytes), distance, key or ""}``.
 """
 
-LOG_MAX = 1 << 18       # bytes of log (65,536 insertions) before trimming
-LOG_KEEP = 1 << 17      # bytes kept after trimming
+LOG_MAX = 1 << 18       # bytes of log before trimming (21,845 insertions with t = 14)
+LOG_KEEP = 1 << 17      # bytes kept after trimming (whole entries)
 
 CHECK_AND_INSERT = r"""
 local base = ARGV[1]
@@ -64,6 +71,8 @@ local id_snap = ARGV[4]
 local w = tonumber(ARGV[5])
 local vals, counts, heads, seens = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local id_new = ARGV[10]
+local flags, tok = ARGV[11], ARGV[12]
+local e = w + 8    -- log entry: header digits, writer token
 local bxor, band, rshift = bit.bxor, bit.band, bit.rshift
 
 local function pop(x)
@@ -85,18 +94,23 @@ end
 local n_now = tonumber(redis.call('GET', nkey) or '0')
 
 -- which buckets may have changed since the snapshot
-local check_all, from_start, changed = false, false, {}
+local check_all, from_start, changed, foreign, has_foreign = false, false, {}, {}, false
 if id_now ~= id_snap or n_now < n_snap then
   check_all, from_start = true, true
 elseif n_now > n_snap then
   local need = n_now - n_snap
   local loglen = redis.call('STRLEN', logkey)
-  if need * w > loglen then
+  if need * e > loglen then
     check_all = true
   else
-    local log = redis.call('GETRANGE', logkey, loglen - need * w, -1)
-    for i = 1, #log, w do
-      changed[string.sub(log, i, i + w - 1)] = true
+    local log = redis.call('GETRANGE', logkey, loglen - need * e, -1)
+    for i = 1, #log, e do
+      local hd = string.sub(log, i, i + w - 1)
+      changed[hd] = true
+      if string.sub(log, i + w, i + e - 1) ~= tok then
+        foreign[hd] = true
+        has_foreign = true
+      end
     end
   end
 end
@@ -108,11 +122,14 @@ for c = 1, #vals / 8 do
   local lo, hi = struct.unpack('<I4I4', vals, c * 8 - 7)
   local np = struct.unpack('<I2', counts, c * 2 - 1)
   local found, fd = nil, 0
+  local ppc = pp
   local own = string.sub(heads, pp * w + 1, pp * w + w)
-  for p = 1, np do
-    if not found then
+  local mine = string.byte(flags, c) == 1
+  if check_all or mine or has_foreign then
+    for p = 1, np do
+      if found then break end
       local hd = string.sub(heads, pp * w + 1, pp * w + w)
-      if check_all or changed[hd] then
+      if check_all or (mine and changed[hd]) or foreign[hd] then
         local key = bprefix .. hd
         local len = redis.call('STRLEN', key)
         local seen = struct.unpack('<I4', seens, pp * 4 + 1)
@@ -130,9 +147,10 @@ for c = 1, #vals / 8 do
           end
         end
       end
+      pp = pp + 1
     end
-    pp = pp + 1
   end
+  pp = ppc + np
   if found then
     out[c] = {found, fd, pending[found] or redis.call('HGET', urlkey, found) or ''}
   else
@@ -140,8 +158,8 @@ for c = 1, #vals / 8 do
     redis.call('APPEND', bprefix .. own, v)
     changed[own] = true
     inserted = inserted + 1
-    newlog[inserted] = own
-    local url = ARGV[10 + c]
+    newlog[inserted] = own .. tok
+    local url = ARGV[12 + c]
     if url ~= '' then
       urls[#urls + 1] = v
       urls[#urls + 1] = url
@@ -155,7 +173,8 @@ if inserted > 0 then
   redis.call('INCRBY', nkey, inserted)
   local loglen = redis.call('APPEND', logkey, table.concat(newlog))
   if loglen > LOG_MAX then
-    redis.call('SET', logkey, redis.call('GETRANGE', logkey, loglen - LOG_KEEP, -1))
+    local keep = math.floor(LOG_KEEP / e) * e      -- whole entries
+    redis.call('SET', logkey, redis.call('GETRANGE', logkey, loglen - keep, -1))
   end
   for i = 1, #urls, 1000 do
     redis.call('HSET', urlkey, unpack(urls, i, math.min(i + 999, #urls)))

@@ -210,7 +210,7 @@ def test_race_log_overrun_checks_every_bucket(redis_server):
         await b.check_and_add_many(np.array([other], np.uint64), [np.zeros(1, np.uint64)],
                                    ["theirs"])
         rng = np.random.default_rng(5)
-        many = rng.integers(0, 2**64, LOG_MAX // 4 + 2000, dtype=np.uint64, endpoint=False)
+        many = rng.integers(0, 2**64, LOG_MAX // 8 + 2000, dtype=np.uint64, endpoint=False)
         # keep the filler out of the buckets V0 probes, so that it cannot match
         heads = many >> np.uint64(56)
         many = many[(heads != 0xF0) & (heads != 0xD0)]
@@ -473,3 +473,36 @@ def test_backend_fault_is_raised_then_recovers(private_redis):
         assert await be.check_and_add(3 << 40, W, "c") is None
         await be.close()
     run(go())
+
+
+def test_pipelined_chunk_sees_the_chunk_in_flight(redis_server):
+    """The snapshot of chunk i+1 is read before the script of chunk i runs:
+    near-duplicates across the two chunks are still resolved (one kept)."""
+    rng = np.random.default_rng(11)
+    centres = rng.integers(0, 2**64, 40, dtype=np.uint64, endpoint=False)
+    values = np.concatenate([centres, centres ^ np.uint64(0b11)])     # chunk 1, chunk 2
+    masks = [np.zeros(1, np.uint64)] * len(values)
+
+    async def go():
+        store = await new_store(redis_server, t=8).connect()
+        real = store._commit
+        order = []
+
+        async def late_commit(*a, **kw):
+            order.append("commit")
+            await asyncio.sleep(0.2)           # the next snapshot goes first
+            return await real(*a, **kw)
+        real_snapshot = store._snapshot
+
+        async def snapshot(*a, **kw):
+            order.append("snapshot")
+            return await real_snapshot(*a, **kw)
+        store._commit, store._snapshot = late_commit, snapshot
+        res = await store.check_and_add_many(values, masks, [f"k{i}" for i in range(80)],
+                                             chunk=40)
+        await store.close()
+        return res, order
+    res, order = run(go())
+    assert order == ["snapshot", "commit", "snapshot", "commit"]
+    assert res[:40] == [None] * 40
+    assert [m.key for m in res[40:]] == [f"k{i}" for i in range(40)]
