@@ -171,23 +171,31 @@ def read_batch(json_path, with_urls: bool = True, verify: bool = True) -> Batch:
     if records.dtype != BATCH_DTYPE or records.ndim != 1 or len(records) != meta["count"]:
         raise CorruptFileError(npy_path, f"unexpected array {records.dtype} {records.shape}, "
                                f"expected {meta['count']} records of {BATCH_DTYPE}")
-    urls: list = []
+    batch = Batch(name, json_path, records, [], meta)
     if with_urls:
-        try:
-            data = urls_path.read_bytes()
-        except FileNotFoundError:
-            raise CorruptFileError(urls_path, "batch URL file is missing") from None
-        if len(data) != meta["urls_bytes"]:
-            raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
-                                   f"{meta['urls_bytes']} (truncated or overwritten)")
-        if verify and (zlib.crc32(data) & 0xFFFFFFFF) != meta["urls_crc32"]:
-            raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
-        urls = data.decode("utf-8", "surrogateescape").split("\n")
-        if urls and urls[-1] == "":
-            urls.pop()
-        if len(urls) != meta["count"]:
-            raise CorruptFileError(urls_path, f"{len(urls)} URLs for {meta['count']} records")
-    return Batch(name, json_path, records, urls, meta)
+        batch.urls = read_urls(batch, verify=verify)
+    return batch
+
+
+def read_urls(batch: Batch, verify: bool = True) -> list[str]:
+    """The URLs of a batch (from its ``.urls`` file), checked against its header."""
+    meta = batch.meta
+    urls_path = batch.path.with_name(batch.name + ".urls")
+    try:
+        data = urls_path.read_bytes()
+    except FileNotFoundError:
+        raise CorruptFileError(urls_path, "batch URL file is missing") from None
+    if len(data) != meta["urls_bytes"]:
+        raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
+                               f"{meta['urls_bytes']} (truncated or overwritten)")
+    if verify and (zlib.crc32(data) & 0xFFFFFFFF) != meta["urls_crc32"]:
+        raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
+    urls = data.decode("utf-8", "surrogateescape").split("\n")
+    if urls and urls[-1] == "":
+        urls.pop()
+    if len(urls) != meta["count"]:
+        raise CorruptFileError(urls_path, f"{len(urls)} URLs for {meta['count']} records")
+    return urls
 
 
 def list_batches(directory) -> list[Path]:
