@@ -104,6 +104,7 @@ cdef inline uint64_t permute(const table_t *tb, uint64_t x) noexcept nogil:
 cdef class BPHSCore:
     cdef public int distance
     cdef public int blocks, tables
+    cdef public bint binary     # paper's lookup: binary search, no offsets
     cdef int g
     cdef table_t *tabs
     cdef list _keep
@@ -117,6 +118,7 @@ cdef class BPHSCore:
         self.tabs = NULL
         self.n_main = 0
         self.n_pend = 0
+        self.binary = False
         self._keep = []
 
     def __dealloc__(self):
@@ -256,9 +258,26 @@ cdef class BPHSCore:
                 __builtin_prefetch(&tb.off[p[i] >> (64 - tb.tb)])
             for i in range(self.tables):
                 tb = &self.tabs[i]
-                b = <uint32_t>(p[i] >> (64 - tb.tb))
-                lo = tb.off[b]
-                hi = tb.off[b + 1]
+                if self.binary:
+                    # first entry whose g-block header is >= the query's, then
+                    # scan while the header matches (Manku et al.; the paper)
+                    lo = 0
+                    hi = <uint32_t>self.n_main
+                    y = (p[i] >> (64 - tb.hb)) << (64 - tb.hb) if tb.hb < 64 else p[i]
+                    while lo < hi:
+                        k = lo + (hi - lo) // 2
+                        if tb.pv[k] < y:
+                            lo = k + 1
+                        else:
+                            hi = k
+                    hi = lo
+                    while hi < self.n_main and ((tb.pv[hi] ^ p[i]) >> (64 - tb.hb)) == 0 \
+                            if tb.hb < 64 else (hi < self.n_main and tb.pv[hi] == p[i]):
+                        hi += 1
+                else:
+                    b = <uint32_t>(p[i] >> (64 - tb.tb))
+                    lo = tb.off[b]
+                    hi = tb.off[b + 1]
                 for k in range(lo, hi):
                     diff = tb.pv[k] ^ p[i]
                     d = simdup_popcount64(diff)

@@ -187,7 +187,7 @@ class PSMIndex(_psm.PSMCore):
     query (own header included; None = every set of <= h header bits, i.e.
     exact). ``recall``: pick ``max_probes`` from the calibrated model for the
     current header size (re-picked whenever the header grows).
-    ``header_bits``: fix ``t`` (default: ``floor(log2 n) - 1``, growing).
+    ``header_bits``: fix ``t`` (default: ``floor(log2 n) - 2``, growing).
     ``model``: a :class:`VolatilityModel` (default: the shipped one).
     """
 
@@ -344,11 +344,16 @@ if _BPHSCore is not None:
         64 bits are split into ``blocks`` (G) blocks; each of the ``tables``
         (T = C(G, g)) tables keeps its own sorted copy with ``g = G - h``
         blocks leading. Give ``tables`` (e.g. 4 or 10 for h = 3) or ``blocks``;
-        the default is G = h + 1 (T = h + 1 tables).
+        the default is G = h + 1 (T = h + 1 tables). ``lookup``: "offsets"
+        (default; a bucket offset array per table, like PSM) or "binary" (a
+        binary search per table, as in Manku et al. and the PSM paper).
         """
 
-        def __init__(self, distance=3, blocks=None, tables=None):
+        def __init__(self, distance=3, blocks=None, tables=None, lookup="offsets"):
             distance = _check_distance(distance)
+            if lookup not in ("offsets", "binary"):
+                raise ValueError(f"lookup must be 'offsets' or 'binary', got {lookup!r}")
+            self.binary = lookup == "binary"
             from math import comb
             if blocks is not None:
                 if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)):

@@ -31,6 +31,7 @@ typedef struct {
     const uint64_t *mask;    /* [t] 64-bit mask of the bit with that rank */
     int t, h;
     int started;
+    int sorted;              /* 1: sorted-array queue (small frontiers) */
     vosh_node *heap;         /* caller-owned storage */
     long n, cap;
 } vosh_gen;
@@ -53,6 +54,16 @@ static inline int vosh_push(vosh_gen *g, const vosh_node *x) {
     if (g->n >= g->cap) return -1;
     long i = g->n++;
     vosh_node *h = g->heap;
+    if (g->sorted) {
+        /* ascending priority, the next set last: one unpredictable branch
+         * per insert instead of one per heap level (faster for small k) */
+        while (i > 0 && vosh_less(x, &h[i - 1])) {
+            h[i] = h[i - 1];
+            i--;
+        }
+        h[i] = *x;
+        return 0;
+    }
     while (i > 0) {
         long p = (i - 1) >> 1;
         if (!vosh_less(&h[p], x)) break;
@@ -65,6 +76,10 @@ static inline int vosh_push(vosh_gen *g, const vosh_node *x) {
 
 static inline void vosh_pop(vosh_gen *g, vosh_node *out) {
     vosh_node *h = g->heap;
+    if (g->sorted) {
+        *out = h[--g->n];
+        return;
+    }
     *out = h[0];
     long n = --g->n;
     if (n == 0) return;
@@ -84,9 +99,14 @@ static inline void vosh_pop(vosh_gen *g, vosh_node *out) {
 #define VOSH_GET(e, i) ((int)(((e) >> (56 - 8 * (i))) & 0xff) - 1)
 #define VOSH_INC(i) ((uint64_t)1 << (56 - 8 * (i)))
 
-/* Returns 0 on success, -1 if the heap storage is too small for the roots. */
+/* Returns 0 on success, -1 if the heap storage is too small for the roots.
+ * The queue M is a binary max-heap; with cap <= VOSH_SORTED_CAP nodes it is
+ * a sorted array instead (same order, cheaper for the few probes an online
+ * query makes). */
+#define VOSH_SORTED_CAP 96
 static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
                             int t, int h, vosh_node *heap, long cap) {
+    g->sorted = cap <= VOSH_SORTED_CAP;
     g->lw = lw; g->mask = mask; g->t = t;
     g->h = h < t ? h : t;
     if (g->h > VOSH_MAX_H) g->h = VOSH_MAX_H;

@@ -9,13 +9,13 @@ from scrapy_simdup import BPHSIndex
 
 @settings(max_examples=30)
 @given(seed=st.integers(0, 2**32 - 1), h=st.integers(0, 4), layout=st.integers(0, 2),
-       chunks=st.integers(1, 3))
-def test_equals_brute_force(seed, h, layout, chunks):
+       chunks=st.integers(1, 3), lookup=st.sampled_from(["offsets", "binary"]))
+def test_equals_brute_force(seed, h, layout, chunks, lookup):
     rng = np.random.default_rng(seed)
     stored = clustered_values(rng, 15, 1500, h + 1)
     queries = clustered_values(rng, 15, 25, h + 1)
     blocks = [None, h + 2, h + 3][layout]
-    idx = BPHSIndex(distance=h, blocks=blocks)
+    idx = BPHSIndex(distance=h, blocks=blocks, lookup=lookup)
     ids = np.concatenate([idx.add(p) for p in np.array_split(stored, chunks)])
     qi, got_ids, got_d = idx.query_many(queries, first=False)
     firsts, first_d = idx.query_many(queries, first=True)
@@ -43,3 +43,5 @@ def test_tables_argument():
         BPHSIndex(9)
     with pytest.raises(ValueError, match="value"):
         idx.query(-3)
+    with pytest.raises(ValueError, match="lookup"):
+        BPHSIndex(3, lookup="hash")
