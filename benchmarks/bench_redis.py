@@ -9,7 +9,8 @@ Starts its own ``redis-server`` (Debian package) on a free loopback port, then:
    computations of synthetic pages) through ``RedisBackend.check_and_add_many``
    in batches (each one a PSM-F lookup + atomic insert): checks/second from one
    process, and Redis ``INFO memory`` ``used_memory`` before/after, split into
-   the fingerprint index (buckets + bookkeeping) and the URL hash.
+   the fingerprint index (buckets + bookkeeping) and the URL lists
+   (``MEMORY USAGE`` of the ``<key>:u:*`` keys).
 2. *Queries* on the filled index: 20k checks, half near-duplicates of stored
    pages at distance 1..3 (real edits, ``_workload.query_set``), half new:
    checks/second and recall (near-duplicates found).
@@ -54,6 +55,17 @@ BATCH = 2048
 
 
 # ----------------------------------------------------------------- redis server
+def _die_with_parent():
+    """In the child: SIGKILL when the benchmark dies (no orphan server)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+            ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
 class Server:
     def __init__(self):
         with socket.socket() as s:
@@ -66,7 +78,7 @@ class Server:
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", self.dir, "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         import redis
         self.client = redis.Redis(port=self.port)
         for _ in range(200):
@@ -229,7 +241,11 @@ def main():
         fill_dt = time.perf_counter() - t0
         stored = n_fill - sum(r is not None for r in res)
         after = srv.used_memory()
-        url_mem = int(srv.client.memory_usage(base + ":urls", samples=0) or 0)
+        pipe = srv.client.pipeline(transaction=False)
+        ukeys = list(srv.client.scan_iter(match=base + ":u:*", count=10_000))
+        for k in ukeys:
+            pipe.memory_usage(k, samples=0)
+        url_mem = int(sum(x or 0 for x in pipe.execute()))
         idx_mem = after - before - url_mem
         n_keys = srv.client.dbsize()
         print(f"\n## fill: {n_fill:,} checks of new pages, one process")
@@ -238,8 +254,9 @@ def main():
         print(f"memory  used_memory {before:,} -> {after:,} bytes; {n_keys:,} keys")
         print(f"        fingerprint index {idx_mem:,} bytes = {idx_mem / stored:.1f} bytes "
               f"per fingerprint (target <= 24)")
-        print(f"        URL hash (separate) {url_mem:,} bytes = {url_mem / stored:.1f} bytes "
-              f"per URL (~{np.mean([len(k) for k in keys[:1000]]):.0f}-char URLs)")
+        print(f"        URL lists (separate, {len(ukeys):,} keys) {url_mem:,} bytes = "
+              f"{url_mem / stored:.1f} bytes per URL "
+              f"(~{np.mean([len(k) for k in keys[:1000]]):.0f}-char URLs)")
         rows.append(("fill", n_fill / fill_dt))
 
         # 2. queries -------------------------------------------------------------

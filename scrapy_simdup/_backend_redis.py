@@ -360,7 +360,7 @@ class RedisIndexStore:
                 if keys is None:
                     argv_keys = [b""] * len(new)
                 else:
-                    argv_keys = [b"" if keys[i] is None else keys[i] for i in new]
+                    argv_keys = [_key_bytes(keys[i]) for i in new]
                 script_args = (0, base, self.distance, n_snap, id_snap, self.hex_digits,
                                values[is_new].astype("<u8").tobytes(),
                                counts[is_new].astype("<u2").tobytes(),
@@ -370,14 +370,25 @@ class RedisIndexStore:
                                (np.ones(n, np.uint8) if flags is None else flags)[is_new]
                                .tobytes(), token, *argv_keys)
             match_values = entries[idx[~is_new]]
+            if local:
+                # the bucket and the position in it of each match: its key is
+                # entry `pos` of the bucket's key list
+                offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
+                np.cumsum(lens >> 3, out=offsets[1:])
+                m_idx = idx[~is_new]
+                m_probe = np.searchsorted(offsets, m_idx, "right") - 1
+                m_pos = (m_idx - offsets[m_probe]).tolist()
+                m_head = headers[m_probe].tolist()
+                ukeys = sorted(set(m_head))
+                uprefix = (base + ":u:").encode()
+                fmt = self._fmt
             replies = []
             for attempt in (0, 1):
                 pipe = self._client.pipeline(transaction=False)
                 if new:
                     pipe.evalsha(self._sha, *script_args)
                 if local:
-                    fields = match_values.astype("<u8").tobytes()
-                    pipe.hmget(base + ":urls", [fields[i:i + 8] for i in range(0, len(fields), 8)])
+                    pipe.mget([fmt % (uprefix, hd) for hd in ukeys])
                 if not (new or local):
                     break
                 try:
@@ -403,8 +414,9 @@ class RedisIndexStore:
             r = 1
         self.last_size = n_snap + inserted
         if local:
-            for i, v, u in zip(local, match_values.tolist(), replies[r]):
-                out[i] = StoreMatch(v, int(dist[i]), _text(u))
+            lists = dict(zip(ukeys, replies[r]))
+            for i, v, hd, pos in zip(local, match_values.tolist(), m_head, m_pos):
+                out[i] = StoreMatch(v, int(dist[i]), _text(_key_at(lists[hd], pos)))
         return out
 
     async def size(self) -> int:
@@ -418,15 +430,15 @@ class RedisIndexStore:
         """Delete the whole index (all buckets and bookkeeping keys)."""
         client = self._client
         batch = []
-        async for k in client.scan_iter(match=self.base + ":b:*", count=1000):
-            batch.append(k)
-            if len(batch) >= 1000:
-                await client.unlink(*batch)
-                batch = []
+        for pattern in (":b:*", ":u:*"):
+            async for k in client.scan_iter(match=self.base + pattern, count=1000):
+                batch.append(k)
+                if len(batch) >= 1000:
+                    await client.unlink(*batch)
+                    batch = []
         if batch:
             await client.unlink(*batch)
-        await client.delete(self.base + ":n", self.base + ":log", self.base + ":urls",
-                            self.base + ":id")
+        await client.delete(self.base + ":n", self.base + ":log", self.base + ":id")
         await client.set(self.base + ":id", uuid.uuid4().hex)
 
 
@@ -456,6 +468,32 @@ def _hiredis_connection_class():
 
             _HIREDIS_CONN.append(HiredisPackedConnection)
     return _HIREDIS_CONN[0]
+
+
+def _key_bytes(key) -> bytes:
+    """A page key as stored: UTF-8, at most 65,535 bytes (longer ones cut)."""
+    if key is None:
+        return b""
+    if isinstance(key, str):
+        key = key.encode("utf-8", "surrogatepass")
+    elif not isinstance(key, (bytes, bytearray)):
+        raise TypeError(f"keys must be str, bytes or None, got {type(key).__name__}")
+    return bytes(key[:65535])
+
+
+def _key_at(data, k):
+    """Entry ``k`` of a bucket's key list (uint16 LE length + bytes each)."""
+    if not data:
+        return None
+    pos = 0
+    for _ in range(k):
+        if pos + 2 > len(data):
+            return None
+        pos += 2 + int.from_bytes(data[pos:pos + 2], "little")
+    if pos + 2 > len(data):
+        return None
+    n = int.from_bytes(data[pos:pos + 2], "little")
+    return data[pos + 2:pos + 2 + n]
 
 
 def _text(v):

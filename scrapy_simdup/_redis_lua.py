@@ -4,7 +4,9 @@ Layout under a base key ``B`` (``SIMDUP_REDIS_KEY`` with the spider name):
 
 ``B:b:<header>``  one Redis string per bucket: the packed little-endian uint64
                   fingerprints whose top ``t`` bits are ``<header>`` (lower-case
-                  hex, ``ceil(t / 4)`` digits), in insertion order. Append-only.
+                  hex, ``ceil(t / 4)`` digits), in insertion order. Append-only
+                  (written with SET of old + new: an exact-size string, where
+                  APPEND would leave up to 100 % growth slack).
 ``B:n``           number of fingerprints inserted (an integer string): the
                   index size and the insertion sequence number.
 ``B:log``         the most recent insertions, in order, one entry each: the
@@ -17,7 +19,8 @@ Layout under a base key ``B`` (``SIMDUP_REDIS_KEY`` with the spider name):
                   ``B:id`` or a new one, which tells writers their snapshot is
                   from another life.
 ``B:t``           the header size ``t``, fixed when the index is created.
-``B:urls``        hash: packed fingerprint (8 bytes) -> key (URL) of the page.
+``B:u:<header>``  the keys (URLs) of the bucket's pages, in the same order:
+                  each a uint16 LE length and the UTF-8 bytes. Append-only.
 
 Protocol (two round trips for a batch of pages, one for a batch of
 duplicates):
@@ -84,7 +87,8 @@ local function pop(x)
   return band(x, 0x3F)
 end
 
-local nkey, logkey, idkey, urlkey = base .. ':n', base .. ':log', base .. ':id', base .. ':urls'
+local nkey, logkey, idkey = base .. ':n', base .. ':log', base .. ':id'
+local uprefix = base .. ':u:'
 local bprefix = base .. ':b:'
 local id_now = redis.call('GET', idkey)
 if not id_now then
@@ -115,13 +119,29 @@ elseif n_now > n_snap then
   end
 end
 
-local out, newlog, urls, pending = {}, {}, {}, {}
+local out, newlog, pending = {}, {}, {}
+-- insertions of this call, per bucket, written once at the end (exact size)
+local addb, addu, touched = {}, {}, {}
+
+-- the key of entry k (0-based) of a bucket's key list
+local function key_at(hd, k)
+  local s = redis.call('GET', uprefix .. hd)
+  if not s then return '' end
+  local pos = 1
+  for _ = 1, k do
+    if pos + 1 > #s then return '' end
+    pos = pos + 2 + struct.unpack('<I2', s, pos)
+  end
+  if pos + 1 > #s then return '' end
+  local len = struct.unpack('<I2', s, pos)
+  return string.sub(s, pos + 2, pos + 1 + len)
+end
 local inserted = 0
 local pp = 0
 for c = 1, #vals / 8 do
   local lo, hi = struct.unpack('<I4I4', vals, c * 8 - 7)
   local np = struct.unpack('<I2', counts, c * 2 - 1)
-  local found, fd = nil, 0
+  local found, fd, fhd, fk = nil, 0, nil, 0
   local ppc = pp
   local own = string.sub(heads, pp * w + 1, pp * w + w)
   local mine = string.byte(flags, c) == 1
@@ -129,7 +149,18 @@ for c = 1, #vals / 8 do
     for p = 1, np do
       if found then break end
       local hd = string.sub(heads, pp * w + 1, pp * w + w)
-      if check_all or (mine and changed[hd]) or foreign[hd] then
+      local ours = mine and addb[hd]
+      if ours then
+        for _, e in ipairs(ours) do
+          local a, b = struct.unpack('<I4I4', e)
+          local d = pop(bxor(a, lo)) + pop(bxor(b, hi))
+          if d <= h then
+            found, fd = e, d
+            break
+          end
+        end
+      end
+      if not found and (check_all or (mine and changed[hd]) or foreign[hd]) then
         local key = bprefix .. hd
         local len = redis.call('STRLEN', key)
         local seen = struct.unpack('<I4', seens, pp * 4 + 1)
@@ -142,6 +173,7 @@ for c = 1, #vals / 8 do
             local d = pop(bxor(a, lo)) + pop(bxor(b, hi))
             if d <= h then
               found, fd = string.sub(data, i, i + 7), d
+              fhd, fk = hd, (start + i - 1) / 8
               break
             end
           end
@@ -152,32 +184,38 @@ for c = 1, #vals / 8 do
   end
   pp = ppc + np
   if found then
-    out[c] = {found, fd, pending[found] or redis.call('HGET', urlkey, found) or ''}
+    out[c] = {found, fd, pending[found] or key_at(fhd, fk)}
   else
     local v = string.sub(vals, c * 8 - 7, c * 8)
-    redis.call('APPEND', bprefix .. own, v)
-    changed[own] = true
+    local t = addb[own]
+    if not t then
+      t = {}
+      addb[own], addu[own] = t, {}
+      touched[#touched + 1] = own
+    end
+    t[#t + 1] = v
     inserted = inserted + 1
     newlog[inserted] = own .. tok
     local url = ARGV[12 + c]
-    if url ~= '' then
-      urls[#urls + 1] = v
-      urls[#urls + 1] = url
-      pending[v] = url
-    end
+    local tu = addu[own]
+    tu[#tu + 1] = struct.pack('<I2', #url) .. url
+    pending[v] = url
     out[c] = 0
   end
 end
 
+for _, own in ipairs(touched) do
+  -- SET, not APPEND: APPEND leaves up to 100 % growth slack in every bucket
+  local bk, uk = bprefix .. own, uprefix .. own
+  redis.call('SET', bk, (redis.call('GET', bk) or '') .. table.concat(addb[own]))
+  redis.call('SET', uk, (redis.call('GET', uk) or '') .. table.concat(addu[own]))
+end
 if inserted > 0 then
   redis.call('INCRBY', nkey, inserted)
   local loglen = redis.call('APPEND', logkey, table.concat(newlog))
   if loglen > LOG_MAX then
     local keep = math.floor(LOG_KEEP / e) * e      -- whole entries
     redis.call('SET', logkey, redis.call('GETRANGE', logkey, loglen - keep, -1))
-  end
-  for i = 1, #urls, 1000 do
-    redis.call('HSET', urlkey, unpack(urls, i, math.min(i + 999, #urls)))
   end
 end
 return out
