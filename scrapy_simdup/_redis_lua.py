@@ -208,7 +208,7 @@ for _, own in ipairs(touched) do
   -- SET, not APPEND: APPEND leaves up to 100 % growth slack in every bucket
   local bk, uk = bprefix .. own, uprefix .. own
   redis.call('SET', bk, (redis.call('GET', bk) or '') .. table.concat(addb[own]))
-  redis.call('SET', uk, (redis.call('GET', uk) or '') .. table.concat(addu[own]))
+  redis.call('APPEND', uk, table.concat(addu[own]))    -- keys: reported apart, speed first
 end
 if inserted > 0 then
   redis.call('INCRBY', nkey, inserted)
