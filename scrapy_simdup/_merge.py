@@ -241,7 +241,7 @@ class PSMBatchMatcher:
         result = _batchscan.join_chunk(chunk_values, chunk_offsets, self.offsets, self.entries,
                                        self.values, self.h, active, self.first)
         n_active = int(np.count_nonzero(active))
-        if n_active < 0.8 * self._active_at_compaction:
+        if n_active < 0.5 * self._active_at_compaction:
             n = _batchscan.compact_probe_table(self.offsets, self.entries, active)
             self.entries = self.entries[:n].copy()
             self._active_at_compaction = n_active
