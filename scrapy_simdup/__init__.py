@@ -9,6 +9,10 @@ from ._volatility import VolatilityModel
 from ._config import SimdupConfig
 from ._fingerprinter import (Fingerprint, Fingerprinter, SkippedPage,
                              fingerprint_html, fingerprint_response)
+from ._atomic import CorruptFileError
+from ._batch import BatchWriter
+from ._batchfile import read_batch
+from ._merge import merge as merge_batches
 
 # Scrapy components, imported on first use (PEP 562) so that ``import
 # scrapy_simdup`` stays light for code that only fingerprints.
@@ -49,6 +53,10 @@ __all__ = [
     "SkippedPage",
     "fingerprint_html",
     "fingerprint_response",
+    "CorruptFileError",
+    "BatchWriter",
+    "read_batch",
+    "merge_batches",
     "Addon",
     "SimdupDownloaderMiddleware",
     "NearDuplicateResponse",
