@@ -3,11 +3,13 @@
 The tree is walked once with ``lxml.etree.iterwalk``; it is never modified,
 so the tree Scrapy caches for ``response.css()``/``xpath()`` can be reused.
 
-1. Invisible and boilerplate regions are skipped as whole subtrees: script,
-   style, head, forms, navigation, header/footer/aside, elements that are
-   ``hidden``/``aria-hidden``, and elements whose class or id says
-   comments/sidebar/share/related/ad/cookie/newsletter/... (unless it also says
-   article/content/main/story/body, the usual readability exception).
+1. Invisible regions are skipped as whole subtrees (script, style, head,
+   form controls, ``hidden``/``aria-hidden`` elements; in "main" mode also
+   ``nav`` and ``footer``). Boilerplate regions (header/aside/form/menu and
+   elements whose class or id says comments/sidebar/share/related/ad/cookie/
+   newsletter/..., unless it also says article/content/main/story/body, the
+   usual readability exception) are *flagged*, not skipped: a whole page is
+   sometimes wrapped in a ``<form>`` or a ``class="widget"``.
 2. Text is cut into *blocks* at block-level tags; each block records its
    character count and how much of it is link text, and belongs to the
    innermost block element (its *container*).
@@ -36,7 +38,11 @@ INVISIBLE_TAGS = frozenset(
     "script style noscript template head title meta link iframe frame frameset "
     "object embed applet svg math canvas video audio map area source track "
     "select option optgroup textarea input button datalist".split())
-# Boilerplate regions: skipped in "main" mode.
+# Skipped in "main" mode: navigation and footers never hold the main content
+# (measured: same extraction quality, a third less walking).
+MAIN_SKIP_TAGS = frozenset(("nav", "footer"))
+_MAIN_INVISIBLE = INVISIBLE_TAGS | MAIN_SKIP_TAGS
+# Boilerplate regions: flagged in "main" mode (see BlockBuilder).
 BOILERPLATE_TAGS = frozenset("nav header footer aside form dialog menu".split())
 BLOCK_TAGS = frozenset(
     "address article aside blockquote body center dd details dir div dl dt fieldset "
@@ -105,7 +111,7 @@ class BlockBuilder:
         """An element starts; returns True if its subtree must be skipped."""
         if self.want_tags:
             self.tags.append(tag + "." + cls.split(None, 1)[0] if cls and cls.strip() else tag)
-        if tag in INVISIBLE_TAGS or hidden:
+        if tag in INVISIBLE_TAGS or hidden or (self.mode == "main" and tag in MAIN_SKIP_TAGS):
             self.stack.append(2)
             if tag in BLOCK_TAGS:
                 self.flush()
@@ -298,31 +304,14 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
 
     The same logic inlined in one function over ``etree.iterwalk`` (a C-level
     walk); the tests check that both give identical blocks on real pages.
-    Comments and processing instructions, which ``iterwalk`` does not report,
-    are handled by attaching their tails to the preceding element's tail (or
-    to the parent's text when there is no preceding element).
+    Comments and processing instructions come as ``comment``/``pi`` events;
+    only their tails are text.
     """
     if hasattr(root, "getroot"):
         root = root.getroot()
     b = BlockBuilder(mode, want_tags)
     if not isinstance(root.tag, str):
         return b
-    # comment / PI tails, in document order
-    extra_tail: dict = {}
-    extra_text: dict = {}
-    for c in root.iter(etree.Comment, etree.ProcessingInstruction):
-        tail = c.tail
-        if not tail or c is root:
-            continue
-        prev = c.getprevious()
-        while prev is not None and not isinstance(prev.tag, str):
-            prev = prev.getprevious()
-        if prev is not None:
-            extra_tail[prev] = extra_tail.get(prev, "") + tail
-        else:
-            par = c.getparent()
-            if par is not None:
-                extra_text[par] = extra_text.get(par, "") + tail
     main = mode == "main"
     texts, nchars, lchars, owner = b.texts, b.nchars, b.lchars, b.owner
     parent, end, unl = b.parent, b.end, b.unl
@@ -334,12 +323,12 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
     cur = 0
     link_chars = 0
     link_depth = 0
-    invisible = INVISIBLE_TAGS
+    invisible = _MAIN_INVISIBLE if main else INVISIBLE_TAGS
     blocks = BLOCK_TAGS
     boiler = BOILERPLATE_TAGS
     never = _NEVER_UNLIKELY
     label_cache = _label_cache
-    walker = etree.iterwalk(root, events=("start", "end"))
+    walker = etree.iterwalk(root, events=("start", "end", "comment", "pi"))
     skip = walker.skip_subtree
     for event, el in walker:
         if event == "start":
@@ -400,12 +389,7 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
                 parts.append(t)
                 if link_depth:
                     link_chars += len(t)
-            if extra_text and el in extra_text:
-                t = extra_text[el]
-                parts.append(t)
-                if link_depth:
-                    link_chars += len(t)
-        else:
+        elif event == "end":
             kind = pop_kind()
             if kind == 1:
                 if parts:
@@ -428,11 +412,12 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
                     parts.append(t)
                     if link_depth:
                         link_chars += len(t)
-                if extra_tail and el in extra_tail:
-                    t = extra_tail[el]
-                    parts.append(t)
-                    if link_depth:
-                        link_chars += len(t)
+        else:                                  # comment / PI: only its tail is text
+            t = el.tail
+            if t:
+                parts.append(t)
+                if link_depth:
+                    link_chars += len(t)
     if parts:
         text = "".join(parts)
         n = len(text.strip())
@@ -459,7 +444,8 @@ def scan_lxml(root, mode: str = "main", want_tags: bool = False) -> BlockBuilder
         root = root.getroot()
     b = BlockBuilder(mode, want_tags)
     (b.texts, b.nchars, b.lchars, b.owner, b.parent, b.end, b.unl, b.tags) = _scan_raw(
-        root, mode == "main", want_tags, INVISIBLE_TAGS, BLOCK_TAGS, BOILERPLATE_TAGS,
+        root, mode == "main", want_tags, _MAIN_INVISIBLE if mode == "main" else INVISIBLE_TAGS,
+        BLOCK_TAGS, BOILERPLATE_TAGS,
         _NEVER_UNLIKELY, _label_cache, unlikely_label)
     return b
 

@@ -32,7 +32,7 @@ __all__ = ["Fingerprint", "Fingerprinter", "SkippedPage", "fingerprint_html",
 
 DEFAULT_FEATURES = "shingles"
 DEFAULT_WEIGHTING = "logtf"
-DEFAULT_SHINGLE_SIZE = 3
+DEFAULT_SHINGLE_SIZE = 2
 DEFAULT_MIN_FEATURES = 20
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_TOKENS = 100_000
@@ -159,7 +159,7 @@ class Fingerprinter:
     """Turns pages into fingerprints with one fixed set of options.
 
     ``features``: ``"shingles"`` (default), ``"spots"``, ``"structure"`` or a
-    ``+`` combination. ``shingle_size``: words per shingle (default 3).
+    ``+`` combination. ``shingle_size``: words per shingle (default 2).
     ``weighting``: ``"logtf"`` (default), ``"count"`` or ``"binary"``.
     ``extract``: ``"main"`` (main content, visible-text fallback; default) or
     ``"visible"``. ``content_xpath``/``content_css``: a selector whose matches

@@ -15,23 +15,9 @@ def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozense
     cdef list parent = [-1], end = [0], unl = [0], tags = [], kinds = [], parts = []
     cdef Py_ssize_t cur = 0, link_chars = 0, link_depth = 0, n, cid, kind
     cdef bint unlikely
-    cdef dict extra_tail = {}, extra_text = {}
     if not isinstance(root.tag, str):
         return texts, nchars, lchars, owner, parent, end, unl, tags
-    for c in root.iter(etree.Comment, etree.ProcessingInstruction):
-        tail = c.tail
-        if not tail or c is root:
-            continue
-        prev = c.getprevious()
-        while prev is not None and not isinstance(prev.tag, str):
-            prev = prev.getprevious()
-        if prev is not None:
-            extra_tail[prev] = extra_tail.get(prev, "") + tail
-        else:
-            par = c.getparent()
-            if par is not None:
-                extra_text[par] = extra_text.get(par, "") + tail
-    walker = etree.iterwalk(root, events=("start", "end"))
+    walker = etree.iterwalk(root, events=("start", "end", "comment", "pi"))
     skip = walker.skip_subtree
     for event, el in walker:
         if event == "start":
@@ -92,12 +78,7 @@ def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozense
                 parts.append(t)
                 if link_depth:
                     link_chars += len(t)
-            if extra_text and el in extra_text:
-                t = extra_text[el]
-                parts.append(t)
-                if link_depth:
-                    link_chars += len(t)
-        else:
+        elif event == "end":
             kind = kinds.pop()
             if kind == 1:
                 if parts:
@@ -120,11 +101,12 @@ def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozense
                     parts.append(t)
                     if link_depth:
                         link_chars += len(t)
-                if extra_tail and el in extra_tail:
-                    t = extra_tail[el]
-                    parts.append(t)
-                    if link_depth:
-                        link_chars += len(t)
+        else:                                  # comment / PI: only its tail is text
+            t = el.tail
+            if t:
+                parts.append(t)
+                if link_depth:
+                    link_chars += len(t)
     if parts:
         text = "".join(parts)
         n = len(text.strip())

@@ -1,0 +1,131 @@
+"""Per-page cost of page features: ours (lxml, bs4) vs trafilatura.extract.
+
+    /work/venv/bin/python benchmarks/bench_features.py [--quick] [--repeat N]
+
+Every real page of /work/shared/data (421 pages; ``--quick``: 60) is given,
+as the raw HTML bytes, to each method in turn (interleaved page by page, so
+machine load hits all methods alike); each (page, method) is timed ``--repeat``
+times and the fastest run kept. Reported: median / mean / p90 ms per page and
+the ratio to ours.
+
+* ``ours lxml``            ``Fingerprinter().fingerprint_html(bytes)``: decode, parse,
+                           main-content extraction, tokens, shingles, simhash;
+* ``ours lxml, cached tree`` ``fingerprint_response`` on an HtmlResponse whose
+                           selector the spider already built (Scrapy's case);
+* ``ours bs4``             ``Fingerprinter(parser="bs4").fingerprint_html(bytes)``;
+* ``ours bs4, soup given``  ``fingerprint_soup(soup)`` (the spider holds a soup);
+* ``trafilatura.extract``  text extraction only (no fingerprint), default options.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _data import load_all  # noqa: E402
+
+from scrapy_simdup import Fingerprinter, SkippedPage  # noqa: E402
+from scrapy_simdup._extract import scan_lxml  # noqa: E402
+from scrapy_simdup._features import features_from_tokens, weigh  # noqa: E402
+from scrapy_simdup._fingerprinter import parse_html_text  # noqa: E402
+from scrapy_simdup._tokenize import tokenize  # noqa: E402
+
+
+def timed(fn, arg, repeat):
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        try:
+            fn(arg)
+        except SkippedPage:
+            pass
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    from bs4 import BeautifulSoup
+    from scrapy.http import HtmlResponse
+    import trafilatura
+
+    records = load_all()
+    if args.quick:
+        records = records[::7]
+    pages = [r.html for r in records]
+    lx = Fingerprinter()
+    bs = Fingerprinter(parser="bs4")
+
+    def cached_response(html):
+        r = HtmlResponse("https://example.com/", body=html)
+        r.selector  # noqa: B018  the spider's own css()/xpath() built it
+        return r
+
+    responses = [cached_response(h) for h in pages]
+    soups = [BeautifulSoup(r.text, "lxml") for r in responses]
+    methods = {
+        "ours lxml": (lambda i: lx.fingerprint_html(pages[i])),
+        "ours lxml, cached tree": (lambda i: lx.fingerprint_response(responses[i])),
+        "ours bs4": (lambda i: bs.fingerprint_html(pages[i])),
+        "ours bs4, soup given": (lambda i: bs.fingerprint_soup(soups[i])),
+        "trafilatura.extract": (lambda i: trafilatura.extract(pages[i])),
+    }
+    times = {name: [] for name in methods}
+    t0 = time.time()
+    for i in range(len(pages)):
+        for name, fn in methods.items():
+            times[name].append(timed(fn, i, args.repeat))
+    # stage breakdown of the default pipeline
+    stages = {"decode": [], "parse": [], "extract": [], "tokenize": [], "features+simhash": []}
+    for html in pages:
+        best = None
+        for _ in range(args.repeat):
+            t = [time.perf_counter()]
+            text, _ = lx._decode(html, None)
+            t.append(time.perf_counter())
+            root = parse_html_text(text)
+            t.append(time.perf_counter())
+            body, _ = scan_lxml(root, "main").main_text()
+            t.append(time.perf_counter())
+            toks = tokenize(body)
+            t.append(time.perf_counter())
+            h, w = weigh(features_from_tokens(toks, {"shingles"}, 3), "logtf")
+            if len(h):
+                from scrapy_simdup import _core
+                _core.simhash_hashes(h, w)
+            t.append(time.perf_counter())
+            d = [t[k + 1] - t[k] for k in range(5)]
+            best = d if best is None or sum(d) < sum(best) else best
+        for k, name in enumerate(stages):
+            stages[name].append(best[k] * 1e3)
+
+    print(f"pages: {len(pages)} real pages from /work/shared/data "
+          f"(median size {statistics.median(len(p) for p in pages) / 1024:.0f} KiB), "
+          f"best of {args.repeat} runs per page, wall {time.time() - t0:.0f}s")
+    base = statistics.median(times["ours lxml"])
+    print(f"{'method':<26} {'median ms':>10} {'mean ms':>9} {'p90 ms':>8} {'vs ours lxml':>13}")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        p90 = sorted(ts)[int(0.9 * (len(ts) - 1))]
+        print(f"{name:<26} {med:>10.3f} {statistics.mean(ts):>9.3f} {p90:>8.3f} {med / base:>12.2f}x")
+    print("\nstages of ours lxml (median ms): " + ", ".join(
+        f"{k} {statistics.median(v):.3f}" for k, v in stages.items()))
+    ratio = statistics.median(times["trafilatura.extract"]) / base
+    print(f"\ntrafilatura.extract / ours lxml (median per page): {ratio:.1f}x")
+    print(f"ours bs4 / ours lxml: {statistics.median(times['ours bs4']) / base:.1f}x")
+    ok_ms, ok_ratio = base < 2.0, ratio >= 10
+    print(f"[{'PASS' if ok_ms else 'FAIL'}] ours lxml median {base:.3f} ms < 2 ms")
+    print(f"[{'PASS' if ok_ratio else 'FAIL'}] trafilatura ratio {ratio:.1f}x >= 10x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
