@@ -46,6 +46,7 @@ cdef enum:
     STACK_HEAP = 600
     BATCH = 8
     GROUP = 8       # queries pipelined together in query_many
+    FIRST_STAGE = 4 # PSM-F probes of the first pipelined stage
     KPIPE = 64      # probes per query up to which query_many pipelines
 
 
@@ -576,19 +577,25 @@ cdef class PSMCore:
                                   int G, bint first, long maxk, int64_t q0,
                                   resvec *res, vosh_node *heap,
                                   long heapcap) noexcept nogil:
-        """G queries (maxk <= KPIPE) with their bucket loads overlapped:
-        all flip sets first, then all offset loads, then all scans. Returns
-        0, -2 for out of memory, or -(3 + g) for a bad W in query g."""
-        cdef double lw[MAX_T]
-        cdef uint64_t mk[MAX_T]
-        cdef vosh_gen gen
+        """G queries (maxk <= KPIPE) with their bucket loads overlapped: flip
+        sets of all queries first, then all offset loads, then all scans.
+        PSM-F does this in two stages (the first FIRST_STAGE probes, then the
+        rest for the queries still unmatched), so a query matched early does
+        not pay for generating the flip sets it will not probe. ``heap`` holds
+        G * heapcap nodes. Returns 0, -2 for out of memory, or -(3 + g) for a
+        bad W in query g."""
+        cdef double lw[GROUP][MAX_T]
+        cdef uint64_t mk[GROUP][MAX_T]
+        cdef vosh_gen gen[GROUP]
         cdef uint32_t hq[GROUP][KPIPE]
         cdef uint32_t lo[GROUP][KPIPE]
         cdef uint32_t hi[GROUP][KPIPE]
         cdef int nk[GROUP]
+        cdef int start[GROUP]
+        cdef bint live[GROUP]
         cdef int t = self.t, h = self.distance, shift = 64 - self.t
         cdef int bshift = self.t - self.tb
-        cdef int g, k, size, d
+        cdef int g, k, size, d, stage, limit, nlive
         cdef uint64_t m, x, v, hdr
         cdef uint32_t j
         cdef int32_t c
@@ -597,52 +604,75 @@ cdef class PSMCore:
         cdef const uint64_t *vals = self.vals
         cdef int keep = t if maxk >= t else <int>maxk
         for g in range(G):
-            x = xs[g]
             if prepare(&self._model.m, (Ws + 64 * g) if Ws != NULL else NULL,
-                       t, keep, lw, mk) < 0:
+                       t, keep, lw[g], mk[g]) < 0:
                 return -(3 + g)
-            vosh_init(&gen, lw, mk, keep, h, heap, heapcap)
-            k = 0
-            while k < maxk and vosh_next(&gen, &m, &size) > 0:
-                hq[g][k] = <uint32_t>((x ^ m) >> shift)
-                __builtin_prefetch(&off[hq[g][k]])
-                k += 1
-            nk[g] = k
-        for g in range(G):
-            for k in range(nk[g]):
-                lo[g][k] = off[hq[g][k]]
-                hi[g][k] = off[hq[g][k] + 1]
-                __builtin_prefetch(&vals[lo[g][k]])
-        for g in range(G):
-            x = xs[g]
-            done = False
-            for k in range(nk[g]):
-                for j in range(lo[g][k], hi[g][k]):
-                    d = simdup_popcount64(vals[j] ^ x)
-                    if d <= h:
-                        if res_push(res, q0 + g, self.ids[j], d) < 0:
-                            return -2
-                        if first:
-                            done = True
-                            break
-                if done:
+            vosh_init(&gen[g], lw[g], mk[g], keep, h, heap + g * heapcap, heapcap)
+            nk[g] = 0
+            live[g] = True
+        for stage in range(2):
+            if stage == 0:
+                limit = FIRST_STAGE if first and maxk > FIRST_STAGE else <int>maxk
+            else:
+                if limit >= maxk:
                     break
-                if self.n_buf:
-                    hdr = hq[g][k]
-                    c = self.bhead[hdr >> bshift]
-                    while c >= 0:
-                        v = self.bvals[c]
-                        if (v >> shift) == hdr:
-                            d = simdup_popcount64(v ^ x)
-                            if d <= h:
-                                if res_push(res, q0 + g, self.bids[c], d) < 0:
-                                    return -2
-                                if first:
-                                    done = True
-                                    break
-                        c = self.bnext[c]
+                limit = <int>maxk
+            nlive = 0
+            for g in range(G):
+                if not live[g]:
+                    continue
+                nlive += 1
+                x = xs[g]
+                start[g] = nk[g]
+                k = nk[g]
+                while k < limit:
+                    if vosh_next(&gen[g], &m, &size) <= 0:
+                        live[g] = False  # every flip set generated
+                        break
+                    hq[g][k] = <uint32_t>((x ^ m) >> shift)
+                    __builtin_prefetch(&off[hq[g][k]])
+                    k += 1
+                nk[g] = k
+            if nlive == 0:
+                break
+            for g in range(G):
+                for k in range(start[g], nk[g]):
+                    lo[g][k] = off[hq[g][k]]
+                    hi[g][k] = off[hq[g][k] + 1]
+                    __builtin_prefetch(&vals[lo[g][k]])
+            for g in range(G):
+                x = xs[g]
+                done = False
+                for k in range(start[g], nk[g]):
+                    for j in range(lo[g][k], hi[g][k]):
+                        d = simdup_popcount64(vals[j] ^ x)
+                        if d <= h:
+                            if res_push(res, q0 + g, self.ids[j], d) < 0:
+                                return -2
+                            if first:
+                                done = True
+                                break
                     if done:
                         break
+                    if self.n_buf:
+                        hdr = hq[g][k]
+                        c = self.bhead[hdr >> bshift]
+                        while c >= 0:
+                            v = self.bvals[c]
+                            if (v >> shift) == hdr:
+                                d = simdup_popcount64(v ^ x)
+                                if d <= h:
+                                    if res_push(res, q0 + g, self.bids[c], d) < 0:
+                                        return -2
+                                    if first:
+                                        done = True
+                                        break
+                            c = self.bnext[c]
+                        if done:
+                            break
+                if done:
+                    live[g] = False
+                start[g] = nk[g]
         return 0
 
     cdef long _probes(self):
@@ -715,7 +745,7 @@ cdef class PSMCore:
             wv = W
         cdef long maxk = self._probes()
         cdef long heapcap = self.distance + maxk + 2
-        cdef vosh_node *heap = <vosh_node *>malloc(heapcap * sizeof(vosh_node))
+        cdef vosh_node *heap = <vosh_node *>malloc(GROUP * heapcap * sizeof(vosh_node))
         if heap == NULL:
             raise MemoryError()
         cdef resvec res
