@@ -183,9 +183,10 @@ def run_stats(args, out=sys.stdout) -> int:
         out.write(f"  size on disk:   {_human_bytes(d['bytes'])}\n")
         if "index" in d:
             idx = d["index"]
-            out.write(f"  online index:   {idx.get('count', '?'):,} fingerprints "
-                      f"(snapshot {idx.get('file', '?')})\n" if isinstance(idx.get("count"), int)
-                      else f"  online index:   {idx}\n")
+            if isinstance(idx.get("count"), int):
+                out.write(f"  online index:   {idx['count']:,} fingerprints saved "
+                          f"(search {idx.get('search', '?')}, distance "
+                          f"{idx.get('distance', '?')})\n")
         for path in d["unfinished"]:
             out.write(f"  unfinished batch (interrupted flush, ignored): {path}\n")
         for problem in d["corrupt"]:

@@ -115,20 +115,41 @@ class Collection:
     def count(self) -> int:
         return int(self.meta["count"])
 
+    def _groups(self, chunk_size: int) -> list[list[dict]]:
+        runs = self.meta["runs"]
+        groups, i = [], 0
+        while i < len(runs):
+            group = [runs[i]]
+            i += 1
+            while i < len(runs) and sum(r["count"] for r in group) + runs[i]["count"] <= chunk_size:
+                group.append(runs[i])
+                i += 1
+            groups.append(group)
+        return groups
+
+    def n_chunks(self, chunk_size: int) -> int:
+        return len(self._groups(chunk_size))
+
+    def lock(self):
+        """An exclusive lock on the collection (one merge at a time); raises
+        ValueError if another process holds it."""
+        import fcntl  # noqa: PLC0415
+
+        handle = open(self.path / ".lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise ValueError(f"{self.path}: another merge is running on this collection") from None
+        return handle
+
     def chunks(self, chunk_size: int, verify: bool = True):
         """Yield ``(start, records)``: consecutive runs, each chunk sorted, at most
         ``chunk_size`` records (a run longer than that is one chunk of its own)."""
         path = self.path / "H.bin"
-        runs = self.meta["runs"]
         with open(path, "rb") as handle:
             start = 0
-            i = 0
-            while i < len(runs):
-                group = [runs[i]]
-                i += 1
-                while i < len(runs) and sum(r["count"] for r in group) + runs[i]["count"] <= chunk_size:
-                    group.append(runs[i])
-                    i += 1
+            for group in self._groups(chunk_size):
                 parts = []
                 for run in group:
                     data = handle.read(run["count"] * H_DTYPE.itemsize)
@@ -429,109 +450,115 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     coll = Collection(collection if collection is not None else dirs[0] / "collection", create=True)
-    method = "bphs" if exact else ("psm-f" if first else "psm-a") + ("(index)" if engine == "index" else "")
-    summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
-                           collection_before=coll.count)
-    for d in dirs:
-        summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
-    started = time.perf_counter()
-    pending = pending_batches(dirs, coll)
-    metas = [(p, read_meta(p)) for p in pending]
-    total = sum(m["count"] for _, m in metas)
-    bar = Progress(total * max(1, len(coll.meta["runs"]) + 1), "simdup merge", progress)
-    run_pairs = []
-    t = header_bits(chunk_size)
-    # group pending batches into Q's of at most chunk_size fingerprints
-    groups, cur, cur_n = [], [], 0
-    for p, m in metas:
-        if cur and cur_n + m["count"] > chunk_size:
+    lock = coll.lock()
+    try:
+        method = "bphs" if exact else ("psm-f" if first else "psm-a") + ("(index)" if engine == "index" else "")
+        summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
+                               collection_before=coll.count)
+        for d in dirs:
+            summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
+        started = time.perf_counter()
+        pending = pending_batches(dirs, coll)
+        metas = [(p, read_meta(p)) for p in pending]
+        run_pairs = []
+        t = header_bits(chunk_size)
+        # group pending batches into Q's of at most chunk_size fingerprints
+        groups, cur, cur_n = [], [], 0
+        for p, m in metas:
+            if cur and cur_n + m["count"] > chunk_size:
+                groups.append(cur)
+                cur, cur_n = [], 0
+            cur.append(p)
+            cur_n += m["count"]
+        if cur:
             groups.append(cur)
-            cur, cur_n = [], 0
-        cur.append(p)
-        cur_n += m["count"]
-    if cur:
-        groups.append(cur)
-    for group in groups:
-        batches = [read_batch(p, with_urls=False, verify=verify) for p in group]
-        records = np.concatenate([b.records for b in batches]) if batches else None
-        m = len(records)
-        base = coll.count
-        gids = base + np.arange(m, dtype=np.int64)
-        q_values = np.ascontiguousarray(records["value"])
-        active = np.ones(m, dtype=np.uint8)
-        if exact:
-            matcher = ExactBatchMatcher(q_values, distance, tables)
-        else:
-            matcher = (IndexChunkMatcher if engine == "index" else PSMBatchMatcher)(q_values, records["cq"], records["wrms"], distance, probes, first, t)
-        found_q, found_dup, found_d = [], [], []
-        for _start, chunk in coll.chunks(chunk_size, verify=verify):
-            if not active.any():
+        sizes = {p: m["count"] for p, m in metas}
+        chunks0 = coll.n_chunks(chunk_size)
+        bar = Progress(sum(sum(sizes[p] for p in g) * (chunks0 + i + 1)
+                           for i, g in enumerate(groups)), "simdup merge", progress)
+        for group in groups:
+            batches = [read_batch(p, with_urls=False, verify=verify) for p in group]
+            records = np.concatenate([b.records for b in batches]) if batches else None
+            m = len(records)
+            base = coll.count
+            gids = base + np.arange(m, dtype=np.int64)
+            q_values = np.ascontiguousarray(records["value"])
+            active = np.ones(m, dtype=np.uint8)
+            if exact:
+                matcher = ExactBatchMatcher(q_values, distance, tables)
+            else:
+                matcher = (IndexChunkMatcher if engine == "index" else PSMBatchMatcher)(q_values, records["cq"], records["wrms"], distance, probes, first, t)
+            found_q, found_dup, found_d = [], [], []
+            for _start, chunk in coll.chunks(chunk_size, verify=verify):
+                if not active.any():
+                    bar.update(m)
+                    continue
+                chunk_values = np.ascontiguousarray(chunk["value"])
+                qi, yi, dd = matcher.match(chunk_values, active)
+                found_q.append(qi)
+                found_dup.append(chunk["id"][yi])
+                found_d.append(dd)
+                summary.chunks_scanned += 1
                 bar.update(m)
-                continue
-            chunk_values = np.ascontiguousarray(chunk["value"])
-            qi, yi, dd = matcher.match(chunk_values, active)
+            # pairs inside Q (all modes look at all pairs, then keep the earlier one)
+            order = np.argsort(q_values, kind="stable")
+            sorted_q = np.ascontiguousarray(q_values[order])
+            self_active = active.copy() if first else np.ones(m, dtype=np.uint8)
+            if exact:
+                self_matcher = matcher
+                qi, yi, dd = self_matcher.match(sorted_q, np.ones(m, dtype=np.uint8))
+            else:
+                self_matcher = matcher
+                self_matcher.first = False
+                qi, yi, dd = self_matcher.match(sorted_q, self_active)
+                self_matcher.first = first
+            yi = order[yi]
+            keep = yi < qi
+            qi, yi, dd = qi[keep], yi[keep], dd[keep]
+            if first and len(qi):
+                # one match per element (the first found), and only for elements not matched in H
+                sel = np.unique(qi, return_index=True)[1]
+                qi, yi, dd = qi[sel], yi[sel], dd[sel]
             found_q.append(qi)
-            found_dup.append(chunk["id"][yi])
+            found_dup.append(gids[yi])
             found_d.append(dd)
-            summary.chunks_scanned += 1
             bar.update(m)
-        # pairs inside Q (all modes look at all pairs, then keep the earlier one)
-        order = np.argsort(q_values, kind="stable")
-        sorted_q = np.ascontiguousarray(q_values[order])
-        self_active = active.copy() if first else np.ones(m, dtype=np.uint8)
-        if exact:
-            self_matcher = matcher
-            qi, yi, dd = self_matcher.match(sorted_q, np.ones(m, dtype=np.uint8))
-        else:
-            self_matcher = matcher
-            self_matcher.first = False
-            qi, yi, dd = self_matcher.match(sorted_q, self_active)
-            self_matcher.first = first
-        yi = order[yi]
-        keep = yi < qi
-        qi, yi, dd = qi[keep], yi[keep], dd[keep]
-        if first and len(qi):
-            # one match per element (the first found), and only for elements not matched in H
-            sel = np.unique(qi, return_index=True)[1]
-            qi, yi, dd = qi[sel], yi[sel], dd[sel]
-        found_q.append(qi)
-        found_dup.append(gids[yi])
-        found_d.append(dd)
-        bar.update(m)
-        fq = np.concatenate(found_q)
-        pairs = np.empty(len(fq), dtype=PAIR_DTYPE)
-        pairs["id"] = gids[fq]
-        pairs["duplicate_of"] = np.concatenate(found_dup)
-        pairs["distance"] = np.concatenate(found_d)
-        if exact or not first:
-            # the exact scan reports pairs regardless of `first`; keep all
-            pass
-        pairs = pairs[np.lexsort((pairs["duplicate_of"], pairs["id"]))]
-        run = np.empty(m, dtype=H_DTYPE)
-        run["value"] = q_values[order]
-        run["id"] = gids[order]
-        if commit:
-            urls = [u for b in batches for u in read_urls(b, verify=verify)]
-            coll.append(run, urls, pairs, {_batch_key(b.path): {"count": len(b),
-                                                                "crc32": b.meta["npy_crc32"]}
-                                           for b in batches})
-        run_pairs.append(pairs)
-        summary.batches += len(batches)
-        summary.fingerprints += m
-    bar.close()
-    all_run = np.concatenate(run_pairs) if run_pairs else np.zeros(0, dtype=PAIR_DTYPE)
-    summary.seconds = time.perf_counter() - started
-    summary.pairs_array = all_run
-    summary.collection_after = coll.count
-    summary.pairs = len(all_run)
-    summary.duplicates = int(len(np.unique(all_run["id"])))
-    hist = np.bincount(all_run["distance"], minlength=distance + 1) if len(all_run) else []
-    summary.distance_histogram = {str(i): int(c) for i, c in enumerate(hist) if c}
-    if pairs_out is not None:
-        write_pairs(coll, all_run, pairs_out)
-    if clusters_out is not None:
-        write_clusters(coll, coll.pairs(), clusters_out)
-    return summary
+            fq = np.concatenate(found_q)
+            pairs = np.empty(len(fq), dtype=PAIR_DTYPE)
+            pairs["id"] = gids[fq]
+            pairs["duplicate_of"] = np.concatenate(found_dup)
+            pairs["distance"] = np.concatenate(found_d)
+            if exact or not first:
+                # the exact scan reports pairs regardless of `first`; keep all
+                pass
+            pairs = pairs[np.lexsort((pairs["duplicate_of"], pairs["id"]))]
+            run = np.empty(m, dtype=H_DTYPE)
+            run["value"] = q_values[order]
+            run["id"] = gids[order]
+            if commit:
+                urls = [u for b in batches for u in read_urls(b, verify=verify)]
+                coll.append(run, urls, pairs, {_batch_key(b.path): {"count": len(b),
+                                                                    "crc32": b.meta["npy_crc32"]}
+                                               for b in batches})
+            run_pairs.append(pairs)
+            summary.batches += len(batches)
+            summary.fingerprints += m
+        bar.close()
+        all_run = np.concatenate(run_pairs) if run_pairs else np.zeros(0, dtype=PAIR_DTYPE)
+        summary.seconds = time.perf_counter() - started
+        summary.pairs_array = all_run
+        summary.collection_after = coll.count
+        summary.pairs = len(all_run)
+        summary.duplicates = int(len(np.unique(all_run["id"])))
+        hist = np.bincount(all_run["distance"], minlength=distance + 1) if len(all_run) else []
+        summary.distance_histogram = {str(i): int(c) for i, c in enumerate(hist) if c}
+        if pairs_out is not None:
+            write_pairs(coll, all_run, pairs_out)
+        if clusters_out is not None:
+            write_clusters(coll, coll.pairs(), clusters_out)
+        return summary
+    finally:
+        lock.close()
 
 
 # ----------------------------------------------------------------------------- outputs

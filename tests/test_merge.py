@@ -207,3 +207,16 @@ def test_bad_arguments(tmp_path):
         merge([tmp_path], probes=-1)
     with pytest.raises(ValueError, match="engine"):
         merge([tmp_path], engine="nope")
+
+
+def test_one_merge_at_a_time(corpus, tmp_path):
+    d = tmp_path / "crawl"
+    _write(d, corpus[:50])
+    coll = Collection(tmp_path / "coll", create=True)
+    held = coll.lock()
+    try:
+        with pytest.raises(ValueError, match="another merge"):
+            merge([d], tmp_path / "coll")
+    finally:
+        held.close()
+    assert merge([d], tmp_path / "coll").fingerprints == 50
