@@ -29,7 +29,7 @@ def _env(**extra):
 def crawl(tmp_path_factory):
     report = tmp_path_factory.mktemp("example") / "report.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "scrapy", "crawl", "news", "-a", "records=60",
+        [sys.executable, "-m", "scrapy", "crawl", "news",  # the whole "report" half
          "-a", f"report={report}", "-s", "SIMDUP_LOG_INTERVAL=1"],
         cwd=EXAMPLE, capture_output=True, text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -40,7 +40,7 @@ def test_stats_match_the_evaluation(crawl):
     result, log = crawl
     stats = result["stats"]
     assert result["reason"] == "finished"
-    assert result["pages_reached"] == result["pages_built"] > 300
+    assert result["pages_reached"] == result["pages_built"] > 1000
     assert stats["simdup/dropped"] == stats["simdup/duplicates"] == result["dropped"]
     skipped = sum(v for k, v in stats.items()
                   if k.startswith("simdup/skipped/") and k != "simdup/skipped/dont_simdup")
@@ -56,15 +56,7 @@ def test_precision(crawl):
     assert result["precision"] >= 0.99, result["wrong_drops"][:10]
 
 
-def test_recall_floor(crawl):
-    # what the current fingerprints reach on this site (0.80 at h = 8): a regression guard
-    result, _ = crawl
-    assert result["recall"] >= 0.75
-
-
-@pytest.mark.xfail(reason="target recall 0.9 not reached yet: heavily edited copies "
-                   "(syndicated + trimmed) are 6-10 bits from their original", strict=False)
-def test_recall_target(crawl):
+def test_recall(crawl):
     result, _ = crawl
     assert result["recall"] >= 0.9
 
