@@ -1,5 +1,6 @@
 """PSM batch merge against brute force on real simhash clusters."""
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -12,7 +13,11 @@ from scrapy_simdup._atomic import CorruptFileError
 from scrapy_simdup._batch import BatchWriter
 from scrapy_simdup._merge import Collection, components, merge, stats
 
-DATA = Path("/work/shared/data/article-extraction-benchmark/ground-truth.json")
+_ROOT = Path(__file__).resolve().parent.parent
+_DATA_ROOT = Path(os.environ.get("SIMDUP_DATA", _ROOT.parent / "shared" / "data"))
+if not _DATA_ROOT.exists():
+    _DATA_ROOT = Path("/work/shared/data")
+DATA = _DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
 H = 3
 
 

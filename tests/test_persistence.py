@@ -22,7 +22,10 @@ from scrapy_simdup._persist import IndexStore
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-DATA = Path("/work/shared/data/article-extraction-benchmark/ground-truth.json")
+_DATA_ROOT = Path(os.environ.get("SIMDUP_DATA", ROOT.parent / "shared" / "data"))
+if not _DATA_ROOT.exists():
+    _DATA_ROOT = Path("/work/shared/data")
+DATA = _DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
 N_PAGES = 40
 
 pytestmark = pytest.mark.slow
