@@ -236,9 +236,12 @@ def main():
         base = "bench:main"
         before = srv.used_memory()
         backend = make_backend(srv.url, base)
-        t0 = time.perf_counter()
+        srv.client.config_resetstat()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = asyncio.run(run_checks(backend, bg, Wbg, keys))
-        fill_dt = time.perf_counter() - t0
+        fill_dt, fill_cpu = time.perf_counter() - t0, time.process_time() - c0
+        server_us = sum(v["usec"] for k, v in srv.client.info("commandstats").items()
+                        if k.startswith("cmdstat_"))
         stored = n_fill - sum(r is not None for r in res)
         after = srv.used_memory()
         pipe = srv.client.pipeline(transaction=False)
@@ -251,6 +254,9 @@ def main():
         print(f"\n## fill: {n_fill:,} checks of new pages, one process")
         print(f"redis   {n_fill / fill_dt:>10,.0f} checks/s  ({fill_dt:.1f} s, "
               f"{stored:,} stored, {n_fill - stored:,} near-duplicates in the background)")
+        print(f"cpu     client {fill_cpu / n_fill * 1e6:.1f} us per check (process time), "
+              f"Redis {server_us / n_fill:.1f} us per check (INFO commandstats); bound with a free "
+              f"core each (not measured here): ~{1e6 / max(fill_cpu / n_fill * 1e6, server_us / n_fill):,.0f} checks/s")
         print(f"memory  used_memory {before:,} -> {after:,} bytes; {n_keys:,} keys")
         print(f"        fingerprint index {idx_mem:,} bytes = {idx_mem / stored:.1f} bytes "
               f"per fingerprint (target <= 24)")

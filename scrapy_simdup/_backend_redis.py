@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._redis_lua import CHECK_AND_INSERT
-from ._redis_scan import scan_first
+from ._redis_scan import record_at, scan_first
 
 __all__ = ["RedisIndexStore", "RedisIndexError", "StoreMatch", "DEFAULT_HEADER_BITS"]
 
@@ -485,15 +485,8 @@ def _key_at(data, k):
     """Entry ``k`` of a bucket's key list (uint16 LE length + bytes each)."""
     if not data:
         return None
-    pos = 0
-    for _ in range(k):
-        if pos + 2 > len(data):
-            return None
-        pos += 2 + int.from_bytes(data[pos:pos + 2], "little")
-    if pos + 2 > len(data):
-        return None
-    n = int.from_bytes(data[pos:pos + 2], "little")
-    return data[pos + 2:pos + 2 + n]
+    start, length = record_at(data, k)
+    return None if start < 0 else data[start:start + length]
 
 
 def _text(v):
