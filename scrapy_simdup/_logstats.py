@@ -91,10 +91,11 @@ class SimdupLogStats:
         self.checked_prev = checked
         duplicates = get("simdup/duplicates", 0)
         mean_probes, lookup_us, fp_us = self._means("pages")
-        message = (f"Simdup: checked {checked} pages (at {rate:.0f} pages/min), "
-                   f"{duplicates} duplicates ({_share(duplicates, checked)}), "
-                   f"index {get('simdup/index_size', 0)}, "
-                   f"{_fmt(mean_probes)} probes and {lookup_us:.0f} us per lookup")
+        message = f"Simdup: checked {checked} pages (at {rate:.0f} pages/min)"
+        if checked:
+            message += (f", {duplicates} duplicates ({_share(duplicates, checked)}), "
+                        f"index {get('simdup/index_size', 0)}, "
+                        f"{_fmt(mean_probes)} probes and {lookup_us:.0f} us per lookup")
         items = get("simdup/items/checked", 0)
         if items:
             item_dups = get("simdup/items/duplicates", 0)

@@ -30,7 +30,9 @@ def crawl(tmp_path_factory):
     report = tmp_path_factory.mktemp("example") / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "scrapy", "crawl", "news",  # the whole "report" half
-         "-a", f"report={report}", "-s", "SIMDUP_LOG_INTERVAL=1"],
+         "-a", f"report={report}", "-s", "SIMDUP_LOG_INTERVAL=1",
+         # one request at a time: a deterministic crawl order, so a stable recall
+         "-s", "CONCURRENT_REQUESTS=1"],
         cwd=EXAMPLE, capture_output=True, text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(report.read_text()), proc.stderr
