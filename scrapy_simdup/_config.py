@@ -184,6 +184,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_BATCH_SIZE": 100_000,
     "SIMDUP_REDIS_KEY": "simdup:%(spider)s",
     "SIMDUP_REDIS_PARAMS": {},
+    "SIMDUP_REDIS_HEADER_BITS": 14,       # read by the Redis backend (_backend_redis)
     "SIMDUP_ON_ERROR": "keep",
     "SIMDUP_LOG_INTERVAL": 60.0,
     "SIMDUP_DEBUG": False,
