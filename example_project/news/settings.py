@@ -13,7 +13,7 @@ SIMDUP_ACTION = "drop"        # or "tag": pass duplicates on with response.meta[
 # into another template and trimmed by 10-20 %) are 6-10 bits from the
 # original, so the example uses the largest threshold the index supports.
 SIMDUP_DISTANCE = 8
-# Single words as features (the default is 3-word shingles): trimmed and
+# Single words as features (the default is 2-word shingles): trimmed and
 # re-templated copies keep more of their features. Chosen on the "tune" half of
 # the data (precision 1.000, recall 0.930 at h = 8); this crawl uses the other
 # ("report") half.
