@@ -133,13 +133,19 @@ _local = threading.local()
 def _html_parser():
     parser = getattr(_local, "parser", None)
     if parser is None:
-        parser = _local.parser = etree.HTMLParser(recover=True, encoding="utf-8",
-                                                      huge_tree=True)
+        # parsel's settings (recover, utf-8, huge_tree), plus: no comments or
+        # PIs and no id hash table. Comments hold no text and their tails
+        # merge into the neighbouring text, so the extracted text is identical
+        # to that of parsel's tree (checked on all shared pages); parsing is
+        # about a quarter faster.
+        parser = _local.parser = etree.HTMLParser(
+            recover=True, encoding="utf-8", huge_tree=True, collect_ids=False,
+            remove_comments=True, remove_pis=True)
     return parser
 
 
 def parse_html_text(text: str):
-    """Parse decoded HTML exactly as parsel (Scrapy's selectors) does."""
+    """Parse decoded HTML like parsel (Scrapy's selectors) does, minus comments."""
     body = text.strip().replace("\x00", "").encode("utf-8", "surrogatepass") or b"<html/>"
     try:
         root = etree.fromstring(body, parser=_html_parser())

@@ -88,6 +88,22 @@ def test_same_page_same_fingerprint_for_bytes_str_and_response(pages):
         assert a == b == c
 
 
+def test_own_parse_and_scrapy_tree_agree_on_all_datasets():
+    # fingerprint_html parses without comments/PIs; the response path uses
+    # parsel's tree with them: the fingerprints must still be identical
+    from benchmarks._data import load_all
+    f = Fingerprinter(features="shingles+structure")
+    for record in load_all()[::5]:
+        try:
+            a = f.fingerprint_html(record.html)
+        except SkippedPage as exc:
+            with pytest.raises(SkippedPage) as info:
+                f.fingerprint_response(HtmlResponse("https://e.com/", body=record.html))
+            assert info.value.reason == exc.reason
+            continue
+        assert a == f.fingerprint_response(HtmlResponse("https://e.com/", body=record.html)), record.id
+
+
 def test_response_reuses_the_cached_selector_tree(pages, monkeypatch):
     response = HtmlResponse("https://example.com/", body=pages[0])
     titles = response.css("title::text").getall()        # the spider parses first
