@@ -343,6 +343,21 @@ class IndexChunkMatcher:
 # ----------------------------------------------------------------------------- driver
 
 
+def _first_occurrences(keys: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the first occurrence of each distinct key in ``keys`` (all in [0, n))."""
+    first = np.full(n, -1, dtype=np.int64)
+    first[keys[::-1]] = np.arange(len(keys) - 1, -1, -1, dtype=np.int64)  # last write wins
+    return np.sort(first[first >= 0])
+
+
+def _n_distinct(values: np.ndarray) -> int:
+    if len(values) == 0:
+        return 0
+    s = np.sort(values)
+    return int(1 + np.count_nonzero(s[1:] != s[:-1]))
+
+
+
 @dataclass
 class MergeSummary:
     method: str
@@ -517,7 +532,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             qi, yi, dd = qi[keep], yi[keep], dd[keep]
             if first and len(qi):
                 # one match per element (the first found), and only for elements not matched in H
-                sel = np.unique(qi, return_index=True)[1]
+                sel = _first_occurrences(qi, m)
                 qi, yi, dd = qi[sel], yi[sel], dd[sel]
             found_q.append(qi)
             found_dup.append(gids[yi])
@@ -549,7 +564,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         summary.pairs_array = all_run
         summary.collection_after = coll.count
         summary.pairs = len(all_run)
-        summary.duplicates = int(len(np.unique(all_run["id"])))
+        summary.duplicates = _n_distinct(all_run["id"])
         hist = np.bincount(all_run["distance"], minlength=distance + 1) if len(all_run) else []
         summary.distance_histogram = {str(i): int(c) for i, c in enumerate(hist) if c}
         if pairs_out is not None:
@@ -679,7 +694,7 @@ def stats(dirs, collection=None) -> dict:
             "path": str(coll.path), "count": coll.count, "runs": len(coll.meta["runs"]),
             "merged_batches": len(coll.meta["merged"]),
             "bytes": sum(p.stat().st_size for p in coll.path.iterdir() if p.is_file()),
-            "pairs": int(len(pairs)), "duplicates": int(len(np.unique(pairs["id"]))),
+            "pairs": int(len(pairs)), "duplicates": _n_distinct(pairs["id"]),
             "clusters": len(clusters),
             "distance_histogram": {str(i): int(c) for i, c in enumerate(hist) if c},
         }
