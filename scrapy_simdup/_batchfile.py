@@ -154,7 +154,6 @@ def read_batch(json_path, with_urls: bool = True, verify: bool = True) -> Batch:
     meta = read_meta(json_path)
     name = json_path.name[: -len(".json")]
     npy_path = json_path.with_name(name + ".npy")
-    urls_path = json_path.with_name(name + ".urls")
     try:
         size = npy_path.stat().st_size
     except FileNotFoundError:
