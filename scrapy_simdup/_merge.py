@@ -496,13 +496,19 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             records = np.concatenate([b.records for b in batches]) if batches else None
             m = len(records)
             base = coll.count
-            gids = base + np.arange(m, dtype=np.int64)
-            q_values = np.ascontiguousarray(records["value"])
+            gids = base + np.arange(m, dtype=np.int64)      # arrival order
+            # Q is worked on sorted by value (it is appended sorted anyway): the
+            # probe table is then built with mostly sequential writes. Matcher
+            # indices are sorted positions; `order` maps them to arrival order.
+            order = np.argsort(records["value"], kind="stable")
+            sorted_q = np.ascontiguousarray(records["value"][order])
             active = np.ones(m, dtype=np.uint8)
             if exact:
-                matcher = ExactBatchMatcher(q_values, distance, tables)
+                matcher = ExactBatchMatcher(sorted_q, distance, tables)
             else:
-                matcher = (IndexChunkMatcher if engine == "index" else PSMBatchMatcher)(q_values, records["cq"], records["wrms"], distance, probes, first, t)
+                matcher = (IndexChunkMatcher if engine == "index" else PSMBatchMatcher)(
+                    sorted_q, np.ascontiguousarray(records["cq"][order]),
+                    np.ascontiguousarray(records["wrms"][order]), distance, probes, first, t)
             found_q, found_dup, found_d = [], [], []
             for _start, chunk in coll.chunks(chunk_size, verify=verify):
                 if not active.any():
@@ -510,24 +516,20 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
                     continue
                 chunk_values = np.ascontiguousarray(chunk["value"])
                 qi, yi, dd = matcher.match(chunk_values, active)
-                found_q.append(qi)
+                found_q.append(order[qi])
                 found_dup.append(chunk["id"][yi])
                 found_d.append(dd)
                 summary.chunks_scanned += 1
                 bar.update(m)
-            # pairs inside Q (all modes look at all pairs, then keep the earlier one)
-            order = np.argsort(q_values, kind="stable")
-            sorted_q = np.ascontiguousarray(q_values[order])
-            self_active = active.copy() if first else np.ones(m, dtype=np.uint8)
+            # pairs inside Q (every pair is looked at, then the earlier record kept)
             if exact:
-                self_matcher = matcher
-                qi, yi, dd = self_matcher.match(sorted_q, np.ones(m, dtype=np.uint8))
+                qi, yi, dd = matcher.match(sorted_q, np.ones(m, dtype=np.uint8))
             else:
-                self_matcher = matcher
-                self_matcher.first = False
-                qi, yi, dd = self_matcher.match(sorted_q, self_active)
-                self_matcher.first = first
-            yi = order[yi]
+                self_active = active.copy() if first else np.ones(m, dtype=np.uint8)
+                matcher.first = False
+                qi, yi, dd = matcher.match(sorted_q, self_active)
+                matcher.first = first
+            qi, yi = order[qi], order[yi]
             keep = yi < qi
             qi, yi, dd = qi[keep], yi[keep], dd[keep]
             if first and len(qi):
@@ -543,12 +545,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             pairs["id"] = gids[fq]
             pairs["duplicate_of"] = np.concatenate(found_dup)
             pairs["distance"] = np.concatenate(found_d)
-            if exact or not first:
-                # the exact scan reports pairs regardless of `first`; keep all
-                pass
             pairs = pairs[np.lexsort((pairs["duplicate_of"], pairs["id"]))]
             run = np.empty(m, dtype=H_DTYPE)
-            run["value"] = q_values[order]
+            run["value"] = sorted_q
             run["id"] = gids[order]
             if commit:
                 urls = [u for b in batches for u in read_urls(b, verify=verify)]
