@@ -128,16 +128,19 @@ def test_sigkill_mid_crawl_then_restart(site, tmp_path):
     flushed = [read_batch(p) for p in list_batches(d)]   # every committed batch is intact
     n_flushed = sum(len(b) for b in flushed)
     assert 15 <= n_flushed < N_PAGES and n_flushed % 5 == 0
-    values, keys = IndexStore(d).load()       # the snapshot is intact and complete
-    assert len(values) == n_flushed
+    values, keys = IndexStore(d).load()       # the snapshot is intact
     flushed_urls = {u for b in flushed for u in b.urls}
-    assert set(keys) == flushed_urls
-    # restart: the pages from the flushed batches are recognised, the rest is new
+    # it holds the flushed pages (the kill can only fall between a batch file
+    # and its snapshot append: at most one batch of difference)
+    assert len(values) >= 15 and abs(len(values) - n_flushed) <= 5
+    assert set(keys) <= flushed_urls or flushed_urls <= set(keys)
+    # restart: exactly the pages in the snapshot are recognised, the rest is new
     again = _crawl(tmp_path, site, d, name="restart")
     assert again["error"] is None
-    assert again["stats"].get("simdup/index_restored") == n_flushed
+    assert again["stats"].get("simdup/index_restored") == len(values)
     dropped = {r["url"] for r in again["dropped"]}
-    assert dropped == flushed_urls
+    assert dropped == set(keys)
+    assert all(r["distance"] == 0 for r in again["dropped"])
     assert again["stats"].get("simdup/checked") == N_PAGES
 
 
