@@ -399,8 +399,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     buf.n = 0
     buf.cap = 0
     cdef int64_t b, lo, hi, j, e, plo, phi
-    cdef uint32_t qi, xl
-    cdef uint64_t x, entry
+    cdef uint32_t qi, yl
+    cdef uint64_t entry
     cdef int dist, failed = 0
     cdef int64_t n_active = active.shape[0]
     with nogil:
@@ -411,27 +411,27 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 continue
             plo = probe_offsets[b]
             phi = probe_offsets[b + 1]
-            for e in range(plo, phi):
-                entry = entries[e]
-                qi = <uint32_t>(entry & LOW32)
-                if qi >= n_active:
-                    failed = 2
-                    break
-                if not active[qi]:
-                    continue
-                xl = <uint32_t>(entry >> 32)
-                for j in range(lo, hi):
-                    if simdup_popcount64(<uint64_t>(xl ^ <uint32_t>chunk[j])) > h:
+            # chunk values outer, probe entries inner: a tight sequential loop
+            # of 32-bit popcounts; only candidates touch `active`/`q_values`
+            for j in range(lo, hi):
+                yl = <uint32_t>chunk[j]
+                for e in range(plo, phi):
+                    entry = entries[e]
+                    if simdup_popcount64(<uint64_t>((<uint32_t>(entry >> 32)) ^ yl)) > h:
                         continue
-                    x = q_values[qi]
-                    dist = simdup_popcount64(x ^ chunk[j])
+                    qi = <uint32_t>(entry & LOW32)
+                    if qi >= n_active:
+                        failed = 2
+                        break
+                    if not active[qi]:
+                        continue
+                    dist = simdup_popcount64(q_values[qi] ^ chunk[j])
                     if dist <= h:
                         if _push(&buf, qi, j, <uint8_t>dist) != 0:
                             failed = 1
                             break
                         if first_only:
                             active[qi] = 0
-                            break
                 if failed:
                     break
             if failed:
