@@ -160,3 +160,17 @@ def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
     else:
         assert stats["finish_reason"] == "simdup_error"
         assert len(result["responses"]) < len(names)
+
+
+def test_redis_unreachable_at_startup_fails_the_crawl(tmp_path):
+    from redis_server import free_port
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with PageServer({"a": b"<html><body><p>text</p></body></html>"}) as server:
+        proc, result_path = _start_crawl(tmp_path, "down", {
+            "SIMDUP_INDEX": url, "SIMDUP_REDIS_PARAMS": {"socket_connect_timeout": 2.0}},
+            [server.url("/page/a")])
+        out, err = proc.communicate(timeout=120)
+    result = json.loads(result_path.read_text())
+    assert result["error"] is not None and "SIMDUP_INDEX" in result["error"], result["error"]
+    assert url in result["error"]
+    assert result["responses"] == []
