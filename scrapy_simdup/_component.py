@@ -112,8 +112,23 @@ class SimdupComponent:
 
     def error(self, key: str, what: str) -> None:
         self.stats.inc_value(self.prefix + "errors")
-        logger.exception("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s)", what, key,
-                         self.config.on_error, extra={"spider": self.crawler.spider})
+        # an index outage fails every page: log once per SIMDUP_LOG_INTERVAL
+        # (with the traceback), and say how many were not logged in between
+        now = time.monotonic()
+        last = getattr(self, "_error_logged_at", None)
+        interval = self.config.log_interval or 60.0
+        if last is not None and now - last < interval:
+            self._errors_unlogged = getattr(self, "_errors_unlogged", 0) + 1
+            return self._on_error()
+        unlogged, self._errors_unlogged, self._error_logged_at = \
+            getattr(self, "_errors_unlogged", 0), 0, now
+        logger.exception("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s)%s", what, key,
+                         self.config.on_error,
+                         f"; {unlogged} more errors since the last one logged" if unlogged
+                         else "", extra={"spider": self.crawler.spider})
+        self._on_error()
+
+    def _on_error(self) -> None:
         if self.config.on_error == "stop" and not self._stopping:
             self._stopping = True
             self._close_spider("simdup_error")

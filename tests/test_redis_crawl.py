@@ -157,6 +157,9 @@ def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
         skipped = sum(v for k, v in stats.items() if k.startswith("simdup/skipped/"))
         assert stats["simdup/checked"] + stats["simdup/errors"] + skipped == len(names)
         assert stats["simdup/checked"] >= 20
+        # an outage is logged once per SIMDUP_LOG_INTERVAL (60 s), not once per page
+        logged = [line for line in result["log"] if "Simdup error" in line]
+        assert len(logged) == 1 and stats["simdup/errors"] >= 10, logged
     else:
         assert stats["finish_reason"] == "simdup_error"
         assert len(result["responses"]) < len(names)
