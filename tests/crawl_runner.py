@@ -98,6 +98,8 @@ def main(job_path: str, result_path: str) -> None:
     result["stats"] = {k: (v if isinstance(v, (int, float, str)) else str(v))
                        for k, v in (crawler.stats.get_stats() if crawler.stats else {}).items()}
     result["warnings"] = captured
+    from twisted.internet import reactor
+    result["reactor"] = type(reactor).__name__
     with open(result_path, "w") as f:
         json.dump(result, f, default=str)
 

@@ -120,6 +120,7 @@ def test_drop_mode_keeps_one_page_per_cluster(site, tmp_path):
     # four more byte-identical copies of one page, fetched concurrently: one survives
     requests += [{"url": site.url(f"/page/a0v0?session={i}")} for i in range(4)]
     result = run_crawl(tmp_path, {**ADDON, "CONCURRENT_REQUESTS": 16}, requests)
+    assert result["reactor"] == "AsyncioSelectorReactor"  # Scrapy's default
     stats = result["stats"]
     total = N_ARTICLES * N_VARIANTS + 4
     assert stats["simdup/checked"] == total
