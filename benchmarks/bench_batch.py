@@ -205,10 +205,12 @@ def main() -> None:
     m = args.m or (20_000 if args.quick else 1_000_000)
     small_n = args.small_n or max(m, n // 5)
     from scrapy_simdup._batchprobes import volatility_model  # noqa: PLC0415
-    from scrapy_simdup._merge import DEFAULT_PROBES  # noqa: PLC0415
+    from scrapy_simdup._merge import default_probes  # noqa: PLC0415
 
+    if args.probes is None:  # what `simdup merge` uses when no --probes/--recall is given
+        args.probes = default_probes(H, m)
     log(f"# bench_batch: n = {n:,} on disk, m = {m:,}, distance {H}, "
-        f"probes {args.probes or DEFAULT_PROBES} (default {DEFAULT_PROBES}), "
+        f"probes {args.probes} (merge default {default_probes(H, m)}), "
         f"cores: 1 per method (single-threaded merge); volatility model: "
         f"{volatility_model().meta.get('source', 'calibrated') if volatility_model() else 'none'}")
     t = time.time()

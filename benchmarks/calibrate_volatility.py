@@ -84,9 +84,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=12345)
     ap.add_argument("--features", choices=("workload", "pipeline"), default="workload")
     ap.add_argument("--out", default=_DEFAULT_PATH)
+    ap.add_argument("--max-distance", type=int, default=16,
+                    help="calibrate probe budgets for distances 1..N (default 16)")
     args = ap.parse_args(argv)
     t0 = time.time()
-    max_d = 4
+    max_d = args.max_distance
     if args.features == "workload":
         corpus = Corpus(args.seed)
         real = real_docs("tune")

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from ._defaults import DEFAULT_RECALL
+
 if TYPE_CHECKING:
     from ._config import SimdupConfig
 
@@ -96,7 +98,10 @@ def make_index(config: SimdupConfig):
     if config.search == "exact":
         options: dict[str, Any] = {"distance": config.distance}
     else:
-        options = {"distance": config.distance, "recall": config.recall,
+        recall = config.recall
+        if recall is None and config.max_probes is None:
+            recall = DEFAULT_RECALL
+        options = {"distance": config.distance, "recall": recall,
                    "max_probes": config.max_probes}
     cls = BPHSIndex if config.search == "exact" else PSMIndex
     try:
@@ -107,7 +112,8 @@ def make_index(config: SimdupConfig):
 
 @functools.lru_cache(maxsize=256)
 def _psm_budget(t: int, h: int, cap) -> int:
-    total = sum(comb(t, i) for i in range(min(h, t) + 1))
+    # flip sets of at most 8 header bits (_vosh.h VOSH_MAX_H), own header included
+    total = sum(comb(t, i) for i in range(min(h, t, 8) + 1))
     return min(int(cap), total) if cap is not None else total
 
 

@@ -27,7 +27,7 @@ cdef extern from *:
 
 cdef enum:
     MAX_T = 256
-    MAX_G = 16
+    MAX_G = 24
 
 
 cdef struct resvec:

@@ -10,6 +10,7 @@ import json
 import sys
 
 from ._atomic import CorruptFileError
+from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
 
 _DEFAULT_CHUNK = 1 << 20
 
@@ -39,8 +40,8 @@ def _distance(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= value <= 8:
-        raise argparse.ArgumentTypeError(f"expected a distance in 0..8, got {value}")
+    if not 0 <= value <= MAX_DISTANCE:
+        raise argparse.ArgumentTypeError(f"expected a distance in 0..{MAX_DISTANCE}, got {value}")
     return value
 
 
@@ -48,11 +49,14 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``simdup merge`` (shared with ``scrapy simdup merge``)."""
     parser.add_argument("--collection", metavar="PATH",
                        help="the collection directory (default: DIR/collection of the first DIR)")
-    parser.add_argument("--distance", type=_distance, default=3, metavar="H",
-                       help="Hamming distance threshold (default: 3)")
+    parser.add_argument("--distance", type=_distance, default=None, metavar="H",
+                       help=f"Hamming distance threshold: use the crawl's SIMDUP_DISTANCE "
+                       f"(default: {DEFAULT_DISTANCE}; `scrapy simdup merge` reads the "
+                       f"project's SIMDUP_DISTANCE)")
     probes = parser.add_mutually_exclusive_group()
     probes.add_argument("--probes", type=int, metavar="K",
-                        help="flipped headers probed per fingerprint (default: 32)")
+                        help="flipped headers probed per fingerprint (default: enough for "
+                        "95%% recall by the calibrated volatility model, else 20)")
     probes.add_argument("--recall", type=_recall, metavar="R",
                         help="target recall; the probe count comes from the calibrated "
                         "volatility model")
@@ -125,6 +129,8 @@ def run_merge(args, out=sys.stdout) -> int:
     from ._merge import DEFAULT_PROBES, header_bits, merge  # noqa: PLC0415
 
     probes = args.probes
+    if args.distance is None:
+        args.distance = DEFAULT_DISTANCE
     note = None
     if probes is not None and probes < 0:
         raise ValueError(f"--probes must be >= 0, got {probes}")

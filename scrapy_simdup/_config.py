@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
+
 __all__ = ["SimdupConfig", "SETTINGS_DEFAULTS"]
 
 logger = logging.getLogger(__name__)
@@ -161,7 +163,7 @@ def _dict(name: str, value: Any) -> dict:
 SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_ENABLED": False,
     "SIMDUP_ACTION": "drop",
-    "SIMDUP_DISTANCE": 3,
+    "SIMDUP_DISTANCE": DEFAULT_DISTANCE,
     "SIMDUP_RECALL": None,
     "SIMDUP_MAX_PROBES": None,
     "SIMDUP_SEARCH": "psm",
@@ -197,7 +199,7 @@ class SimdupConfig:
 
     enabled: bool = False
     action: str = "drop"                  # "drop" | "tag"
-    distance: int = 3                     # Hamming distance threshold h
+    distance: int = DEFAULT_DISTANCE      # Hamming distance threshold h
     recall: float | None = None           # PSM target recall in (0, 1]
     max_probes: int | None = None         # PSM probe budget (flip sets per query)
     search: str = "psm"                   # "psm" | "exact" (BPHS)
@@ -285,7 +287,7 @@ class SimdupConfig:
         return cls(
             enabled=_bool("SIMDUP_ENABLED", get("SIMDUP_ENABLED")),
             action=_choice("SIMDUP_ACTION", get("SIMDUP_ACTION"), _ACTIONS),
-            distance=_int("SIMDUP_DISTANCE", get("SIMDUP_DISTANCE"), lo=0, hi=32),
+            distance=_int("SIMDUP_DISTANCE", get("SIMDUP_DISTANCE"), lo=0, hi=MAX_DISTANCE),
             recall=recall,
             max_probes=max_probes,
             search=_choice("SIMDUP_SEARCH", get("SIMDUP_SEARCH"), _SEARCHES),

@@ -17,12 +17,13 @@ import zlib
 import numpy as np
 
 from . import _psm
+from ._defaults import MAX_DISTANCE
 from ._volatility import VolatilityModel
 
 __all__ = ["PSMIndex", "BPHSIndex", "CorruptIndexError", "flip_masks"]
 
-MAX_DISTANCE = 8
 MAX_HEADER_BITS = 30
+MAX_BLOCKS = 24   # BPHS blocks G (_bphs.pyx MAX_G)
 
 
 class CorruptIndexError(ValueError):
@@ -358,9 +359,9 @@ if _BPHSCore is not None:
             if blocks is not None:
                 if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)):
                     raise TypeError("blocks must be an int")
-                if not distance + 1 <= blocks <= 16:
+                if not distance + 1 <= blocks <= MAX_BLOCKS:
                     raise ValueError(
-                        f"blocks must be in [{distance + 1}, 16] for distance "
+                        f"blocks must be in [{distance + 1}, {MAX_BLOCKS}] for distance "
                         f"{distance}, got {blocks}")
                 G = int(blocks)
                 if tables is not None and comb(G, G - distance) != tables:

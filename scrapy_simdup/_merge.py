@@ -44,15 +44,16 @@ import numpy as np
 from . import _batchscan
 from ._atomic import CorruptFileError, atomic_write_json, fsync_dir, read_json
 from ._batchfile import list_batches, read_batch, read_meta, read_urls, unfinished_batches
-from ._batchprobes import probe_masks
+from ._batchprobes import probe_masks, probes_for_recall
+from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
 
 FORMAT = "simdup-collection"
 VERSION = 1
 H_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8")])
 PAIR_DTYPE = np.dtype([("id", "<i8"), ("duplicate_of", "<i8"), ("distance", "u1")])
 
-DEFAULT_DISTANCE = 3
-DEFAULT_PROBES = 20
+DEFAULT_PROBES = 20      # when the volatility model has no calibration to ask
+DEFAULT_MERGE_RECALL = 0.95
 DEFAULT_CHUNK = 1 << 20
 
 
@@ -235,6 +236,14 @@ def header_bits(chunk_size: int) -> int:
     t = 17 with 20 probes beats t = 20 with 27 probes on both time and recall).
     """
     return int(min(30, max(4, round(math.log2(max(chunk_size, 2))) - HEADER_SLACK)))
+
+
+def default_probes(distance: int, chunk_size: int) -> int:
+    """Flipped probes per fingerprint when none are asked for: enough for
+    ``DEFAULT_MERGE_RECALL`` by the calibrated volatility model (it grows with
+    the distance), else ``DEFAULT_PROBES``."""
+    k = probes_for_recall(DEFAULT_MERGE_RECALL, header_bits(chunk_size), distance)
+    return DEFAULT_PROBES if k is None else k
 
 
 class PSMBatchMatcher:
@@ -456,10 +465,11 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     for d in dirs:
         if not d.is_dir():
             raise ValueError(f"{d}: not a directory")
-    if isinstance(distance, bool) or not isinstance(distance, int) or not 0 <= distance <= 8:
-        raise ValueError(f"distance must be an int in 0..8, got {distance!r}")
+    if isinstance(distance, bool) or not isinstance(distance, int) \
+            or not 0 <= distance <= MAX_DISTANCE:
+        raise ValueError(f"distance must be an int in 0..{MAX_DISTANCE}, got {distance!r}")
     if probes is None:
-        probes = DEFAULT_PROBES
+        probes = default_probes(distance, chunk_size)
     if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
         raise ValueError(f"probes must be a non-negative int, got {probes!r}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:

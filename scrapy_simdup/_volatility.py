@@ -124,7 +124,8 @@ class VolatilityModel:
         levels = table[t]
         for level, k in zip(RECALL_LEVELS, levels):
             if level >= recall - 1e-12:
-                return None if level >= 1.0 else int(k)
+                # k < 0: the level was not reached within the calibration's cap
+                return None if level >= 1.0 or k < 0 else int(k)
         return None
 
     # -- fitting ---------------------------------------------------------
@@ -153,8 +154,12 @@ class VolatilityModel:
         return cls(grid_max, survival, tail_rate, meta=meta)
 
     def fit_probes(self, W_base, base, variant, distance: int,
-                   header_bits=range(8, 31)) -> None:
-        """Fill the probes-for-recall table for ``distance`` from pairs."""
+                   header_bits=range(8, 31), cap: int = 1 << 17) -> None:
+        """Fill the probes-for-recall table for ``distance`` from pairs.
+
+        A pair whose header is not reached within ``cap`` probes counts as a
+        miss; a recall level that needs more than ``cap`` probes is stored as
+        -1 (no budget: probe every flip set)."""
         W_base = np.ascontiguousarray(W_base, dtype=np.float64)
         base = np.ascontiguousarray(base, dtype=np.uint64)
         variant = np.ascontiguousarray(variant, dtype=np.uint64)
@@ -164,14 +169,15 @@ class VolatilityModel:
         W_base, base, variant = W_base[within], base[within], variant[within]
         table = {}
         for t in header_bits:
-            ranks = _psm.ranks_of(self._c, W_base, base, variant, int(t), int(distance), -1)
-            ranks = np.sort(ranks[ranks > 0])
+            ranks = _psm.ranks_of(self._c, W_base, base, variant, int(t), int(distance),
+                                  int(cap))
             if ranks.size == 0:
                 continue
+            ranks = np.sort(np.where(ranks > 0, ranks, np.iinfo(np.int64).max))
             ks = []
             for level in RECALL_LEVELS:
                 idx = min(ranks.size - 1, max(0, int(math.ceil(level * ranks.size)) - 1))
-                ks.append(int(ranks[idx]))
+                ks.append(int(ranks[idx]) if ranks[idx] <= cap else -1)
             table[int(t)] = ks
         self.probes[int(distance)] = table
 

@@ -16,6 +16,10 @@
 #define SIMDUP_VOSH_H
 #include <stdint.h>
 
+/* Flip sets hold at most 8 header bits (one byte per element in a node).
+ * A search at a larger distance h still accepts every entry within h; it
+ * only never flips more than 8 header bits, which the volatility order
+ * reaches after hundreds of thousands of sets: beyond any probe budget. */
 #define VOSH_MAX_H 8
 
 /* A node is 16 bytes: its key and its elements packed one per byte,
@@ -165,10 +169,11 @@ static inline int vosh_next(vosh_gen *g, uint64_t *mask_out, int *size_out) {
     return 1;
 }
 
-/* Number of sets of size 1..h over t elements, plus the empty set. */
+/* Number of sets vosh_next yields: sizes 1..min(h, t, VOSH_MAX_H) over t
+ * elements, plus the empty set. */
 static inline long vosh_total(int t, int h) {
     long total = 1, c = 1;
-    for (int i = 1; i <= h && i <= t; i++) {
+    for (int i = 1; i <= h && i <= t && i <= VOSH_MAX_H; i++) {
         c = c * (t - i + 1) / i;
         total += c;
     }

@@ -40,7 +40,7 @@ def test_tables_argument():
     with pytest.raises(ValueError, match="blocks"):
         BPHSIndex(3, blocks=3)
     with pytest.raises(ValueError, match="distance"):
-        BPHSIndex(9)
+        BPHSIndex(17)
     with pytest.raises(ValueError, match="value"):
         idx.query(-3)
     with pytest.raises(ValueError, match="lookup"):

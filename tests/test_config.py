@@ -20,7 +20,7 @@ from scrapy_simdup._config import SETTINGS_DEFAULTS
 def test_defaults():
     config = SimdupConfig.from_settings(Settings())
     assert config == SimdupConfig()
-    assert config.enabled is False and config.action == "drop" and config.distance == 3
+    assert config.enabled is False and config.action == "drop" and config.distance == 9
     assert config.search == "psm" and config.index == "memory" and config.dir is None
     assert config.batch_size == 100_000 and config.on_error == "keep"
     assert config.redis_key == "simdup:%(spider)s" and config.redis_params == {}

@@ -52,6 +52,30 @@ def test_unlimited_probes_equals_brute_force(seed, h, t, chunks):
             assert one == [] and firsts[k] == -1 and first_d[k] == -1
 
 
+@settings(max_examples=15)
+@given(seed=st.integers(0, 2**32 - 1), h=st.integers(9, 16), t=st.integers(4, 14))
+def test_large_distances_find_every_match_within_eight_header_flips(seed, h, t):
+    """Beyond distance 8 a probe flips at most 8 header bits: unlimited probes
+    find exactly the matches whose headers differ in at most 8 bits (all of
+    them when t <= 8), and never a false one."""
+    rng = np.random.default_rng(seed)
+    stored = clustered_values(rng, 10, 300, h + 1)
+    queries = clustered_values(rng, 10, 20, h + 1)
+    idx = PSMIndex(distance=h, header_bits=t, model=MODEL)
+    ids = idx.add(stored)
+    W = _weights(rng, queries)
+    qi, got_ids, got_d = idx.query_many(queries, W, first=False)
+    shift = np.uint64(64 - t)
+    for k, q in enumerate(queries):
+        want, _ = ref_matches(stored, ids, q, h)
+        reachable = [(i, d) for i, d in want
+                     if bin(int((stored[i] ^ q) >> shift)).count("1") <= 8]
+        got = sorted(zip(got_ids[qi == k].tolist(), got_d[qi == k].tolist()))
+        assert got == reachable
+        if t <= 8:
+            assert got == want
+
+
 @settings(max_examples=20)
 @given(seed=st.integers(0, 2**32 - 1), probes=st.integers(1, 60))
 def test_precision_is_one_with_few_probes(seed, probes):
@@ -178,7 +202,7 @@ def test_corrupt_and_truncated_files(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, word", [
-    (dict(distance=-1), "distance"), (dict(distance=9), "distance"),
+    (dict(distance=-1), "distance"), (dict(distance=17), "distance"),
     (dict(header_bits=0), "header_bits"), (dict(header_bits=31), "header_bits"),
     (dict(max_probes=0), "max_probes"), (dict(recall=0.0), "recall"),
     (dict(recall=1.5), "recall"), (dict(recall=0.9, max_probes=3), "recall"),

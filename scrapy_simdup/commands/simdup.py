@@ -54,6 +54,12 @@ class Command(ScrapyCommand):
                 raise UsageError("no DIR given and the SIMDUP_DIR setting is not set")
             dirs = [os.fspath(directory)]
         opts.dirs = dirs
+        if getattr(opts, "distance", None) is None and self.settings \
+                and self.settings.get("SIMDUP_DISTANCE") is not None:
+            from scrapy_simdup._config import SimdupConfig  # noqa: PLC0415
+
+            # the distance the project crawls with (a bad value: the settings' error)
+            opts.distance = SimdupConfig.from_settings(self.settings).distance
         parser = argparse.ArgumentParser(prog=f"scrapy simdup {args[0]}")
         self.exitcode = dispatch(parser, opts)
         sys.stdout.flush()
