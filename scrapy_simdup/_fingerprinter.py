@@ -32,11 +32,12 @@ __all__ = ["Fingerprint", "Fingerprinter", "SkippedPage", "fingerprint_html",
 
 # Chosen on the tune half by benchmarks/eval_quality.py: the best page F1 at a
 # distance that stays precise in a million-page crawl (word 3-shingles plus
-# spot signatures, log-tf, main content, at SIMDUP_DISTANCE 9).
+# spot signatures, log-tf, main content, at least 16 distinct features, at
+# SIMDUP_DISTANCE 9).
 DEFAULT_FEATURES = "shingles+spots"
 DEFAULT_WEIGHTING = "logtf"
 DEFAULT_SHINGLE_SIZE = 3
-DEFAULT_MIN_FEATURES = 20
+DEFAULT_MIN_FEATURES = 16
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_TOKENS = 100_000
 EXTRACT_MODES = ("main", "visible")

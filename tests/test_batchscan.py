@@ -120,7 +120,7 @@ def test_bad_arguments_are_value_errors():
         _batchscan.scan_chunk(v, off, 4, v, np.zeros((3, 1), np.uint64),
                               np.zeros(4, np.int32), 3, np.ones(4, np.uint8), True)
     with pytest.raises(ValueError, match="h must be"):
-        _batchscan.batch_flip_masks(np.zeros((2, 4)), 9, 3)
+        _batchscan.batch_flip_masks(np.zeros((2, 4)), 17, 3)
     with pytest.raises(ValueError, match="256"):
         _batchscan.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
     q = np.arange(4, dtype=np.uint64)

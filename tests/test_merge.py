@@ -121,10 +121,10 @@ def test_several_directories_and_incremental_merges(corpus, tmp_path):
     _write(b, corpus[third:2 * third], batch_size=150)
     coll = tmp_path / "coll"
     out1 = tmp_path / "p1.jsonl"
-    s1 = merge([a, b], coll, exact=True, first=False, chunk_size=128, pairs_out=out1)
+    s1 = merge([a, b], coll, distance=H, exact=True, first=False, chunk_size=128, pairs_out=out1)
     assert s1.collection_after == 2 * third
     # nothing pending: a second run merges nothing
-    s_again = merge([a, b], coll, exact=True, first=False)
+    s_again = merge([a, b], coll, distance=H, exact=True, first=False)
     assert s_again.fingerprints == 0 and s_again.collection_after == 2 * third
     # the crawl goes on: new batches in b are matched against the whole collection
     _write(b, corpus[2 * third:], batch_size=150)
@@ -132,7 +132,7 @@ def test_several_directories_and_incremental_merges(corpus, tmp_path):
     assert st["directories"][1]["pending_fingerprints"] == len(corpus) - 2 * third
     out2 = tmp_path / "p2.jsonl"
     clusters = tmp_path / "clusters.jsonl"
-    merge([a, b], coll, exact=True, first=False, chunk_size=128, pairs_out=out2,
+    merge([a, b], coll, distance=H, exact=True, first=False, chunk_size=128, pairs_out=out2,
           clusters_out=clusters)
     found = _read_pairs(out1)[1] | _read_pairs(out2)[1]
     assert found == truth
@@ -157,7 +157,7 @@ def test_duplicate_of_is_the_earlier_record(corpus, tmp_path):
     d = tmp_path / "crawl"
     _write(d, corpus[:300], batch_size=64)
     out = tmp_path / "p.jsonl"
-    merge([d], tmp_path / "coll", first=False, chunk_size=64, pairs_out=out)
+    merge([d], tmp_path / "coll", distance=H, first=False, chunk_size=64, pairs_out=out)
     order = {u: i for i, (u, _, _) in enumerate(corpus[:300])}
     rows, _ = _read_pairs(out)
     assert rows and all(order[r["duplicate_of"]] < order[r["url"]] for r in rows)
@@ -169,7 +169,7 @@ def test_index_engine_agrees_with_batch_scan(corpus, tmp_path):
     pairs = {}
     for engine in ("join", "index"):
         out = tmp_path / f"{engine}.jsonl"
-        merge([d], tmp_path / f"coll-{engine}", first=False, chunk_size=256,
+        merge([d], tmp_path / f"coll-{engine}", distance=H, first=False, chunk_size=256,
               pairs_out=out, engine=engine)
         pairs[engine] = _read_pairs(out)[1]
     truth = _brute_pairs(corpus)
@@ -181,12 +181,12 @@ def test_crash_during_append_and_corrupt_collection(corpus, tmp_path):
     d = tmp_path / "crawl"
     _write(d, corpus[:200], batch_size=100)
     coll = tmp_path / "coll"
-    merge([d], coll, first=False)
+    merge([d], coll, distance=H, first=False)
     # a merge killed mid-append leaves bytes past the committed length: ignored
     with open(coll / "H.bin", "ab") as f:
         f.write(b"\x01" * 24)
     _write(d, corpus[200:300], batch_size=100)
-    s = merge([d], coll, first=False)
+    s = merge([d], coll, distance=H, first=False)
     assert s.collection_after == 300
     assert (coll / "H.bin").stat().st_size == 300 * 16
     # a truncated data file is reported by name

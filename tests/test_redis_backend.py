@@ -400,7 +400,7 @@ def test_backend_real_near_duplicates(redis_server):
     variants = [_fp(t.replace(".", ". Updated at 10:42.", 1)) for t in texts]
 
     async def go():
-        be = _backend(redis_server.url)
+        be = _backend(redis_server.url, SIMDUP_DISTANCE=3)
         assert be.store.base.endswith(":myspider") and len(be) == 0
         assert be.max_probes >= 1
         first = await be.check_and_add_many([v for v, _ in originals],
