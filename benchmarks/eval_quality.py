@@ -394,12 +394,14 @@ def main(argv=None):
 
     # ----- peers
     peer = {}
+    peer_scale = {}   # PyPI simhash (main text): projected false matches per h
     for name, s in halves.items():
         main_t, vis_t, _ = texts[name]
         vals, valid = pypi_simhash(s, main_t)
         D = hamming_matrix(vals, valid)
         peer[("simhash(PyPI) main text", name)] = (page_metrics(s, D, valid, H, orders[name])[0],
                                                    pair_metrics(s, D, H))
+        peer_scale[name] = false_matches_at_scale(s, D, H)
         if not args.quick:
             vals, valid = pypi_simhash(s, vis_t)
             D = hamming_matrix(vals, valid)
@@ -449,6 +451,14 @@ def main(argv=None):
         peer_best[label] = pg[kk, 2]
         print(f"{label:<38} h={H[kk]:>2} | page P {pg[kk, 0]:.3f} R {pg[kk, 1]:.3f} F1 {pg[kk, 2]:.3f}"
               f" | pair F1 {pr[kk, 2]:.3f}  (8 bytes/page)")
+        if label == "simhash(PyPI) main text":
+            # the same crawl-scale rule as ours (tuned on the tune half)
+            tune_res = peer[(label, "tune")] + (None, None, peer_scale["tune"])
+            ks = best_under_precision(tune_res, H)
+            print(f"{label + ', scale rule':<38} h={H[ks]:>2} | page P {pg[ks, 0]:.3f} R {pg[ks, 1]:.3f} "
+                  f"F1 {pg[ks, 2]:.3f} | {peer_scale['report'][ks]:.2g} false matches/page at "
+                  f"{SCALE_PAGES:,} pages")
+            peer_best[label + ", scale rule"] = pg[ks, 2]
     for (label, name), (pg, pr) in mh.items():
         if name != "report":
             continue
@@ -462,8 +472,11 @@ def main(argv=None):
     checks = [
         (f"page precision {rep[0][best_k, 0]:.4f} >= 0.99", rep[0][best_k, 0] >= 0.99),
         (f"page recall {rep[0][best_k, 1]:.4f} >= 0.90", rep[0][best_k, 1] >= 0.90),
-        (f"page F1 {f_ours:.4f} > PyPI simhash best F1 {max(v for k, v in peer_best.items() if 'PyPI' in k):.4f}",
+        (f"page F1 {f_ours:.4f} > PyPI simhash best F1 at any h {max(v for k, v in peer_best.items() if 'PyPI' in k):.4f}",
          f_ours > max(v for k, v in peer_best.items() if "PyPI" in k)),
+        (f"page F1 {f_ours:.4f} > PyPI simhash F1 under the same crawl-scale rule "
+         f"{peer_best['simhash(PyPI) main text, scale rule']:.4f}",
+         f_ours > peer_best["simhash(PyPI) main text, scale rule"]),
         (f"page F1 {f_ours:.4f} >= MinHashLSH best F1 {peer_best['MinHashLSH 128 (main text)']:.4f} - 0.02",
          f_ours >= peer_best["MinHashLSH 128 (main text)"] - 0.02),
         (f"same-template pair precision {rep[1][best_k, 3]:.4f} >= 0.99 "
