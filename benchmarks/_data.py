@@ -190,9 +190,21 @@ def load_trafilatura_cache(root: Path = DATA) -> list[Record]:
             for p in sorted(base.glob("*.html"))]
 
 
+DATASETS = {"article-extraction-benchmark": load_article_benchmark,
+            "readability-test-pages": load_readability,
+            "trafilatura-cache": load_trafilatura_cache}
+
+
 def load_all(root: Path = DATA) -> list[Record]:
-    """All records of the three datasets, sorted by id."""
-    records = load_article_benchmark(root) + load_readability(root) + load_trafilatura_cache(root)
+    """All records of the datasets under ``root``, sorted by id.
+
+    A root may hold only some of the three datasets (the example project
+    ships a subset of one); a root with none of them is an error.
+    """
+    present = [name for name in DATASETS if (Path(root) / name).is_dir()]
+    if not present:
+        raise FileNotFoundError(f"{root}: none of the datasets {', '.join(DATASETS)} is there")
+    records = [r for name in present for r in DATASETS[name](Path(root))]
     return sorted(records, key=lambda r: r.id)
 
 

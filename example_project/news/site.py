@@ -1,12 +1,18 @@
 """The example's local news site: near-duplicate pages built from real pages.
 
-``build_site()`` takes the real pages in ``../shared/data`` (beside the
-checkout; ``SIMDUP_DATA`` overrides) and makes the variants the web makes
+``build_site()`` takes real news pages and makes the variants the web makes
 (syndicated copies in other sites' templates, re-headlined, trimmed, with a
 paragraph added or comments changed, reader-mode copies) with
 ``benchmarks/_data.py``; ``SiteServer`` serves them on 127.0.0.1 with a home
 page and one listing page per section. Every page knows its cluster: pages of
 one cluster are the known near-duplicates.
+
+The pages are the example's own copy of part of the article-extraction
+benchmark (``example_project/data``, MIT licence; the records of the
+project's held-out half), so the crawl is the same on every machine.
+``SIMDUP_DATA`` points it at a full data root instead (the shared
+development data, with ``article-extraction-benchmark/``,
+``readability-test-pages/`` and ``trafilatura-cache/``).
 """
 from __future__ import annotations
 
@@ -23,17 +29,17 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_DATA = REPO.parent / "shared" / "data"
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data"
+DATASETS = ("article-extraction-benchmark", "readability-test-pages", "trafilatura-cache")
 
 
 def data_dir() -> Path:
     path = Path(os.environ.get("SIMDUP_DATA") or DEFAULT_DATA)
-    if not (path / "article-extraction-benchmark").is_dir():
+    if not any((path / name).is_dir() for name in DATASETS):
         raise SystemExit(
-            f"scrapy-simdup example: the shared data directory {path} is missing.\n"
-            f"Put the data beside the checkout (expected at {DEFAULT_DATA}, with "
-            f"article-extraction-benchmark/, readability-test-pages/ and trafilatura-cache/) "
-            f"or point SIMDUP_DATA at it.")
+            f"scrapy-simdup example: no page data in {path} (expected one of "
+            f"{', '.join(DATASETS)}). Unset SIMDUP_DATA to use the example's own pages "
+            f"({DEFAULT_DATA}).")
     return path
 
 

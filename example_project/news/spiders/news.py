@@ -1,7 +1,7 @@
 """`scrapy crawl news`: crawl a local site of near-duplicate news pages.
 
-The spider builds the site from the real pages in ``../shared/data`` and
-serves it on 127.0.0.1 itself (no internet needed), follows the home page and
+The spider builds the site from real news pages (``example_project/data``)
+and serves it on 127.0.0.1 itself (no internet needed), follows the home page and
 the section listings (``dont_simdup``: listings are navigation, not content)
 to every article, and reads the title and links of each article it gets.
 
@@ -32,7 +32,7 @@ class NewsSpider(scrapy.Spider):
 
     def __init__(self, records=None, half="report", seed=0, report=None, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        data_dir()  # fail now, with a clear message, if ../shared/data is missing
+        data_dir()  # fail now, with a clear message, if SIMDUP_DATA points nowhere
         self.records = int(records) if records else None
         self.half = half
         self.seed = int(seed)
