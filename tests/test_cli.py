@@ -55,6 +55,7 @@ def test_console_script_merge_and_stats(crawl, tmp_path):
     assert all(r["url"].rsplit("/", 2)[1] == r["duplicate_of"].rsplit("/", 2)[1] for r in rows)
     groups = [json.loads(line) for line in clusters.read_text().splitlines()]
     assert len(groups) == 20 and all(g["size"] == 3 for g in groups)
+    assert "distance 9" in out.stdout                 # the default SIMDUP_DISTANCE
     stats = _run(_simdup() + ["stats", str(crawl), "--json"])
     assert stats.returncode == 0, stats.stderr
     info = json.loads(stats.stdout)
@@ -85,13 +86,14 @@ def test_scrapy_command_reads_simdup_dir_from_the_project(crawl, tmp_path):
     (project / "scrapy.cfg").write_text("[settings]\ndefault = myproj.settings\n")
     (project / "myproj" / "__init__.py").write_text("")
     (project / "myproj" / "settings.py").write_text(
-        f"BOT_NAME = 'myproj'\nSIMDUP_DIR = {str(crawl)!r}\n")
+        f"BOT_NAME = 'myproj'\nSIMDUP_DIR = {str(crawl)!r}\nSIMDUP_DISTANCE = 5\n")
     scrapy = [str(BIN / "scrapy")] if (BIN / "scrapy").exists() else \
         [sys.executable, "-m", "scrapy"]
     out = _run(scrapy + ["simdup", "merge", "--exact", "--json"], cwd=project)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["method"] == "bphs" and summary["fingerprints"] == 60
+    assert summary["distance"] == 5                    # the project's SIMDUP_DISTANCE
     assert summary["duplicates"] == 40                 # two of each three are duplicates
     out = _run(scrapy + ["simdup", "stats"], cwd=project)
     assert out.returncode == 0 and "fingerprints:" in out.stdout
