@@ -115,7 +115,12 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO / "example_project"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _data import DATA
     from news.site import SiteServer, build_site  # the example project's site
+
+    # all the shared real pages (a few thousand site pages), not the example's own subset
+    os.environ.setdefault("SIMDUP_DATA", str(DATA))
 
     n_pages = args.pages or (300 if args.quick else None)
     repeat = args.repeat or (1 if args.quick else 3)
