@@ -117,7 +117,7 @@ def urls_for(start: int, n: int) -> list[str]:
 def make_backend(url: str, base: str) -> RedisBackend:
     store = RedisIndexStore(url, base, header_bits=T, distance=H)
     store.check_server()
-    return RedisBackend(store, max_probes=probe_budget(SimdupConfig(), T))
+    return RedisBackend(store, max_probes=probe_budget(SimdupConfig(distance=H), T))
 
 
 async def run_checks(backend, values, W, keys):
@@ -220,7 +220,7 @@ def main():
     n_ds = 2_000 if args.quick else 10_000           # datasketch checks per run
     print(f"# python benchmarks/bench_redis.py{' --quick' if args.quick else ''}")
     print(f"# distance h={H}, Redis header bits t={T}, batch {BATCH}, "
-          f"probes per lookup {probe_budget(SimdupConfig(), T)} "
+          f"probes per lookup {probe_budget(SimdupConfig(distance=H), T)} "
           f"(default recall target), cores {os.cpu_count()}")
     bg = background(n_fill, seed=1)
     Wbg = weights_for(bg, 1)
@@ -292,7 +292,7 @@ def main():
 
         # 4a. in-memory backend ------------------------------------------------------
         from scrapy_simdup._backends import MemoryBackend, make_index
-        mem = MemoryBackend(make_index(SimdupConfig()))
+        mem = MemoryBackend(make_index(SimdupConfig(distance=H)))
         t0 = time.perf_counter()
         asyncio.run(mem.check_and_add_many(bg, Wbg, keys))
         mem_fill = n_fill / (time.perf_counter() - t0)

@@ -56,7 +56,7 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
     probes = parser.add_mutually_exclusive_group()
     probes.add_argument("--probes", type=int, metavar="K",
                         help="flipped headers probed per fingerprint (default: enough for "
-                        "95%% recall by the calibrated volatility model, else 20)")
+                        "98%% recall by the calibrated volatility model, else 20)")
     probes.add_argument("--recall", type=_recall, metavar="R",
                         help="target recall; the probe count comes from the calibrated "
                         "volatility model")
