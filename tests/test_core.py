@@ -28,6 +28,23 @@ def test_hash64_every_tail_length():
         assert _core.hash64(data) == ref_hash64(data), length
 
 
+@given(st.lists(st.one_of(st.text(max_size=70), st.binary(max_size=70),
+                          st.text(alphabet="ab\u00e9\u4e2d\U0001f600", max_size=70)),
+                max_size=40))
+def test_hash_features_matches_mmh3_for_mixed_batches(features):
+    # mixed lengths, ASCII / non-ASCII str and bytes in one list: every path
+    # of the batch loop (compact-ASCII buffers, cached UTF-8, bytes)
+    got = _core.hash_features(features)
+    assert got.tolist() == [ref_hash64(f) for f in features]
+
+
+def test_hash_features_every_length_combination_of_four():
+    keys = [bytes(range(n)) for n in range(0, 65, 3)] + ["x" * n for n in range(0, 65, 5)]
+    for shift in range(4):   # every key at every position mod 4
+        batch = keys[shift:] + keys[:shift]
+        assert _core.hash_features(batch).tolist() == [ref_hash64(k) for k in batch]
+
+
 @given(features_st)
 def test_simhash_unit_weights_matches_reference(features):
     value, W = simhash(features)
