@@ -178,7 +178,8 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages") -
             from ._persist import namespace_dir, restore  # noqa: PLC0415
             restore(backend, namespace_dir(config.dir, namespace), config.on_error,
                     getattr(crawler, "stats", None), "simdup/" if namespace == "pages"
-                    else f"simdup/{namespace}/")
+                    else f"simdup/{namespace}/",
+                    fingerprint=config.make_fingerprinter().version)
         return backend
     try:
         from ._backend_redis import RedisBackend  # noqa: PLC0415 (optional)
@@ -189,12 +190,13 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages") -
 
 
 def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "pages",
-                      backend=None):
+                      backend=None, fingerprint: str | None = None):
     """The writer fed every checked fingerprint (``SIMDUP_DIR``), or None.
 
     The middleware calls ``writer.add(value, W, key, match)`` for every page
     checked and ``await writer.close()`` at the end. With a memory ``backend``
     the writer also snapshots its index at every batch flush (see _persist).
+    ``fingerprint`` (``Fingerprinter.version``) is recorded with the snapshot.
     """
     if not config.dir:
         return None
@@ -203,6 +205,7 @@ def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "page
     return PersistentBatchWriter(
         namespace_dir(config.dir, namespace), config.batch_size,
         backend=backend if isinstance(backend, MemoryBackend) else None,
-        settings={"search": config.search, "distance": config.distance},
+        settings={"search": config.search, "distance": config.distance,
+                  "fingerprint": fingerprint},
         stats=getattr(crawler, "stats", None),
         prefix="simdup/" if namespace == "pages" else f"simdup/{namespace}/")

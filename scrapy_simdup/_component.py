@@ -54,7 +54,8 @@ class SimdupComponent:
             config.make_fingerprinter()
         self.backend = backend if backend is not None else make_backend(
             config, crawler, self.kind)
-        self.writer = make_batch_writer(config, crawler, self.kind, backend=self.backend)
+        self.writer = make_batch_writer(config, crawler, self.kind, backend=self.backend,
+                                        fingerprint=self.fingerprinter.version)
         self.logstats = _logstats.attach(crawler, config)
         self._skipped_exc = SkippedPage
         self._stopping = False

@@ -12,7 +12,8 @@ What is kept (per namespace directory: ``SIMDUP_DIR`` for pages,
     The commit record, replaced atomically after the appends are fsynced:
     ``format`` (``"simdup-index"``), ``version``, ``count``, the byte length and
     running CRC-32 of both files, the index settings (``search``,
-    ``distance``), ``saved``.
+    ``distance``, ``fingerprint``: the Fingerprinter recipe, checked on
+    restore), ``saved``.
 
 A snapshot is taken at every batch flush and at close, so a ``kill -9`` loses
 at most what was checked since the last flush. Bytes past the recorded
@@ -201,17 +202,28 @@ class PersistentBatchWriter:
             self.snapshot()
 
 
-def restore(backend, directory, on_error: str = "keep", stats=None, prefix: str = "simdup/") -> int:
+def restore(backend, directory, on_error: str = "keep", stats=None, prefix: str = "simdup/",
+            fingerprint: str | None = None) -> int:
     """Load a memory backend's index from its snapshot in ``directory``.
 
     Returns the number of fingerprints restored. A corrupt snapshot is logged
     by file name (no traceback); with ``on_error="stop"`` it raises
     :class:`CorruptFileError`, otherwise its files are moved aside and the
-    crawl starts with an empty index.
+    crawl starts with an empty index. A snapshot whose fingerprints were made
+    with another recipe than ``fingerprint`` (``Fingerprinter.version``:
+    features, weights, extraction) is a ``ValueError``: its fingerprints and
+    this crawl's cannot be compared.
     """
     store = IndexStore(directory)
     if not store.exists():
         return 0
+    saved = store.meta.get("fingerprint")
+    if fingerprint and saved and saved != fingerprint:
+        raise ValueError(
+            f"SIMDUP_DIR: the index in {store.meta_path.parent} holds fingerprints made with "
+            f"{saved!r}, this crawl makes {fingerprint!r}; they cannot be compared. Use a new "
+            f"SIMDUP_DIR, or the feature settings (SIMDUP_FEATURES, SIMDUP_SHINGLE_SIZE, ...) "
+            f"that index was built with.")
     try:
         values, keys = store.load()
     except CorruptFileError as exc:

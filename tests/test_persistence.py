@@ -144,6 +144,19 @@ def test_sigkill_mid_crawl_then_restart(site, tmp_path):
     assert again["stats"].get("simdup/checked") == N_PAGES
 
 
+def test_restart_with_other_feature_settings_is_refused(site, tmp_path):
+    d = tmp_path / "simdup"
+    _crawl(tmp_path, site, d, name="first")
+    assert "shingles" in IndexStore(d).meta["fingerprint"]
+    # other features make other fingerprints: comparing them would silently find nothing
+    other = _crawl(tmp_path, site, d, {"SIMDUP_SHINGLE_SIZE": 2}, name="other")
+    assert other["error"] and "ValueError" in other["error"] and "SIMDUP_DIR" in other["error"]
+    assert not other["responses"]
+    # the saved index is untouched: the original settings still recognise every page
+    again = _crawl(tmp_path, site, d, name="again")
+    assert again["error"] is None and again["stats"].get("simdup/duplicates") == N_PAGES
+
+
 def test_corrupt_index_is_reported_by_name(site, tmp_path):
     d = tmp_path / "simdup"
     _crawl(tmp_path, site, d, name="first")
