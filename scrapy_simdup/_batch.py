@@ -26,7 +26,8 @@ class BatchWriter:
     (the persistence layer uses this to snapshot the index at the same moment).
     """
 
-    def __init__(self, directory, batch_size: int = 100_000, on_flush=None):
+    def __init__(self, directory, batch_size: int = 100_000, on_flush=None,
+                 fingerprint: str | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.directory = Path(directory)
@@ -34,6 +35,7 @@ class BatchWriter:
         remove_stale_temporaries(self.directory)
         self.batch_size = batch_size
         self.on_flush = list(on_flush or [])
+        self.fingerprint = fingerprint     # recorded in every batch header
         self._values: list = []
         self._cq: list = []
         self._wrms: list = []
@@ -109,7 +111,7 @@ class BatchWriter:
         records["wrms"] = np.array(self._wrms, dtype=np.float32)
         self._seq += 1
         name = f"batch-{self._seq:08d}-{os.getpid()}"
-        path = write_batch(self.directory, name, records, self._urls)
+        path = write_batch(self.directory, name, records, self._urls, self.fingerprint)
         self._next_id += n
         self._values, self._cq, self._wrms, self._urls = [], [], [], []
         self.flushed_batches += 1

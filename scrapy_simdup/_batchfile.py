@@ -97,8 +97,12 @@ class Batch:
         return len(self.records)
 
 
-def write_batch(directory, name: str, records: np.ndarray, urls) -> Path:
-    """Write one batch atomically; returns the path of its ``.json`` header."""
+def write_batch(directory, name: str, records: np.ndarray, urls,
+                fingerprint: str | None = None) -> Path:
+    """Write one batch atomically; returns the path of its ``.json`` header.
+
+    ``fingerprint`` (``Fingerprinter.version``) names the recipe the values
+    were made with; ``simdup merge`` refuses to mix recipes."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     records = np.ascontiguousarray(records)
@@ -127,6 +131,8 @@ def write_batch(directory, name: str, records: np.ndarray, urls) -> Path:
         "urls_crc32": zlib.crc32(url_bytes) & 0xFFFFFFFF,
         "created": time.time(),
     }
+    if fingerprint:
+        meta["fingerprint"] = fingerprint
     json_path = directory / f"{name}.json"
     atomic_write_json(json_path, meta)
     return json_path

@@ -199,8 +199,9 @@ class Collection:
             os.fsync(handle.fileno())
 
     def append(self, sorted_q: np.ndarray, urls: list[str], pairs: np.ndarray,
-               merged: dict) -> None:
-        """Append a sorted run with its URLs and pairs; commit by rewriting the header."""
+               merged: dict, recipe: str | None = None) -> None:
+        """Append a sorted run with its URLs and pairs; commit by rewriting the header.
+        ``recipe``: the fingerprint recipe of the run (kept in the header)."""
         data = np.ascontiguousarray(sorted_q, dtype=H_DTYPE).tobytes()
         self._append("H.bin", self.count * H_DTYPE.itemsize, data)
         encoded = [u.encode("utf-8", "surrogateescape") for u in urls]
@@ -218,6 +219,8 @@ class Collection:
         meta["urls_bytes"] = int(ends[-1]) if len(ends) else self.meta["urls_bytes"]
         meta["pairs"] = self.meta["pairs"] + len(pairs)
         meta["merged"] = {**self.meta["merged"], **merged}
+        if recipe:
+            meta["fingerprint"] = recipe
         meta["updated"] = time.time()
         atomic_write_json(self.meta_path, meta)
         self.meta = meta
@@ -433,6 +436,21 @@ def _batch_key(path: Path) -> str:
     return str(path.resolve())
 
 
+def _single_recipe(coll: Collection, metas) -> str | None:
+    """The one fingerprint recipe of the collection and the pending batches
+    (None when none is recorded: files written before recipes were). Two
+    recipes make incomparable fingerprints: a ValueError naming them."""
+    recipes = {m["fingerprint"]: p for p, m in metas if m.get("fingerprint")}
+    if coll.meta.get("fingerprint"):
+        recipes.setdefault(coll.meta["fingerprint"], coll.meta_path)
+    if len(recipes) > 1:
+        listing = "; ".join(f"{r!r} ({p})" for r, p in recipes.items())
+        raise ValueError(f"these fingerprints were made with different feature settings and "
+                         f"cannot be compared: {listing}. Merge each into its own collection "
+                         f"(--collection).")
+    return next(iter(recipes), None)
+
+
 def pending_batches(dirs, collection: Collection | None) -> list[Path]:
     merged = collection.meta["merged"] if collection is not None else {}
     out = []
@@ -487,6 +505,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         started = time.perf_counter()
         pending = pending_batches(dirs, coll)
         metas = [(p, read_meta(p)) for p in pending]
+        recipe = _single_recipe(coll, metas)
         run_pairs = []
         t = header_bits(chunk_size)
         # group pending batches into Q's of at most chunk_size fingerprints
@@ -565,7 +584,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
                 urls = [u for b in batches for u in read_urls(b, verify=verify)]
                 coll.append(run, urls, pairs, {_batch_key(b.path): {"count": len(b),
                                                                     "crc32": b.meta["npy_crc32"]}
-                                               for b in batches})
+                                               for b in batches}, recipe)
             run_pairs.append(pairs)
             summary.batches += len(batches)
             summary.fingerprints += m

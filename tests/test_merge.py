@@ -74,8 +74,8 @@ def _brute_pairs(corpus):
     return pairs
 
 
-def _write(directory, items, batch_size=200):
-    with BatchWriter(directory, batch_size=batch_size) as w:
+def _write(directory, items, batch_size=200, fingerprint=None):
+    with BatchWriter(directory, batch_size=batch_size, fingerprint=fingerprint) as w:
         for url, value, W in items:
             w.append(value, W, url)
 
@@ -201,6 +201,19 @@ def test_crash_during_append_and_corrupt_collection(corpus, tmp_path):
     _write(d, corpus[300:310])
     with pytest.raises(CorruptFileError, match="checksum"):
         merge([d], coll)
+
+
+def test_batches_of_different_fingerprint_recipes_are_not_mixed(corpus, tmp_path):
+    a, b, coll = tmp_path / "a", tmp_path / "b", tmp_path / "coll"
+    _write(a, corpus[:100], fingerprint="recipe-1")
+    _write(b, corpus[100:200], fingerprint="recipe-2")
+    with pytest.raises(ValueError, match="recipe-1.*recipe-2|recipe-2.*recipe-1"):
+        merge([a, b], coll, distance=H)
+    assert not (coll / "H.bin").exists() or Collection(coll).count == 0
+    s = merge([a], coll, distance=H)               # one recipe: merged, and recorded
+    assert s.fingerprints == 100 and Collection(coll).meta["fingerprint"] == "recipe-1"
+    with pytest.raises(ValueError, match="recipe-2"):
+        merge([b], coll, distance=H)                # the collection remembers its recipe
 
 
 def test_bad_arguments(tmp_path):

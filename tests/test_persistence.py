@@ -92,6 +92,8 @@ def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
     urls = [u for b in batches for u in b.urls]
     assert sorted(urls) == sorted(site.url(f"/page/{n}") for n in site.names)
     assert IndexStore(d).load()[0].shape == (N_PAGES,)
+    recipe = IndexStore(d).meta["fingerprint"]     # the Fingerprinter recipe, everywhere
+    assert recipe and all(b.meta.get("fingerprint") == recipe for b in batches)
     # a re-crawl with the same SIMDUP_DIR recognises every page
     second = _crawl(tmp_path, site, d, name="second")
     assert second["stats"].get("simdup/index_restored") == N_PAGES
