@@ -79,7 +79,7 @@ class RedisIndexStore:
     """
 
     def __init__(self, url: str, base: str, header_bits: int = DEFAULT_HEADER_BITS,
-                 distance: int = 3, params: dict | None = None):
+                 distance: int = 3, params: dict | None = None, fingerprint: str | None = None):
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"SIMDUP_INDEX must be a redis://, rediss:// or unix:// URL, got {url!r}")
         if not isinstance(base, str) or not base:
@@ -95,6 +95,7 @@ class RedisIndexStore:
         self.url = url
         self.base = base
         self.header_bits = header_bits
+        self.fingerprint = fingerprint   # Fingerprinter.version, kept at <base>:fingerprint
         self.distance = distance
         self.shift = 64 - header_bits
         self.hex_digits = (header_bits + 3) // 4
@@ -132,7 +133,8 @@ class RedisIndexStore:
         """Start-up check (blocking, once): reachable, script loaded, same layout.
 
         Raises :class:`RedisIndexError` naming SIMDUP_INDEX when Redis cannot be
-        reached, ``ValueError`` when the index was created with another ``t``.
+        reached, ``ValueError`` when the index was created with another ``t`` or
+        from fingerprints of another recipe (other feature settings).
         """
         try:
             import redis
@@ -146,9 +148,12 @@ class RedisIndexStore:
             pipe = client.pipeline(transaction=True)
             pipe.set(base + ":t", self.header_bits, nx=True)
             pipe.set(base + ":id", self._id_new, nx=True)
+            if self.fingerprint:   # the first process to start records its recipe
+                pipe.set(base + ":fingerprint", self.fingerprint, nx=True)
             pipe.get(base + ":t")
             pipe.get(base + ":n")
-            _, _, stored_t, n = pipe.execute()
+            pipe.get(base + ":fingerprint")
+            stored_t, n, stored_fp = pipe.execute()[-3:]
             self._sha = client.script_load(CHECK_AND_INSERT)
         except redis.RedisError as exc:
             raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at {_safe_url(self.url)}: "
@@ -160,6 +165,12 @@ class RedisIndexStore:
             raise ValueError(f"SIMDUP_REDIS_HEADER_BITS = {self.header_bits} but the index at "
                              f"{self.base!r} was created with {int(stored_t)} header bits; use "
                              f"{int(stored_t)} or another SIMDUP_REDIS_KEY")
+        stored_fp = stored_fp.decode() if isinstance(stored_fp, bytes) else stored_fp
+        if self.fingerprint and stored_fp and stored_fp != self.fingerprint:
+            raise ValueError(f"the index at {self.base!r} (SIMDUP_INDEX) holds fingerprints made "
+                             f"with {stored_fp!r}, this crawl makes {self.fingerprint!r}; they "
+                             f"cannot be compared: use the same feature settings in every "
+                             f"process, or another SIMDUP_REDIS_KEY")
         return self
 
     def size_sync(self) -> int:
@@ -588,7 +599,8 @@ class RedisBackend:
         if namespace != "pages":
             base = f"{base}:{namespace}"
         store = RedisIndexStore(config.index, base, header_bits=_parse_header_bits(settings),
-                                distance=config.distance, params=config.redis_params)
+                                distance=config.distance, params=config.redis_params,
+                                fingerprint=config.make_fingerprinter().version)
         backend = cls(store, max_probes=probe_budget(config, store.header_bits))
         store.check_server()
         backend._size = store.size_sync()

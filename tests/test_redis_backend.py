@@ -313,6 +313,16 @@ def test_header_bits_mismatch(redis_server):
         other.check_server()
 
 
+def test_processes_with_other_feature_settings_are_refused(redis_server):
+    key = f"simdup:{time.monotonic_ns()}:%(spider)s"
+    first = _backend(redis_server.url, SIMDUP_REDIS_KEY=key)
+    assert first.store.fingerprint and "shingles" in first.store.fingerprint
+    same = _backend(redis_server.url, SIMDUP_REDIS_KEY=key)   # same settings: shares it
+    assert same.store.base == first.store.base
+    with pytest.raises(ValueError, match="SIMDUP_REDIS_KEY"):
+        _backend(redis_server.url, SIMDUP_REDIS_KEY=key, SIMDUP_SHINGLE_SIZE=2)
+
+
 def test_bad_input(redis_server):
     with pytest.raises(ValueError, match="SIMDUP_INDEX"):
         RedisIndexStore("http://x", "k")
