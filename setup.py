@@ -7,6 +7,7 @@ import glob
 import os
 import platform
 
+import lxml
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -20,6 +21,8 @@ extensions = [
         "scrapy_simdup." + os.path.splitext(os.path.basename(path))[0],
         [path],
         extra_compile_args=compile_args,
+        # _scan walks lxml's libxml2 nodes through lxml's public C API
+        include_dirs=lxml.get_include(),
     )
     for path in sorted(glob.glob(os.path.join("scrapy_simdup", "*.pyx")))
 ]

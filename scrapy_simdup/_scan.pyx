@@ -1,119 +1,355 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 """Compiled fast path of ``scrapy_simdup._extract.scan_lxml_py``.
 
-The same Python-object code compiled with Cython (typed counters and
-locals). It must give exactly the same blocks as the pure Python version in
-``_extract.py``, which the tests use as the reference.
+It walks the libxml2 nodes under an lxml element directly (through lxml's
+public C API, the ``_c_node`` of an element), instead of creating one Python
+proxy per element as ``etree.iterwalk`` does: text is gathered as UTF-8 bytes
+per block and decoded once per block, tag names are classified once per
+distinct name, and Python strings are made only for ``class``/``id`` values
+that the boilerplate test needs. The tree is only read, never modified.
+
+It must give exactly the same blocks as the pure Python version in
+``_extract.py`` (the tests compare both on every shared page). The event
+order is that of ``iterwalk(events=("start", "end", "comment", "pi"))``:
+an element's text at its start, its tail after its end (not for the root);
+comments and processing instructions contribute only their tails.
 """
-from lxml import etree
+from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memcpy, strlen, strcmp
+from libc.stdint cimport uintptr_t
+
+from lxml.includes cimport tree
+from lxml.includes.tree cimport xmlNode, xmlAttr
+cimport lxml.includes.etreepublic as cetree
+
+cdef extern from "Python.h":
+    bint Py_UNICODE_ISSPACE(Py_UCS4 ch)
+    int PyUnicode_KIND(object o)
+    void *PyUnicode_DATA(object o)
+    Py_UCS4 PyUnicode_READ(int kind, void *data, Py_ssize_t index)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+
+cetree.import_lxml__etree()
+
+# Tag classes, computed once per distinct tag name from the sets given.
+cdef enum:
+    F_INVISIBLE = 1
+    F_BLOCK = 2
+    F_BOILER = 4
+    F_NEVER = 8
+    F_LINK = 16
+    F_KNOWN = 32
+
+# element kinds on the stack (as in the Python version)
+cdef enum:
+    K_INLINE = 0
+    K_BLOCK = 1
+    K_SKIPPED = 2
+    K_LINK = 3
+
+cdef enum:
+    TAG_CACHE = 256     # slots of the tag-name cache (direct mapped)
+
+
+cdef struct TagSlot:
+    const char *name        # libxml2 interns names per document: key by pointer
+    int flags
+    Py_ssize_t tag_index    # into the list of tag strings (for want_tags)
+
+
+cdef struct Bytes:
+    char *data
+    Py_ssize_t size
+    Py_ssize_t cap
+
+
+cdef struct Ints:
+    Py_ssize_t *data
+    Py_ssize_t size
+    Py_ssize_t cap
+
+
+cdef int _bytes_add(Bytes *b, const char *src, Py_ssize_t n) except -1:
+    cdef Py_ssize_t cap
+    cdef char *grown
+    if b.size + n > b.cap:
+        cap = max(2 * b.cap, b.size + n, 4096)
+        grown = <char *>PyMem_Realloc(b.data, cap)
+        if grown is NULL:
+            raise MemoryError()
+        b.data = grown
+        b.cap = cap
+    memcpy(b.data + b.size, src, n)
+    b.size += n
+    return 0
+
+
+cdef int _ints_push(Ints *a, Py_ssize_t value) except -1:
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t *grown
+    if a.size == a.cap:
+        cap = max(2 * a.cap, 64)
+        grown = <Py_ssize_t *>PyMem_Realloc(a.data, cap * sizeof(Py_ssize_t))
+        if grown is NULL:
+            raise MemoryError()
+        a.data = grown
+        a.cap = cap
+    a.data[a.size] = value
+    a.size += 1
+    return 0
+
+
+cdef list _ints_list(Ints *a):
+    return [a.data[i] for i in range(a.size)]
+
+
+cdef inline bint _is_walked(xmlNode *node) noexcept:
+    # the nodes iterwalk visits: elements, comments, PIs, entity references
+    return (node.type == tree.XML_ELEMENT_NODE or node.type == tree.XML_COMMENT_NODE
+            or node.type == tree.XML_PI_NODE or node.type == tree.XML_ENTITY_REF_NODE)
+
+
+cdef inline xmlNode *_walked_from(xmlNode *node) noexcept:
+    while node is not NULL and not _is_walked(node):
+        node = node.next
+    return node
+
+
+cdef inline Py_ssize_t _utf8_chars(const char *s, Py_ssize_t n) noexcept:
+    """Code points in valid UTF-8: bytes that are not continuation bytes."""
+    cdef Py_ssize_t i, count = 0
+    for i in range(n):
+        count += (<unsigned char>s[i] & 0xC0) != 0x80
+    return count
+
+
+cdef Py_ssize_t _stripped_len(str text):
+    """len(text.strip()) without building the stripped copy."""
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void *data = PyUnicode_DATA(text)
+    cdef Py_ssize_t i = 0, j = PyUnicode_GET_LENGTH(text)
+    while i < j and Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i)):
+        i += 1
+    while j > i and Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, j - 1)):
+        j -= 1
+    return j - i
+
+
+cdef class _Scanner:
+    """State of one scan; see ``scan_lxml_raw``."""
+    cdef bint main, want_tags
+    cdef frozenset invisible, blocks, boiler, never
+    cdef dict label_cache
+    cdef object unlikely_label
+    cdef list texts, nchars, lchars, owner, tags, tag_strs
+    cdef Ints parent, end, unl, stack_kind
+    cdef Bytes text
+    cdef Py_ssize_t cur, link_chars, link_depth
+    cdef TagSlot cache[TAG_CACHE]
+
+    def __dealloc__(self):
+        PyMem_Free(self.text.data)
+        PyMem_Free(self.parent.data)
+        PyMem_Free(self.end.data)
+        PyMem_Free(self.unl.data)
+        PyMem_Free(self.stack_kind.data)
+
+    cdef int _add_text(self, xmlNode *node) except -1:
+        """Append the text of consecutive text nodes from ``node`` (lxml's
+        ``_collectText``: text and CDATA, XInclude markers skipped)."""
+        cdef Py_ssize_t n
+        while node is not NULL:
+            if node.type == tree.XML_TEXT_NODE or node.type == tree.XML_CDATA_SECTION_NODE:
+                if node.content is not NULL:
+                    n = strlen(<const char *>node.content)
+                    if n:
+                        _bytes_add(&self.text, <const char *>node.content, n)
+                        if self.link_depth:
+                            self.link_chars += _utf8_chars(<const char *>node.content, n)
+            elif node.type != tree.XML_XINCLUDE_START and node.type != tree.XML_XINCLUDE_END:
+                break
+            node = node.next
+        return 0
+
+    cdef int _flush(self) except -1:
+        cdef str text
+        cdef Py_ssize_t n
+        if self.text.size == 0:
+            return 0
+        text = PyUnicode_DecodeUTF8(self.text.data, self.text.size, "replace")
+        n = _stripped_len(text)
+        if n:
+            self.texts.append(text)
+            self.nchars.append(n)
+            self.lchars.append(self.link_chars if self.link_chars < n else n)
+            self.owner.append(self.cur)
+        self.text.size = 0
+        self.link_chars = 0
+        return 0
+
+    cdef int _tag_flags(self, xmlNode *node, Py_ssize_t *tag_index) except -1:
+        cdef TagSlot *slot = NULL
+        cdef int flags = F_KNOWN
+        cdef str tag
+        if node.ns is NULL:
+            slot = &self.cache[(<uintptr_t>node.name >> 3) % TAG_CACHE]
+            if slot.name == <const char *>node.name and slot.flags:
+                tag_index[0] = slot.tag_index
+                return slot.flags
+        tag = cetree.namespacedName(node)
+        if tag in self.invisible:
+            flags |= F_INVISIBLE
+        if tag in self.blocks:
+            flags |= F_BLOCK
+        if tag in self.boiler:
+            flags |= F_BOILER
+        if tag in self.never:
+            flags |= F_NEVER
+        if tag == "a":
+            flags |= F_LINK
+        tag_index[0] = len(self.tag_strs)
+        self.tag_strs.append(tag)
+        if node.ns is NULL:
+            slot.name = <const char *>node.name
+            slot.flags = flags
+            slot.tag_index = tag_index[0]
+        return flags
+
+    cdef int _start(self, xmlNode *node) except -1:
+        """An element starts: returns its kind (K_SKIPPED: do not descend)."""
+        cdef Py_ssize_t tag_index, cid
+        cdef int flags = self._tag_flags(node, &tag_index)
+        cdef xmlAttr *attr = node.properties
+        cdef xmlAttr *a_class = NULL
+        cdef xmlAttr *a_id = NULL
+        cdef bint hidden = False, unlikely = False, aria_seen = False
+        cdef object cls = None, eid = None, label, hit
+        while attr is not NULL:     # xmlGetNoNsProp: the first attribute without namespace
+            if attr.ns is NULL:
+                if a_class is NULL and strcmp(<const char *>attr.name, "class") == 0:
+                    a_class = attr
+                elif a_id is NULL and strcmp(<const char *>attr.name, "id") == 0:
+                    a_id = attr
+                elif strcmp(<const char *>attr.name, "hidden") == 0:
+                    hidden = True
+                elif not aria_seen and strcmp(<const char *>attr.name, "aria-hidden") == 0:
+                    aria_seen = True
+                    if cetree.attributeValue(node, attr) == "true":
+                        hidden = True
+            attr = attr.next
+        if self.want_tags:
+            tag = self.tag_strs[tag_index]
+            if a_class is not NULL:
+                cls = cetree.attributeValue(node, a_class)
+            self.tags.append(tag + "." + cls.split(None, 1)[0] if cls and cls.strip() else tag)
+        if flags & F_INVISIBLE or hidden:
+            if flags & F_BLOCK:
+                self._flush()
+            return K_SKIPPED
+        if self.main and not flags & F_NEVER:
+            if flags & F_BOILER:
+                unlikely = True
+            elif a_class is not NULL or a_id is not NULL:
+                if cls is None and a_class is not NULL:
+                    cls = cetree.attributeValue(node, a_class)
+                if a_id is not NULL:
+                    eid = cetree.attributeValue(node, a_id)
+                if cls or eid:
+                    label = f"{cls} {eid}" if cls and eid else cls or eid
+                    hit = self.label_cache.get(label)
+                    if hit is None:
+                        hit = self.unlikely_label(label)
+                    unlikely = hit
+        if unlikely or flags & F_BLOCK:
+            self._flush()
+            cid = self.parent.size
+            _ints_push(&self.parent, self.cur)
+            _ints_push(&self.end, cid + 1)
+            _ints_push(&self.unl, self.unl.data[self.cur] + unlikely)
+            self.cur = cid
+            return K_BLOCK
+        if flags & F_LINK:
+            self.link_depth += 1
+            return K_LINK
+        return K_INLINE
+
+    cdef int _finish(self, int kind) except -1:
+        if kind == K_BLOCK:
+            self._flush()
+            self.end.data[self.cur] = self.parent.size
+            self.cur = self.parent.data[self.cur]
+        elif kind == K_LINK:
+            self.link_depth -= 1
+        return 0
+
+    cdef int walk(self, xmlNode *root) except -1:
+        cdef xmlNode **nodes = NULL
+        cdef xmlNode **grown
+        cdef Py_ssize_t depth = 0, cap = 0
+        cdef xmlNode *nxt
+        cdef xmlNode *node
+        cdef int kind
+        try:
+            nxt = root
+            while True:
+                if nxt is not NULL:
+                    if nxt.type == tree.XML_ELEMENT_NODE:
+                        kind = self._start(nxt)
+                        if depth == cap:
+                            cap = max(2 * cap, 64)
+                            grown = <xmlNode **>PyMem_Realloc(nodes, cap * sizeof(xmlNode *))
+                            if grown is NULL:
+                                raise MemoryError()
+                            nodes = grown
+                        nodes[depth] = nxt
+                        depth += 1
+                        _ints_push(&self.stack_kind, kind)
+                        if kind == K_SKIPPED:
+                            nxt = NULL
+                        else:
+                            self._add_text(nxt.children)
+                            nxt = _walked_from(nxt.children)
+                    else:           # comment, PI, entity reference: only its tail
+                        self._add_text(nxt.next)
+                        nxt = _walked_from(nxt.next)
+                    continue
+                if depth == 0:
+                    break
+                depth -= 1
+                node = nodes[depth]
+                self.stack_kind.size -= 1
+                self._finish(self.stack_kind.data[self.stack_kind.size])
+                if depth == 0:      # the root's tail is not its text
+                    break
+                self._add_text(node.next)
+                nxt = _walked_from(node.next)
+        finally:
+            PyMem_Free(nodes)
+        return 0
 
 
 def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozenset blocks,
                   frozenset boiler, frozenset never, dict label_cache, unlikely_label):
     """Returns (texts, nchars, lchars, owner, parent, end, unl, tags)."""
-    cdef list texts = [], nchars = [], lchars = [], owner = []
-    cdef list parent = [-1], end = [0], unl = [0], tags = [], kinds = [], parts = []
-    cdef Py_ssize_t cur = 0, link_chars = 0, link_depth = 0, n, cid, kind
-    cdef bint unlikely
-    if not isinstance(root.tag, str):
-        return texts, nchars, lchars, owner, parent, end, unl, tags
-    walker = etree.iterwalk(root, events=("start", "end", "comment", "pi"))
-    skip = walker.skip_subtree
-    for event, el in walker:
-        if event == "start":
-            tag = el.tag
-            cls = el.get("class")
-            if want_tags:
-                tags.append(tag + "." + cls.split(None, 1)[0] if cls and cls.strip() else tag)
-            if tag in invisible or el.get("hidden") is not None or el.get("aria-hidden") == "true":
-                skip()
-                kinds.append(2)
-                if tag in blocks and parts:
-                    text = "".join(parts)
-                    n = len(text.strip())
-                    if n:
-                        texts.append(text)
-                        nchars.append(n)
-                        lchars.append(link_chars if link_chars < n else n)
-                        owner.append(cur)
-                    parts = []
-                    link_chars = 0
-                continue
-            unlikely = False
-            if main and tag not in never:
-                if tag in boiler:
-                    unlikely = True
-                else:
-                    eid = el.get("id")
-                    if cls or eid:
-                        label = f"{cls} {eid}" if cls and eid else cls or eid
-                        hit = label_cache.get(label)
-                        if hit is None:
-                            hit = unlikely_label(label)
-                        unlikely = hit
-            if unlikely or tag in blocks:
-                if parts:
-                    text = "".join(parts)
-                    n = len(text.strip())
-                    if n:
-                        texts.append(text)
-                        nchars.append(n)
-                        lchars.append(link_chars if link_chars < n else n)
-                        owner.append(cur)
-                    parts = []
-                    link_chars = 0
-                cid = len(parent)
-                parent.append(cur)
-                end.append(cid + 1)
-                unl.append(unl[cur] + unlikely)
-                cur = cid
-                kinds.append(1)
-            elif tag == "a":
-                link_depth += 1
-                kinds.append(3)
-            else:
-                kinds.append(0)
-            t = el.text
-            if t:
-                parts.append(t)
-                if link_depth:
-                    link_chars += len(t)
-        elif event == "end":
-            kind = kinds.pop()
-            if kind == 1:
-                if parts:
-                    text = "".join(parts)
-                    n = len(text.strip())
-                    if n:
-                        texts.append(text)
-                        nchars.append(n)
-                        lchars.append(link_chars if link_chars < n else n)
-                        owner.append(cur)
-                    parts = []
-                    link_chars = 0
-                end[cur] = len(parent)
-                cur = parent[cur]
-            elif kind == 3:
-                link_depth -= 1
-            if el is not root:
-                t = el.tail
-                if t:
-                    parts.append(t)
-                    if link_depth:
-                        link_chars += len(t)
-        else:                                  # comment / PI: only its tail is text
-            t = el.tail
-            if t:
-                parts.append(t)
-                if link_depth:
-                    link_chars += len(t)
-    if parts:
-        text = "".join(parts)
-        n = len(text.strip())
-        if n:
-            texts.append(text)
-            nchars.append(n)
-            lchars.append(link_chars if link_chars < n else n)
-            owner.append(cur)
-    end[0] = len(parent)
-    return texts, nchars, lchars, owner, parent, end, unl, tags
+    cdef _Scanner s = _Scanner.__new__(_Scanner)
+    cdef xmlNode *c_root
+    s.main = main
+    s.want_tags = want_tags
+    s.invisible, s.blocks, s.boiler, s.never = invisible, blocks, boiler, never
+    s.label_cache = label_cache
+    s.unlikely_label = unlikely_label
+    s.texts, s.nchars, s.lchars, s.owner, s.tags, s.tag_strs = [], [], [], [], [], []
+    _ints_push(&s.parent, -1)
+    _ints_push(&s.end, 0)
+    _ints_push(&s.unl, 0)
+    if not isinstance(root, cetree._Element):
+        raise TypeError(f"an lxml element is needed, not {type(root).__name__}")
+    c_root = (<cetree._Element>root)._c_node
+    if c_root is NULL or c_root.type != tree.XML_ELEMENT_NODE:   # comment, PI, entity
+        return [], [], [], [], [-1], [0], [0], []
+    s.walk(c_root)
+    s._flush()
+    s.end.data[0] = s.parent.size
+    return (s.texts, s.nchars, s.lchars, s.owner, _ints_list(&s.parent),
+            _ints_list(&s.end), _ints_list(&s.unl), s.tags)

@@ -1,0 +1,118 @@
+"""The compiled libxml2 walk (``_scan``) against the pure Python reference on
+trees the shared pages do not have: comments, PIs, CDATA, entity references,
+namespaces, hidden elements, odd attributes, deep nesting, non-element roots.
+(The comparison on every real page is in ``test_extract.py``.)"""
+from __future__ import annotations
+
+import lxml.html
+import pytest
+from lxml import etree
+
+from scrapy_simdup import _extract
+from scrapy_simdup._extract import scan_lxml, scan_lxml_py
+
+pytestmark = pytest.mark.skipif(_extract._scan_raw is None, reason="compiled _scan not built")
+
+
+def _blocks(b):
+    return (b.texts, b.nchars, b.lchars, b.owner, b.parent, b.end, b.unl, b.tags)
+
+
+def _same(root):
+    for mode in ("main", "visible"):
+        for want_tags in (False, True):
+            reference = scan_lxml_py(root, mode, want_tags)
+            assert _blocks(scan_lxml(root, mode, want_tags)) == _blocks(reference), (mode, want_tags)
+    return scan_lxml(root, "main", True)
+
+
+HTML_CASES = {
+    "comments and PIs": (
+        "<html><body><div>one <!-- c --> two<?pi x?> three</div>"
+        "<p>para <a href=x>link <!-- in --> text</a> tail</p></body></html>"),
+    "hidden": (
+        "<div><p hidden>secret</p><p aria-hidden='true'>no</p><p aria-hidden=false>yes</p>"
+        "<p hidden=''>gone</p>after</div>"),
+    "classes and ids": (
+        "<body><div class=''>e</div><div id=''>f</div><div class='  '>g</div>"
+        "<div class='sidebar' id='x'>side</div><div id='comments'>c</div>"
+        "<div class='article-body sidebar'>keep</div><nav class=main>n</nav>"
+        "<form><p>in a form</p></form><header>h</header></body>"),
+    "links and tails": (
+        "<p><a>a<a>b</a>c</a>d<b>e<a>f</a></b>g<br>h<a>i<p>j</p>k</a>l</p>"),
+    "invisible blocks": (
+        "<div>x<table><tr><td>cell</td><script>s()</script>y</tr></table>"
+        "<style>p{}</style>z<svg><text>t</text></svg>w</div>"),
+    "unicode and whitespace": (
+        "<p>\u00a0\u2003 caf\u00e9 \U0001F600 \u4e2d\u6587 \u200b</p><p>\u3000</p>"
+        "<div> \n\t </div><p>x\u00a0</p>"),
+    "entities": "<p>&amp; &lt;b&gt; &nbsp; &eacute; &#x1F600; &bogus;</p>",
+    "empty": "<html></html>",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HTML_CASES))
+def test_html_trees_match_reference(name):
+    html = HTML_CASES[name]
+    _same(etree.fromstring(html, etree.HTMLParser()))          # comments kept (parsel)
+    _same(etree.fromstring(html, etree.HTMLParser(remove_comments=True, remove_pis=True)))
+    _same(lxml.html.fromstring(html))                            # HtmlElement subclasses
+
+
+def test_hidden_and_boilerplate_are_handled():
+    b = _same(etree.fromstring(HTML_CASES["hidden"], etree.HTMLParser()))
+    text = " ".join(b.texts)
+    assert "secret" not in text and "gone" not in text and "no" not in text.split()
+    assert "yes" in text and "after" in text
+
+
+def test_xml_tree_with_cdata_entities_namespaces_and_pis():
+    xml = (b"<?xml version='1.0'?><!DOCTYPE r [<!ENTITY e 'ent'>]>"
+           b"<r xmlns:x='urn:x'><x:div>ns <![CDATA[cdata <b>]]> text</x:div>"
+           b"<div>before &e; after<?pi data?>pi-tail<!-- c -->c-tail</div>"
+           b"<p x:class='sidebar' class='content'>attrs</p></r>")
+    root = etree.fromstring(xml, etree.XMLParser(resolve_entities=False, strip_cdata=False))
+    entity = [n for n in root.iter() if n.tag is etree.Entity]
+    assert entity                        # a real entity reference node is in the tree
+    # The Python reference cannot read attributes of an entity node; the
+    # compiled walk treats it like a comment (its tail is text). Compare on
+    # the same tree with the entity replaced by its text.
+    b = scan_lxml(root, "visible", True)
+    assert "before" in b.texts[-2] or any("after" in t for t in b.texts)
+    for node in entity:
+        node.getparent().remove(node)    # the tail goes with it (lxml semantics)
+    _same(root)
+    resolved = etree.fromstring(xml, etree.XMLParser(strip_cdata=False))
+    b = _same(resolved)
+    assert any("cdata <b>" in t for t in b.texts)
+    assert "{urn:x}div" in b.tags
+
+
+def test_non_element_roots_and_subtrees():
+    root = etree.fromstring("<div><!-- c --><p>a</p>tail<p>b</p></div>", etree.HTMLParser())
+    comment = root.xpath("//comment()")[0]
+    assert _blocks(scan_lxml(comment)) == _blocks(scan_lxml_py(comment))
+    p = root.xpath("//p")[0]
+    b = _same(p)                         # a subtree: the root's tail is not its text
+    assert b.texts == ["a"]
+    _same(etree.ElementTree(root).getroot())
+    with pytest.raises(TypeError):
+        _extract._scan_raw("<p>", True, False, frozenset(), frozenset(), frozenset(),
+                           frozenset(), {}, _extract.unlikely_label)
+
+
+def test_deep_nesting_does_not_recurse():
+    # built with the API: the HTML parser itself stops at depth 2048
+    root = node = etree.Element("div")
+    for i in range(20_000):
+        node = etree.SubElement(node, "div" if i % 3 else "span")
+    node.text = "deep"
+    node.tail = "tail"
+    b = scan_lxml(root, "main")
+    assert b.texts == ["deep", "tail"]      # the innermost element is a block
+    assert _blocks(b) == _blocks(scan_lxml_py(root, "main"))
+
+
+def test_many_distinct_tag_names_overflow_the_cache():
+    body = "".join(f"<t{i} class='c{i % 7}'>w{i}</t{i}>" for i in range(2000))
+    _same(etree.fromstring(f"<html><body><p>{body}</p></body></html>", etree.HTMLParser()))
