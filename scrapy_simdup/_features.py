@@ -1,8 +1,10 @@
 """Feature sets and weights: tokens -> (feature hashes, weights).
 
-All hashing is done in compiled code (``_core.hash_features``, 64-bit
-murmur3 of each token) and combined into shingle/signature hashes with
-NumPy ``uint64`` arithmetic (wrapping, so identical on every machine).
+Tokens are hashed in compiled code (64-bit murmur3 of each token's UTF-8)
+and combined into shingle/signature hashes with wrapping ``uint64``
+arithmetic (identical on every machine). ``_textfeat`` does tokenising,
+hashing and combining in one compiled pass; the NumPy functions here are its
+reference (and the path when it is not built): both give the same hashes.
 
 Feature sets (combine with ``+``, e.g. ``"shingles+structure"``):
 
@@ -24,6 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
+from ._tokenize import normalize, tokenize
+
+try:
+    from . import _textfeat
+except ImportError:  # not compiled (source checkout without build): NumPy path
+    _textfeat = None
 
 FEATURES_VERSION = 1
 FEATURE_SETS = ("shingles", "spots", "structure")
@@ -74,6 +82,17 @@ def token_hashes(tokens: list[str]) -> np.ndarray:
     return _core.hash_features(tokens) if tokens else np.empty(0, np.uint64)
 
 
+def text_token_hashes(text: str) -> np.ndarray:
+    """Hashes of ``tokenize(text)``, made in compiled code when it is built."""
+    if not text:
+        return np.empty(0, np.uint64)
+    if _textfeat is not None:
+        th = _textfeat.token_hashes(normalize(text))
+        if th is not None:
+            return th
+    return token_hashes(tokenize(text))
+
+
 def shingle_hashes(th: np.ndarray, k: int, salt=_SALT["shingles"]) -> np.ndarray:
     """Hashes of every run of ``k`` consecutive token hashes.
 
@@ -113,7 +132,10 @@ def weigh(hashes: np.ndarray, weighting: str) -> tuple[np.ndarray, np.ndarray]:
     """Distinct features and their (positive) weights."""
     if hashes.size == 0:
         return hashes, np.empty(0, np.float64)
-    uniq, counts = np.unique(hashes, return_counts=True)
+    if _textfeat is not None:
+        uniq, counts = _textfeat.unique_counts(np.sort(hashes))
+    else:
+        uniq, counts = np.unique(hashes, return_counts=True)
     if weighting == "count":
         w = counts.astype(np.float64)
     elif weighting == "logtf":
@@ -129,14 +151,28 @@ def features_from_tokens(tokens: list[str], feature_sets, shingle_size: int,
                          tags: list[str] | None = None,
                          tag_shingle_size: int = 4) -> np.ndarray:
     """All feature hashes (with repeats) of the chosen feature sets."""
-    parts = []
     th = None
     if "shingles" in feature_sets or "spots" in feature_sets:
         th = token_hashes(tokens)
-    if "shingles" in feature_sets:
-        parts.append(shingle_hashes(th, shingle_size))
-    if "spots" in feature_sets:
-        parts.append(spot_hashes(th))
+    return features_from_token_hashes(th, feature_sets, shingle_size, tags, tag_shingle_size)
+
+
+def features_from_token_hashes(th: np.ndarray | None, feature_sets, shingle_size: int,
+                               tags: list[str] | None = None, tag_shingle_size: int = 4,
+                               compiled: bool = True) -> np.ndarray:
+    """``features_from_tokens`` from the token hashes (``compiled=False``:
+    the NumPy reference even when the compiled module is built)."""
+    parts = []
+    shingles = "shingles" in feature_sets
+    spots = "spots" in feature_sets
+    if (shingles or spots) and compiled and _textfeat is not None:
+        parts.append(_textfeat.text_features(th, shingle_size, shingles, spots, STOP_HASHES,
+                                             _SALT["shingles"], _SALT["spots"]))
+    else:
+        if shingles:
+            parts.append(shingle_hashes(th, shingle_size))
+        if spots:
+            parts.append(spot_hashes(th))
     if "structure" in feature_sets and tags:
         parts.append(shingle_hashes(_core.hash_features(tags), tag_shingle_size,
                                     _SALT["structure"]))

@@ -24,8 +24,8 @@ from w3lib.encoding import html_to_unicode
 from . import _core
 from ._extract import EXTRACTOR_VERSION, extract_lxml
 from ._features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS,
-                        features_from_tokens, weigh)
-from ._tokenize import TOKENIZER_VERSION, tokenize
+                        features_from_token_hashes, text_token_hashes, weigh)
+from ._tokenize import TOKENIZER_VERSION
 
 __all__ = ["Fingerprint", "Fingerprinter", "SkippedPage", "fingerprint_html",
            "fingerprint_response", "SKIP_REASONS"]
@@ -340,13 +340,13 @@ class Fingerprinter:
         return self._simhash(hashes, weights, main_found, truncated or truncated2)
 
     def _features(self, text: str, tags):
-        tokens = tokenize(text) if self._text_sets else []
+        th = text_token_hashes(text) if self._text_sets else np.empty(0, np.uint64)
         truncated = False
-        if len(tokens) > self.max_tokens:
-            tokens, truncated = tokens[: self.max_tokens], True
-        if not tokens and not (self._want_tags and tags):
+        if th.shape[0] > self.max_tokens:
+            th, truncated = th[: self.max_tokens], True
+        if not th.shape[0] and not (self._want_tags and tags):
             raise SkippedPage("empty")
-        raw = features_from_tokens(tokens, self.feature_sets, self.shingle_size, tags)
+        raw = features_from_token_hashes(th, self.feature_sets, self.shingle_size, tags)
         hashes, weights = weigh(raw, self.weighting)
         return hashes, weights, truncated
 

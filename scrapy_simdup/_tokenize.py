@@ -52,7 +52,12 @@ def tokenize(text: str) -> list[str]:
     """Tokens of ``text`` in order (see the module docstring for the rules)."""
     if not text:
         return []
-    text = normalize(text)
+    return split_tokens(normalize(text))
+
+
+def split_tokens(text: str) -> list[str]:
+    """Tokens of an already normalised text (the reference of the compiled
+    ``_textfeat.token_hashes``, which hashes them without making strings)."""
     tokens = _TOKEN.findall(text)
     if text.isascii() or _NOSPACE.search(text) is None:
         return tokens

@@ -136,3 +136,59 @@ def test_tokenizer_is_total_and_idempotent(text):
     assert all(tokens)
     assert tokenize(" ".join(tokens)) == tokens
     assert normalize(normalize(text)) == normalize(text)
+
+
+# ------------------------------------------- compiled path (_textfeat) vs reference
+
+_textfeat = pytest.importorskip("scrapy_simdup._textfeat")
+from scrapy_simdup._features import (_SALT, features_from_token_hashes,  # noqa: E402
+                                     text_token_hashes)
+from scrapy_simdup._tokenize import split_tokens  # noqa: E402
+
+# text made of the characters the tokenizer treats specially, plus any Unicode
+tricky_text = st.text(
+    alphabet=st.one_of(st.sampled_from(list("ab_'\u2019 .,-9\u00e9\u4e2d\u6587\u0e20\u3042"
+                                            "\u00b2\u0663\u2160\U00020001\U0001F600\u0301")),
+                       st.characters()),
+    max_size=120)
+
+
+@given(tricky_text)
+def test_compiled_token_hashes_match_reference(text):
+    norm = normalize(text)
+    expected = [_core.hash64(t) for t in split_tokens(norm)]
+    got = _textfeat.token_hashes(norm)
+    if got is None:                     # no UTF-8 form (lone surrogates): Python path
+        assert any(0xD800 <= ord(c) <= 0xDFFF for c in norm)
+    else:
+        assert got.tolist() == expected
+    assert text_token_hashes(text).tolist() == expected
+
+
+def test_compiled_tokens_on_fixed_cases():
+    for text in ("don't 'quoted' it's'' a'b'c ''x", "東京都に住むiPhone発売x'中y", "a_b __ 9'9",
+                 "x\ud800y z", "\U00020001\U00020002ab", ""):
+        norm = normalize(text)
+        assert text_token_hashes(text).tolist() == [_core.hash64(t) for t in split_tokens(norm)]
+
+
+@given(words, st.integers(1, 6), st.sampled_from([(True, False), (False, True), (True, True)]))
+def test_compiled_text_features_match_numpy(tokens, k, sets):
+    tokens = [t.lower() for t in tokens]
+    th = np.array([_core.hash64(t) for t in tokens], dtype=np.uint64)
+    names = {n for n, on in zip(("shingles", "spots"), sets) if on}
+    got = features_from_token_hashes(th, names, k)
+    ref = features_from_token_hashes(th, names, k, compiled=False)
+    assert got.tolist() == ref.tolist()
+    expected = (shingles_ref(tokens, k) if sets[0] else []) + (spots_ref(tokens) if sets[1] else [])
+    assert got.tolist() == expected
+    assert _textfeat.text_features(th, k, False, False, STOP_HASHES, _SALT["shingles"],
+                                   _SALT["spots"]).size == 0
+
+
+@given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 3), max_size=60))
+def test_unique_counts_match_numpy(values):
+    a = np.sort(np.array(values, dtype=np.uint64))
+    u, c = _textfeat.unique_counts(a)
+    ru, rc = np.unique(a, return_counts=True)
+    assert u.tolist() == ru.tolist() and c.tolist() == rc.tolist()

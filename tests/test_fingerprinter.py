@@ -322,3 +322,34 @@ def test_fingerprints_are_identical_across_processes():
     f = Fingerprinter()
     first = load_article_benchmark()[0]
     assert runs[0][0][0] == f.fingerprint_html(first.html).value
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"features": "shingles+spots+structure", "weighting": "count"},
+    {"features": "spots", "extract": "visible", "weighting": "binary", "shingle_size": 2},
+])
+def test_compiled_paths_give_bit_identical_fingerprints(options, monkeypatch):
+    """The compiled walk, tokenizer and features (_scan, _textfeat) change no
+    fingerprint: value and W equal the pure Python/NumPy pipeline's."""
+    from scrapy_simdup import _extract, _features
+    assert _extract._scan_raw is not None and _features._textfeat is not None
+    records = load_article_benchmark()[::6]
+
+    def run():
+        f = Fingerprinter(**options)
+        out = []
+        for r in records:
+            try:
+                fp = f.fingerprint_html(r.html)
+            except SkippedPage as exc:
+                out.append(exc.reason)
+                continue
+            out.append((fp.value, fp.W.tobytes(), fp.n_features))
+        return out
+
+    fast = run()
+    monkeypatch.setattr(_extract, "_scan_raw", None)
+    monkeypatch.setattr(_features, "_textfeat", None)
+    assert run() == fast
+    assert sum(isinstance(x, tuple) for x in fast) >= 25

@@ -1,0 +1,194 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled fast path of tokenising and text features.
+
+Exactly the same results as the pure Python reference, which the tests
+compare it with:
+
+* ``token_hashes(text)`` == ``_core.hash_features(_tokenize.split_tokens(text))``
+  for an already normalised text: tokens are ``\\w+(?:'\\w+)*`` with Python's
+  Unicode ``\\w``, runs of no-space scripts split into single characters;
+  each token is hashed from its UTF-8 bytes in place, without making token
+  strings.
+* ``text_features`` == the shingle and spot-signature hashes of
+  ``_features.shingle_hashes``/``spot_hashes`` (concatenated).
+* ``unique_counts(sorted_hashes)`` == ``np.unique(..., return_counts=True)``.
+"""
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+
+import numpy as np
+
+cdef extern from "Python.h":
+    int PyUnicode_KIND(object o)
+    void *PyUnicode_DATA(object o)
+    Py_UCS4 PyUnicode_READ(int kind, void *data, Py_ssize_t index)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    bint Py_UNICODE_ISALNUM(Py_UCS4 ch)
+
+cdef extern from "_murmur3.h" nogil:
+    uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
+
+cdef uint64_t M = 0x9E3779B97F4A7C15ULL
+
+
+cdef inline uint64_t fmix64(uint64_t x) noexcept nogil:
+    x ^= x >> 33
+    x *= 0xFF51AFD7ED558CCDULL
+    x ^= x >> 33
+    x *= 0xC4CEB9FE1A85EC53ULL
+    x ^= x >> 33
+    return x
+
+
+cdef inline bint is_word(Py_UCS4 c) noexcept:
+    """``re``'s Unicode ``\\w``: alphanumeric (str.isalnum) or underscore."""
+    if c < 128:
+        return (c >= 97 and c <= 122) or (c >= 65 and c <= 90) or (c >= 48 and c <= 57) or c == 95
+    return Py_UNICODE_ISALNUM(c)
+
+
+cdef inline bint is_nospace(Py_UCS4 c) noexcept:
+    """Scripts written without spaces (the ranges of ``_tokenize._NOSPACE``)."""
+    return ((0x0E00 <= c <= 0x0EFF) or (0x1000 <= c <= 0x109F) or (0x1780 <= c <= 0x17FF)
+            or (0x3040 <= c <= 0x30FF) or (0x3400 <= c <= 0x4DBF) or (0x4E00 <= c <= 0x9FFF)
+            or (0xF900 <= c <= 0xFAFF) or (0x20000 <= c <= 0x2FA1F))
+
+
+cdef inline Py_ssize_t utf8_len(Py_UCS4 c) noexcept:
+    return 1 if c < 0x80 else 2 if c < 0x800 else 3 if c < 0x10000 else 4
+
+
+def token_hashes(str text):
+    """uint64 hashes of the tokens of a normalised text, in order.
+
+    Returns None when the text has no UTF-8 form (lone surrogates): the
+    caller then takes the Python path.
+    """
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void *data = PyUnicode_DATA(text)
+    cdef const char *utf8
+    cdef Py_ssize_t size
+    if PyUnicode_IS_COMPACT_ASCII(text):
+        utf8 = <const char *>data
+    else:
+        try:
+            utf8 = PyUnicode_AsUTF8AndSize(text, &size)
+        except UnicodeError:
+            return None
+    out = np.empty(n + 1, dtype=np.uint64)   # at most one token per character
+    cdef uint64_t[::1] h = out
+    cdef Py_ssize_t count = 0, i = 0, b = 0, start_b, run_b, j
+    cdef Py_UCS4 c
+    while i < n:
+        c = PyUnicode_READ(kind, data, i)
+        if not is_word(c):
+            i += 1
+            b += utf8_len(c)
+            continue
+        # a token: \w+ (' \w+)* ; runs of no-space characters inside it are
+        # cut into one token per character
+        start_b = b
+        run_b = b           # start of the current run of ordinary characters
+        while True:
+            while i < n:
+                c = PyUnicode_READ(kind, data, i)
+                if not is_word(c):
+                    break
+                if is_nospace(c):
+                    if b > run_b:
+                        h[count] = simdup_murmur3_64(utf8 + run_b, b - run_b, 0)
+                        count += 1
+                    h[count] = simdup_murmur3_64(utf8 + b, utf8_len(c), 0)
+                    count += 1
+                    b += utf8_len(c)
+                    run_b = b
+                else:
+                    b += utf8_len(c)
+                i += 1
+            if i + 1 < n and PyUnicode_READ(kind, data, i) == 39 and is_word(
+                    PyUnicode_READ(kind, data, i + 1)):
+                i += 1      # an inner apostrophe: the token goes on
+                b += 1
+                continue
+            break
+        if b > run_b:
+            h[count] = simdup_murmur3_64(utf8 + run_b, b - run_b, 0)
+            count += 1
+    return out[:count]
+
+
+def text_features(const uint64_t[::1] th, Py_ssize_t shingle_size, bint shingles, bint spots,
+                  const uint64_t[::1] stop_hashes, uint64_t shingle_salt, uint64_t spot_salt):
+    """Shingle hashes then spot-signature hashes (chain 2) of token hashes."""
+    cdef Py_ssize_t n = th.shape[0], k = 0, m = 0, i, j, c, q, n_stop = stop_hashes.shape[0]
+    cdef Py_ssize_t lo, hi, mid, n_content = 0, n_spots = 0, chain = 2
+    cdef uint64_t s, t
+    if shingles and n > 0:
+        k = shingle_size if shingle_size < n else n
+        m = n - k + 1
+    out = np.empty(m + n, dtype=np.uint64)
+    cdef uint64_t[::1] o = out
+    for i in range(m):
+        s = th[i] ^ shingle_salt
+        for j in range(1, k):
+            s = s * M + th[i + j]
+        o[i] = fmix64(s)
+    if not spots or n < chain + 1:
+        return out[:m]
+    # positions of stopword tokens (binary search in the sorted stopword
+    # hashes, as np.isin) and of content tokens, both in text order
+    content_arr = np.empty(n, dtype=np.int64)
+    stop_arr = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] content = content_arr
+    cdef int64_t[::1] stops = stop_arr
+    cdef Py_ssize_t n_stops = 0
+    for i in range(n):
+        t = th[i]
+        lo = 0
+        hi = n_stop
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if stop_hashes[mid] < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < n_stop and stop_hashes[lo] == t:
+            stops[n_stops] = i
+            n_stops += 1
+        else:
+            content[n_content] = i
+            n_content += 1
+    if n_stops == 0 or n_content < chain:
+        return out[:m]
+    j = 0
+    for q in range(n_stops):
+        i = stops[q]
+        while j < n_content and content[j] <= i:     # first content token after i
+            j += 1
+        if j + chain > n_content:
+            break
+        s = th[i] ^ spot_salt
+        for c in range(chain):
+            s = s * M + th[content[j + c]]
+        o[m + n_spots] = fmix64(s)
+        n_spots += 1
+    return out[:m + n_spots]
+
+
+def unique_counts(const uint64_t[::1] sorted_hashes):
+    """(distinct values, their counts) of a sorted uint64 array."""
+    cdef Py_ssize_t n = sorted_hashes.shape[0], i, u = 0
+    uniq = np.empty(n, dtype=np.uint64)
+    counts = np.empty(n, dtype=np.int64)
+    cdef uint64_t[::1] uv = uniq
+    cdef int64_t[::1] cv = counts
+    for i in range(n):
+        if u and uv[u - 1] == sorted_hashes[i]:
+            cv[u - 1] += 1
+        else:
+            uv[u] = sorted_hashes[i]
+            cv[u] = 1
+            u += 1
+    return uniq[:u], counts[:u]
