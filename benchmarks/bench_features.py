@@ -31,9 +31,10 @@ from _data import load_all  # noqa: E402
 
 from scrapy_simdup import Fingerprinter, SkippedPage  # noqa: E402
 from scrapy_simdup._extract import scan_lxml  # noqa: E402
-from scrapy_simdup._features import features_from_tokens, weigh  # noqa: E402
+from scrapy_simdup import _core  # noqa: E402
+from scrapy_simdup._features import (features_from_token_hashes,  # noqa: E402
+                                     text_token_hashes, weigh)
 from scrapy_simdup._fingerprinter import parse_html_text  # noqa: E402
-from scrapy_simdup._tokenize import tokenize  # noqa: E402
 
 
 def timed(fn, arg, repeat):
@@ -91,22 +92,23 @@ def main(argv=None):
             times[name].append(wall)
             cpu[name].append(c)
     # stage breakdown of the default pipeline
-    stages = {"decode": [], "parse": [], "extract": [], "tokenize": [], "features+simhash": []}
+    stages = {"decode": [], "parse": [], "extract": [], "tokens+features": [],
+              "weights+simhash": []}
     for html in pages:
         best = None
         for _ in range(args.repeat):
             t = [time.perf_counter()]
-            text, _ = lx._decode(html, None)
+            text, _, utf8 = lx._decode(html, None)
             t.append(time.perf_counter())
-            root = parse_html_text(text)
+            root = parse_html_text(text, utf8)
             t.append(time.perf_counter())
             body, _ = scan_lxml(root, "main").main_text()
             t.append(time.perf_counter())
-            toks = tokenize(body)
+            raw = features_from_token_hashes(text_token_hashes(body), lx.feature_sets,
+                                             lx.shingle_size)
             t.append(time.perf_counter())
-            h, w = weigh(features_from_tokens(toks, {"shingles"}, 3), "logtf")
+            h, w = weigh(raw, lx.weighting)
             if len(h):
-                from scrapy_simdup import _core
                 _core.simhash_hashes(h, w)
             t.append(time.perf_counter())
             d = [t[k + 1] - t[k] for k in range(5)]

@@ -148,9 +148,30 @@ def _html_parser():
     return parser
 
 
-def parse_html_text(text: str):
-    """Parse decoded HTML like parsel (Scrapy's selectors) does, minus comments."""
-    body = text.strip().replace("\x00", "").encode("utf-8", "surrogatepass") or b"<html/>"
+# str.strip() removes these at the ends, bytes.strip() does not.
+_STR_ONLY_SPACE = bytes(range(0x1C, 0x20))
+
+
+def _clean_utf8_body(raw: bytes, encoding: str, text: str) -> bytes | None:
+    """``text.strip().replace("\\x00", "").encode()`` taken from ``raw`` without
+    re-encoding (a copy of a whole page), when ``text`` is the clean UTF-8
+    decoding of ``raw``; None when that cannot be shown cheaply."""
+    if (encoding not in ("utf-8", "utf8") or "\ufffd" in text or raw.startswith(codecs.BOM_UTF8)
+            or b"\x00" in raw):
+        return None
+    body = raw.strip()
+    if (not body or body[0] >= 0x80 or body[-1] >= 0x80 or body[0] in _STR_ONLY_SPACE
+            or body[-1] in _STR_ONLY_SPACE):
+        return None
+    return body
+
+
+def parse_html_text(text: str, utf8: bytes | None = None):
+    """Parse decoded HTML like parsel (Scrapy's selectors) does, minus comments.
+
+    ``utf8``: the same text as clean UTF-8 bytes (``Fingerprinter._decode``),
+    which saves encoding it again."""
+    body = utf8 or text.strip().replace("\x00", "").encode("utf-8", "surrogatepass") or b"<html/>"
     try:
         root = etree.fromstring(body, parser=_html_parser())
     except (etree.XMLSyntaxError, etree.ParserError, ValueError) as exc:
@@ -273,7 +294,11 @@ class Fingerprinter:
     # ----------------------------------------------------------------- decoding
 
     def _decode(self, html, encoding):
-        """``(text, truncated)`` from str/bytes; raises SkippedPage."""
+        """``(text, truncated, utf8)`` from str/bytes; raises SkippedPage.
+
+        ``utf8``: the bytes ``parse_html_text(text)`` would parse, taken from
+        the input without re-encoding when it is clean UTF-8 (else None).
+        """
         truncated = False
         if isinstance(html, str):
             if not html.strip():
@@ -284,7 +309,7 @@ class Fingerprinter:
                 html, truncated = html[: self.max_bytes], True
             if looks_binary(html[:1024].encode("utf-8", "surrogatepass")):
                 raise SkippedPage("binary")
-            return html, truncated
+            return html, truncated, None
         if isinstance(html, (bytearray, memoryview)):
             html = bytes(html)
         if not isinstance(html, bytes):
@@ -304,10 +329,10 @@ class Fingerprinter:
                 codecs.lookup(encoding)
             except LookupError:
                 raise SkippedPage("decode_error", f"unknown encoding {encoding!r}") from None
-            _, text = html_to_unicode(f"text/html; charset={encoding}", html)
+            name, text = html_to_unicode(f"text/html; charset={encoding}", html)
         else:
-            _, text = html_to_unicode(None, html)
-        return text, truncated
+            name, text = html_to_unicode(None, html)
+        return text, truncated, _clean_utf8_body(html, name, text)
 
     # ----------------------------------------------------------------- text
 
@@ -361,11 +386,11 @@ class Fingerprinter:
 
     def extract_text_html(self, html, url=None, encoding=None) -> tuple[str, bool, list]:
         """``(text, main_found, tags)``: the text the fingerprint is made of."""
-        text, _ = self._decode(html, encoding)
+        text, _, utf8 = self._decode(html, encoding)
         if self.parser == "bs4":
             from ._extract_bs4 import parse_soup
             return self._text_from_soup(parse_soup(text))
-        return self._text_from_root(parse_html_text(text))
+        return self._text_from_root(parse_html_text(text, utf8))
 
     def features_html(self, html, url=None, encoding=None) -> tuple[np.ndarray, np.ndarray]:
         """Distinct feature hashes (uint64) and their weights (float64)."""
@@ -383,12 +408,12 @@ class Fingerprinter:
         does: BOM, ``encoding``, ``<meta charset>``, then UTF-8) or ``str``.
         ``url`` is accepted for symmetry and logging; it does not change the
         fingerprint (the same page at two URLs must match)."""
-        text, truncated = self._decode(html, encoding)
+        text, truncated, utf8 = self._decode(html, encoding)
         if self.parser == "bs4":
             from ._extract_bs4 import parse_soup
             ptext, found, tags = self._text_from_soup(parse_soup(text))
         else:
-            ptext, found, tags = self._text_from_root(parse_html_text(text))
+            ptext, found, tags = self._text_from_root(parse_html_text(text, utf8))
         return self._finish(ptext, tags, found, truncated)
 
     def fingerprint_soup(self, soup) -> Fingerprint:

@@ -353,3 +353,43 @@ def test_compiled_paths_give_bit_identical_fingerprints(options, monkeypatch):
     monkeypatch.setattr(_features, "_textfeat", None)
     assert run() == fast
     assert sum(isinstance(x, tuple) for x in fast) >= 25
+
+
+def test_utf8_shortcut_parses_the_same_tree():
+    """Clean UTF-8 pages are parsed from their own bytes (no decode/re-encode
+    round trip); the tree must equal the one parsed from the decoded text."""
+    from lxml import etree
+
+    from benchmarks._data import load_all
+    f = Fingerprinter()
+    used = 0
+    for record in load_all()[::3]:
+        text, _, utf8 = f._decode(record.html, None)
+        if utf8 is None:
+            continue
+        used += 1
+        assert utf8 == text.strip().encode("utf-8"), record.id
+        assert etree.tostring(_fingerprinter.parse_html_text(text, utf8)) == etree.tostring(
+            _fingerprinter.parse_html_text(text)), record.id
+    assert used >= 50
+
+
+@pytest.mark.parametrize("raw", [
+    b"\xef\xbb\xbf<p>bom</p>",                        # BOM: decoded text drops it
+    b"\xc2\xa0<p>nbsp at the start</p>",              # str.strip() removes U+00A0
+    b"<p>" + b"x" * 2000 + b"</p>\x1c",               # ... and \x1c-\x1f
+    b"<p>bad \xff utf-8</p>",                         # replaced characters
+    b"<p>" + b"x" * 2000 + b"nul\x00inside</p>",      # NULs are removed from the text
+    b"<meta charset=latin-1><p>caf\xe9</p>",          # not UTF-8
+])
+def test_utf8_shortcut_is_not_taken_when_bytes_and_text_differ(raw):
+    text, _, utf8 = Fingerprinter()._decode(raw, None)
+    assert utf8 is None
+    assert _fingerprinter._clean_utf8_body(raw, "utf-8", text) is None or (
+        raw.startswith(b"<meta"))
+
+
+def test_utf8_shortcut_strips_ascii_whitespace_like_str_strip():
+    raw = " \n\t<p>caf\xc3\xa9 \xe2\x80\x94 ok</p>\r\n ".encode("latin-1")
+    text, _, utf8 = Fingerprinter()._decode(raw, None)
+    assert utf8 == text.strip().encode("utf-8") == raw.strip()
