@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -140,6 +141,7 @@ def main() -> None:
         json.dump(urls, f)
         urls_path = f.name
     best: dict[str, dict] = {}
+    all_runs: dict[str, list[float]] = {"off": [], "on": [], "on-drop": []}
     try:
         for r in range(repeat):
             for mode in ("off", "on", "on-drop"):
@@ -148,6 +150,7 @@ def main() -> None:
                 print(f"  run {r + 1} {mode:8s} pages {res['pages']:5d}  cpu {res['cpu']:7.2f} s  "
                       f"wall {res['wall']:6.2f} s  cpu/page {1e3 * per_page:6.3f} ms", flush=True)
                 res["per_page"] = per_page
+                all_runs[mode].append(res["cpu"])
                 if mode not in best or per_page < best[mode]["per_page"]:
                     best[mode] = res
     finally:
@@ -167,6 +170,9 @@ def main() -> None:
     print(f"ratio on/off (tag, same spider work): {ratio:.3f}  "
           f"(target <= 1.15: {'OK' if ratio <= 1.15 else 'MISSED'})")
     print(f"ratio on/off (drop, per downloaded page): {drop_per_page / off['per_page']:.3f}")
+    med = {mode: statistics.median(cpus) for mode, cpus in all_runs.items()}
+    print(f"the same ratios from the median run (noise check): tag {med['on'] / med['off']:.3f}, "
+          f"drop {med['on-drop'] / med['off']:.3f}")
     if on.get("fp") is not None:
         print(f"inside the middleware (tag run, per checked page): fingerprint "
               f"{1e3 * on['fp']:.3f} ms (includes building the lxml tree the spider then "

@@ -38,14 +38,41 @@ static inline uint64_t simdup_murmur3_64(const void *key, Py_ssize_t len, uint32
         h2 = simdup_rotl64(h2, 31); h2 += h1; h2 = h2 * 5 + 0x38495ab5;
     }
 
-    /* Tail: copy the last len % 16 bytes into a zeroed buffer and mix both
-     * halves branch-free. The reference's fall-through switch is a jump table
-     * that mispredicts on every feature when lengths vary (they do: words). */
+    /* Tail: the last len % 16 bytes as two little-endian words, read with
+     * fixed-size loads that stay inside the key (overlapping reads shifted
+     * into place), then mixed branch-free. Both the reference's fall-through
+     * switch (a jump table that mispredicts when lengths vary, as words do)
+     * and a variable-length memcpy (a libc call per feature) cost more. */
     const Py_ssize_t rem = len & 15;
-    uint8_t buf[16] = {0};
-    memcpy(buf, data + nblocks * 16, (size_t)rem);
-    memcpy(&k1, buf, 8);
-    memcpy(&k2, buf + 8, 8);
+    uint64_t lo, hi;
+    k1 = 0; k2 = 0;
+    if (rem) {
+        if (nblocks) {                 /* the 16 bytes ending at the key's end */
+            const unsigned s = 8u * (unsigned)(16 - rem);      /* 8..120 */
+            memcpy(&lo, data + len - 16, 8);
+            memcpy(&hi, data + len - 8, 8);
+            if (s >= 64) {
+                k1 = hi >> (s - 64);
+            } else {
+                k1 = (lo >> s) | (hi << (64 - s));
+                k2 = hi >> s;
+            }
+        } else if (len >= 8) {
+            memcpy(&k1, data, 8);
+            if (len > 8) {
+                memcpy(&hi, data + len - 8, 8);
+                k2 = hi >> (8u * (unsigned)(16 - len));
+            }
+        } else if (len >= 4) {
+            uint32_t a, b;
+            memcpy(&a, data, 4);
+            memcpy(&b, data + len - 4, 4);
+            k1 = (uint64_t)a | ((uint64_t)b << (8u * (unsigned)(len - 4)));
+        } else {
+            k1 = (uint64_t)data[0] | ((uint64_t)data[len / 2] << (8u * (unsigned)(len / 2)))
+                 | ((uint64_t)data[len - 1] << (8u * (unsigned)(len - 1)));
+        }
+    }
     k2 *= c2; k2 = simdup_rotl64(k2, 33); k2 *= c1;
     h2 ^= rem > 8 ? k2 : 0;
     k1 *= c1; k1 = simdup_rotl64(k1, 31); k1 *= c2;

@@ -23,9 +23,13 @@ def test_hash64_matches_mmh3(feature):
 
 def test_hash64_every_tail_length():
     # MurmurHash3 has a separate code path for each length mod 16.
-    for length in range(0, 50):
-        data = bytes(range(length))
-        assert _core.hash64(data) == ref_hash64(data), length
+    # The tail is read with overlapping fixed-size loads: check every length
+    # up to 4 blocks, with low and high byte values.
+    rng = np.random.default_rng(7)
+    for length in range(0, 70):
+        for data in (bytes(range(length)), bytes(rng.integers(0, 256, length, dtype=np.uint8)),
+                     b"\xff" * length):
+            assert _core.hash64(data) == ref_hash64(data), (length, data)
 
 
 @given(st.lists(st.one_of(st.text(max_size=70), st.binary(max_size=70),
