@@ -100,6 +100,7 @@ def main(job_path: str, result_path: str) -> None:
     result["warnings"] = captured
     from twisted.internet import reactor
     result["reactor"] = type(reactor).__name__
+    result["scrapy_version"] = scrapy.__version__
     with open(result_path, "w") as f:
         json.dump(result, f, default=str)
 

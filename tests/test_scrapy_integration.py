@@ -99,6 +99,10 @@ def run_crawl(tmp_path, settings, requests, mode="pages", item_class="dict", exp
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(result_path.read_text())
     result["stderr"] = proc.stderr
+    # test_scrapy_versions.py re-runs this module on the oldest supported Scrapy
+    expected_version = os.environ.get("SIMDUP_EXPECT_SCRAPY")
+    if expected_version:
+        assert result["scrapy_version"] == expected_version
     if not expect_error:
         assert result["error"] is None, result.get("traceback") or result["error"]
     # current async components: no deprecation warning from or about us
