@@ -102,20 +102,12 @@ def pypi_simhash(features):
     return Simhash(features).value
 
 
-def timed(fn, docs, repeat: int) -> float:
+def timed(fn, arg, repeat: int) -> float:
+    """Best of ``repeat`` calls of ``fn(arg)``, in seconds."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        fn(docs)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def best_of(fn, doc, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(doc)
+        fn(arg)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -155,7 +147,7 @@ def main() -> None:
     for i, d in enumerate(docs):
         for name, (fn, step) in methods.items():
             if i % step == 0:
-                seconds[name] += best_of(fn, d, repeat)
+                seconds[name] += timed(fn, d, repeat)
                 counted[name] += len(d)
     rate = {name: counted[name] / seconds[name] for name in methods}
 

@@ -181,6 +181,17 @@ class BlockBuilder:
 
     def main_text(self, min_block_chars: int = 40, max_link_density: float = 0.33,
                   min_main_chars: int = 200, keep_block_chars: int = 20) -> tuple[str, bool]:
+        """``(text, found)``: the main content, or all block text if none found
+        (compiled ``_scan.main_text_raw`` if built, else ``main_text_py``)."""
+        if _main_text_raw is None:
+            return self.main_text_py(min_block_chars, max_link_density, min_main_chars,
+                                     keep_block_chars)
+        return _main_text_raw(self.texts, self.nchars, self.lchars, self.owner, self.parent,
+                              self.end, self.unl, min_block_chars, max_link_density,
+                              min_main_chars, keep_block_chars)
+
+    def main_text_py(self, min_block_chars: int = 40, max_link_density: float = 0.33,
+                     min_main_chars: int = 200, keep_block_chars: int = 20) -> tuple[str, bool]:
         """``(text, found)``: the main content, or all block text if none found.
 
         Pass 1 scores only text outside unlikely regions; if that finds no main
@@ -432,9 +443,10 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
 
 
 try:
+    from ._scan import main_text_raw as _main_text_raw
     from ._scan import scan_lxml_raw as _scan_raw
 except ImportError:  # not compiled (source checkout without build): pure Python
-    _scan_raw = None
+    _scan_raw = _main_text_raw = None
 
 
 def scan_lxml(root, mode: str = "main", want_tags: bool = False) -> BlockBuilder:

@@ -39,7 +39,7 @@ cdef enum:
     F_BOILER = 4
     F_NEVER = 8
     F_LINK = 16
-    F_KNOWN = 32
+    F_KNOWN = 32        # set in every filled cache slot (an empty slot is 0)
 
 # element kinds on the stack (as in the Python version)
 cdef enum:
@@ -353,3 +353,84 @@ def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozense
     s.end.data[0] = s.parent.size
     return (s.texts, s.nchars, s.lchars, s.owner, _ints_list(&s.parent),
             _ints_list(&s.end), _ints_list(&s.unl), s.tags)
+
+
+cdef Py_ssize_t _select(Py_ssize_t n_blocks, Py_ssize_t n_cont, const Py_ssize_t *nchars,
+                        const Py_ssize_t *owner, const Py_ssize_t *parent,
+                        const Py_ssize_t *unl, const char *ok, bint use_flags,
+                        Py_ssize_t *good, Py_ssize_t *bad, Py_ssize_t *best_good) noexcept:
+    """The container maximising good - bad text (``BlockBuilder._select``)."""
+    cdef Py_ssize_t i, c, p, best = 0, score, best_score
+    for c in range(n_cont):
+        good[c] = 0
+        bad[c] = 0
+    for i in range(n_blocks):
+        c = owner[i]
+        if ok[i] and (not use_flags or unl[c] == 0):
+            good[c] += nchars[i]
+        else:
+            bad[c] += nchars[i]
+    for c in range(n_cont - 1, 0, -1):     # children have larger ids
+        p = parent[c]
+        good[p] += good[c]
+        bad[p] += bad[c]
+    best_score = good[0] - bad[0]
+    for c in range(1, n_cont):
+        score = good[c] - bad[c]
+        if score > best_score:
+            best, best_score = c, score
+    best_good[0] = good[best]
+    return best
+
+
+def main_text_raw(list texts, list nchars, list lchars, list owner, list parent, list end,
+                  list unl, Py_ssize_t min_block_chars, double max_link_density,
+                  Py_ssize_t min_main_chars, Py_ssize_t keep_block_chars):
+    """``BlockBuilder.main_text`` on its lists, compiled: ``(text, found)``."""
+    cdef Py_ssize_t n_blocks = len(texts), n_cont = len(parent), i, c, best, good_chars
+    cdef Py_ssize_t lo, hi, level, kept_chars = 0
+    if n_blocks == 0:
+        return "", False
+    cdef Py_ssize_t *buf = <Py_ssize_t *>PyMem_Malloc(
+        (3 * n_blocks + 6 * n_cont) * sizeof(Py_ssize_t) + n_blocks)
+    if buf is NULL:
+        raise MemoryError()
+    cdef Py_ssize_t *nch = buf
+    cdef Py_ssize_t *lch = nch + n_blocks
+    cdef Py_ssize_t *own = lch + n_blocks
+    cdef Py_ssize_t *par = own + n_blocks
+    cdef Py_ssize_t *ends = par + n_cont
+    cdef Py_ssize_t *un = ends + n_cont
+    cdef Py_ssize_t *good = un + n_cont
+    cdef Py_ssize_t *bad = good + n_cont
+    cdef char *ok = <char *>(bad + n_cont)
+    cdef list out = []
+    try:
+        for i in range(n_blocks):
+            nch[i] = nchars[i]
+            lch[i] = lchars[i]
+            own[i] = owner[i]
+            ok[i] = nch[i] >= min_block_chars and lch[i] <= nch[i] * max_link_density
+        for c in range(n_cont):
+            par[c] = parent[c]
+            ends[c] = end[c]
+            un[c] = unl[c]
+        # pass 1 scores text outside unlikely regions; pass 2 ignores the flags
+        best = _select(n_blocks, n_cont, nch, own, par, un, ok, True, good, bad, &good_chars)
+        if good_chars < min_main_chars:
+            best = _select(n_blocks, n_cont, nch, own, par, un, ok, False, good, bad,
+                           &good_chars)
+        if good_chars < min_main_chars:
+            return "\n".join(texts), False
+        lo, hi, level = best, ends[best], un[best]
+        for i in range(n_blocks):
+            c = own[i]
+            if (lo <= c < hi and un[c] == level and nch[i] >= keep_block_chars
+                    and lch[i] <= nch[i] * 0.5):
+                out.append(texts[i])
+                kept_chars += PyUnicode_GET_LENGTH(texts[i])
+        if kept_chars < min_main_chars:
+            return "\n".join(texts), False
+        return "\n".join(out), True
+    finally:
+        PyMem_Free(buf)

@@ -45,6 +45,9 @@ def test_compiled_scan_matches_python_reference(sample, mode):
         reference = walk_lxml(root, BlockBuilder(mode, True))
         assert _blocks(scan_lxml_py(root, mode, True)) == _blocks(reference), record.id
         assert _blocks(scan_lxml(root, mode, True)) == _blocks(reference), record.id
+        for params in ({}, {"min_block_chars": 10, "max_link_density": 0.5,
+                            "min_main_chars": 50, "keep_block_chars": 5}):
+            assert reference.main_text(**params) == reference.main_text_py(**params), record.id
 
 
 def _token_f1(a: str, b: str) -> float:

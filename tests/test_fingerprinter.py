@@ -330,10 +330,10 @@ def test_fingerprints_are_identical_across_processes():
     {"features": "spots", "extract": "visible", "weighting": "binary", "shingle_size": 2},
 ])
 def test_compiled_paths_give_bit_identical_fingerprints(options, monkeypatch):
-    """The compiled walk, tokenizer and features (_scan, _textfeat) change no
+    """The compiled walk, selection, tokenizer and features (_scan, _textfeat) change no
     fingerprint: value and W equal the pure Python/NumPy pipeline's."""
     from scrapy_simdup import _extract, _features
-    assert _extract._scan_raw is not None and _features._textfeat is not None
+    assert None not in (_extract._scan_raw, _extract._main_text_raw, _features._textfeat)
     records = load_article_benchmark()[::6]
 
     def run():
@@ -350,6 +350,7 @@ def test_compiled_paths_give_bit_identical_fingerprints(options, monkeypatch):
 
     fast = run()
     monkeypatch.setattr(_extract, "_scan_raw", None)
+    monkeypatch.setattr(_extract, "_main_text_raw", None)
     monkeypatch.setattr(_features, "_textfeat", None)
     assert run() == fast
     assert sum(isinstance(x, tuple) for x in fast) >= 25

@@ -23,6 +23,9 @@ def _same(root):
         for want_tags in (False, True):
             reference = scan_lxml_py(root, mode, want_tags)
             assert _blocks(scan_lxml(root, mode, want_tags)) == _blocks(reference), (mode, want_tags)
+            for params in ({}, {"min_block_chars": 1, "min_main_chars": 1, "keep_block_chars": 1},
+                           {"max_link_density": 0.0, "min_main_chars": 3}):
+                assert reference.main_text(**params) == reference.main_text_py(**params), params
     return scan_lxml(root, "main", True)
 
 
