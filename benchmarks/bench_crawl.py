@@ -170,9 +170,16 @@ def main() -> None:
     print(f"ratio on/off (tag, same spider work): {ratio:.3f}  "
           f"(target <= 1.15: {'OK' if ratio <= 1.15 else 'MISSED'})")
     print(f"ratio on/off (drop, per downloaded page): {drop_per_page / off['per_page']:.3f}")
-    med = {mode: statistics.median(cpus) for mode, cpus in all_runs.items()}
-    print(f"the same ratios from the median run (noise check): tag {med['on'] / med['off']:.3f}, "
-          f"drop {med['on-drop'] / med['off']:.3f}")
+    # Runs of one round are back to back, so a round's on/off ratio shares the
+    # machine's state of the moment; the median over rounds is the figure least
+    # moved by a slow or fast phase of this shared machine.
+    tag_pairs = [on_cpu / off_cpu for on_cpu, off_cpu in zip(all_runs["on"], all_runs["off"])]
+    drop_pairs = [d / off_cpu for d, off_cpu in zip(all_runs["on-drop"], all_runs["off"])]
+    print("per-round ratios (on/off of the same round): tag "
+          + ", ".join(f"{r:.3f}" for r in tag_pairs) + "; drop "
+          + ", ".join(f"{r:.3f}" for r in drop_pairs))
+    print(f"median of the per-round ratios: tag {statistics.median(tag_pairs):.3f}, "
+          f"drop {statistics.median(drop_pairs):.3f}  (target <= 1.15)")
     if on.get("fp") is not None:
         print(f"inside the middleware (tag run, per checked page): fingerprint "
               f"{1e3 * on['fp']:.3f} ms (includes building the lxml tree the spider then "

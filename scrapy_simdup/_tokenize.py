@@ -43,6 +43,13 @@ def normalize(text: str) -> str:
         text = text.replace("\u2019", "'").replace("\u2018", "'")
     if "\u02bc" in text or "\uff07" in text:
         text = text.replace("\u02bc", "'").replace("\uff07", "'")
+    # The two compatibility characters web text is full of, folded the way
+    # NFKC folds them (to ASCII starters that compose with nothing, so doing
+    # it first changes no result): most pages then need no NFKC pass at all.
+    if "\xa0" in text:
+        text = text.replace("\xa0", " ")
+    if "\u2026" in text:
+        text = text.replace("\u2026", "...")
     if not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text)
     return text.casefold()

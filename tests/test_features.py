@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 
 import numpy as np
 import pytest
@@ -192,3 +193,20 @@ def test_unique_counts_match_numpy(values):
     u, c = _textfeat.unique_counts(a)
     ru, rc = np.unique(a, return_counts=True)
     assert u.tolist() == ru.tolist() and c.tolist() == rc.tolist()
+
+
+def _normalize_plain_nfkc(text: str) -> str:
+    """normalize() without its shortcuts: the definition it must equal."""
+    text = text.replace("\u2019", "'").replace("\u2018", "'")
+    text = text.replace("\u02bc", "'").replace("\uff07", "'")
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+@given(st.text(alphabet=st.one_of(st.sampled_from(list("a \xa0\u2026.\u0301\u0308\u00b4\u00a8"
+                                                        "\u1100\u1161\u3000\u2019\ufb01e")),
+                                  st.characters()), max_size=60))
+def test_normalize_shortcuts_equal_plain_nfkc(text):
+    if text.isascii():
+        assert normalize(text) == text.lower()
+    else:
+        assert normalize(text) == _normalize_plain_nfkc(text)
