@@ -19,7 +19,8 @@ import threading
 import lxml.html
 import numpy as np
 from lxml import etree
-from w3lib.encoding import html_to_unicode
+from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
+                            http_content_type_encoding, read_bom)
 
 from . import _core
 from ._extract import EXTRACTOR_VERSION, extract_lxml
@@ -152,17 +153,34 @@ def _html_parser():
 _STR_ONLY_SPACE = bytes(range(0x1C, 0x20))
 
 
-def _clean_utf8_body(raw: bytes, encoding: str, text: str) -> bytes | None:
-    """``text.strip().replace("\\x00", "").encode()`` taken from ``raw`` without
-    re-encoding (a copy of a whole page), when ``text`` is the clean UTF-8
-    decoding of ``raw``; None when that cannot be shown cheaply."""
-    if (encoding not in ("utf-8", "utf8") or "\ufffd" in text or raw.startswith(codecs.BOM_UTF8)
-            or b"\x00" in raw):
+def _utf8_parse_bytes(raw: bytes, encoding: str | None) -> bytes | None:
+    """The bytes ``parse_html_text`` would parse for ``raw``, when w3lib's
+    ``html_to_unicode`` (Scrapy's decoding) would decode it as clean UTF-8:
+    then decoding and re-encoding the page can be skipped. None otherwise.
+
+    The encoding is chosen as ``html_to_unicode`` chooses it (BOM, the given
+    encoding, a ``<meta>``/XML declaration, else UTF-8); the bytes must then be
+    valid UTF-8 without NULs, and their ends must strip like the text's.
+    """
+    if read_bom(raw)[0] is not None:
+        return None
+    chosen = http_content_type_encoding(f"text/html; charset={encoding}") if encoding else None
+    if chosen is None:
+        chosen = html_body_declared_encoding(raw)
+    if chosen is not None and chosen not in ("utf-8", "utf8"):
+        return None
+    if b"\x00" in raw:
         return None
     body = raw.strip()
+    # str.strip() also removes \x1c-\x1f and non-ASCII spaces at the ends
     if (not body or body[0] >= 0x80 or body[-1] >= 0x80 or body[0] in _STR_ONLY_SPACE
             or body[-1] in _STR_ONLY_SPACE):
         return None
+    if not body.isascii():
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     return body
 
 
@@ -293,11 +311,12 @@ class Fingerprinter:
 
     # ----------------------------------------------------------------- decoding
 
-    def _decode(self, html, encoding):
+    def _decode(self, html, encoding, need_text: bool = True):
         """``(text, truncated, utf8)`` from str/bytes; raises SkippedPage.
 
         ``utf8``: the bytes ``parse_html_text(text)`` would parse, taken from
-        the input without re-encoding when it is clean UTF-8 (else None).
+        the input when it is clean UTF-8 (else None); then, unless
+        ``need_text``, the page is not decoded at all and ``text`` is None.
         """
         truncated = False
         if isinstance(html, str):
@@ -329,10 +348,11 @@ class Fingerprinter:
                 codecs.lookup(encoding)
             except LookupError:
                 raise SkippedPage("decode_error", f"unknown encoding {encoding!r}") from None
-            name, text = html_to_unicode(f"text/html; charset={encoding}", html)
-        else:
-            name, text = html_to_unicode(None, html)
-        return text, truncated, _clean_utf8_body(html, name, text)
+        utf8 = _utf8_parse_bytes(html, encoding)
+        if utf8 is not None and not need_text:
+            return None, truncated, utf8
+        content_type = f"text/html; charset={encoding}" if encoding is not None else None
+        return html_to_unicode(content_type, html)[1], truncated, utf8
 
     # ----------------------------------------------------------------- text
 
@@ -386,7 +406,7 @@ class Fingerprinter:
 
     def extract_text_html(self, html, url=None, encoding=None) -> tuple[str, bool, list]:
         """``(text, main_found, tags)``: the text the fingerprint is made of."""
-        text, _, utf8 = self._decode(html, encoding)
+        text, _, utf8 = self._decode(html, encoding, need_text=self.parser == "bs4")
         if self.parser == "bs4":
             from ._extract_bs4 import parse_soup
             return self._text_from_soup(parse_soup(text))
@@ -408,7 +428,7 @@ class Fingerprinter:
         does: BOM, ``encoding``, ``<meta charset>``, then UTF-8) or ``str``.
         ``url`` is accepted for symmetry and logging; it does not change the
         fingerprint (the same page at two URLs must match)."""
-        text, truncated, utf8 = self._decode(html, encoding)
+        text, truncated, utf8 = self._decode(html, encoding, need_text=self.parser == "bs4")
         if self.parser == "bs4":
             from ._extract_bs4 import parse_soup
             ptext, found, tags = self._text_from_soup(parse_soup(text))

@@ -357,21 +357,28 @@ def test_compiled_paths_give_bit_identical_fingerprints(options, monkeypatch):
 
 
 def test_utf8_shortcut_parses_the_same_tree():
-    """Clean UTF-8 pages are parsed from their own bytes (no decode/re-encode
-    round trip); the tree must equal the one parsed from the decoded text."""
+    """Clean UTF-8 pages are parsed from their own bytes, without decoding
+    them: the bytes must be exactly what the decoded text would give, and the
+    tree the same."""
     from lxml import etree
+    from w3lib.encoding import html_to_unicode
 
     from benchmarks._data import load_all
     f = Fingerprinter()
     used = 0
     for record in load_all()[::3]:
-        text, _, utf8 = f._decode(record.html, None)
-        if utf8 is None:
-            continue
-        used += 1
-        assert utf8 == text.strip().encode("utf-8"), record.id
-        assert etree.tostring(_fingerprinter.parse_html_text(text, utf8)) == etree.tostring(
-            _fingerprinter.parse_html_text(text)), record.id
+        for encoding in (None, "utf-8", "cp1252"):
+            text, _, utf8 = f._decode(record.html, encoding)
+            assert text == html_to_unicode(
+                None if encoding is None else f"text/html; charset={encoding}", record.html)[1]
+            if utf8 is None:
+                continue
+            used += 1
+            assert encoding != "cp1252"
+            assert f._decode(record.html, encoding, need_text=False) == (None, False, utf8)
+            assert utf8 == text.strip().replace("\x00", "").encode("utf-8"), record.id
+            assert etree.tostring(_fingerprinter.parse_html_text(text, utf8)) == etree.tostring(
+                _fingerprinter.parse_html_text(text)), record.id
     assert used >= 50
 
 
@@ -379,15 +386,24 @@ def test_utf8_shortcut_parses_the_same_tree():
     b"\xef\xbb\xbf<p>bom</p>",                        # BOM: decoded text drops it
     b"\xc2\xa0<p>nbsp at the start</p>",              # str.strip() removes U+00A0
     b"<p>" + b"x" * 2000 + b"</p>\x1c",               # ... and \x1c-\x1f
-    b"<p>bad \xff utf-8</p>",                         # replaced characters
+    b"<p>bad \xff utf-8</p>",                         # would be replaced characters
     b"<p>" + b"x" * 2000 + b"nul\x00inside</p>",      # NULs are removed from the text
-    b"<meta charset=latin-1><p>caf\xe9</p>",          # not UTF-8
+    b"<meta charset=latin-1><p>caf\xc3\xa9</p>",       # declared otherwise
+    b"<?xml version='1.0' encoding='iso-8859-2'?><p>x</p>",
 ])
 def test_utf8_shortcut_is_not_taken_when_bytes_and_text_differ(raw):
-    text, _, utf8 = Fingerprinter()._decode(raw, None)
-    assert utf8 is None
-    assert _fingerprinter._clean_utf8_body(raw, "utf-8", text) is None or (
-        raw.startswith(b"<meta"))
+    assert _fingerprinter._utf8_parse_bytes(raw, None) is None
+    text, _, utf8 = Fingerprinter()._decode(raw, None, need_text=False)
+    assert utf8 is None and text is not None
+
+
+def test_utf8_shortcut_follows_the_given_encoding():
+    raw = "<meta charset=utf-8><p>caf\u00e9 \ufffd ok</p>".encode()
+    assert _fingerprinter._utf8_parse_bytes(raw, None) == raw
+    assert _fingerprinter._utf8_parse_bytes(raw, "UTF8") == raw
+    assert _fingerprinter._utf8_parse_bytes(raw, "latin-1") is None     # the header wins
+    page = raw + PAGE.encode()
+    assert Fingerprinter().fingerprint_html(page) == Fingerprinter().fingerprint_html(page.decode())
 
 
 def test_utf8_shortcut_strips_ascii_whitespace_like_str_strip():
