@@ -79,7 +79,7 @@ def token_hashes(str text):
             return None
     out = np.empty(n + 1, dtype=np.uint64)   # at most one token per character
     cdef uint64_t[::1] h = out
-    cdef Py_ssize_t count = 0, i = 0, b = 0, start_b, run_b, j
+    cdef Py_ssize_t count = 0, i = 0, b = 0, run_b
     cdef Py_UCS4 c
     while i < n:
         c = PyUnicode_READ(kind, data, i)
@@ -89,7 +89,6 @@ def token_hashes(str text):
             continue
         # a token: \w+ (' \w+)* ; runs of no-space characters inside it are
         # cut into one token per character
-        start_b = b
         run_b = b           # start of the current run of ordinary characters
         while True:
             while i < n:
