@@ -353,11 +353,12 @@ def test_redis_lost_and_back(private_redis):
         one = [np.zeros(1, np.uint64)]
         assert await store.check_and_add_many(np.array([7], np.uint64), one, ["a"]) == [None]
         private_redis.stop()
-        t0 = time.monotonic()
+        # an error, not a hang (the watchdog fails a hung check; how long a
+        # failing check takes is measured by benchmarks/bench_redis_outage.py)
         for _ in range(3):
             with pytest.raises(RedisIndexError):
-                await store.check_and_add_many(np.array([8], np.uint64), one, ["b"])
-        assert time.monotonic() - t0 < 30        # bounded: never hangs
+                await asyncio.wait_for(
+                    store.check_and_add_many(np.array([8], np.uint64), one, ["b"]), 60)
         private_redis.start()                      # empty, and without the script
         res = await store.check_and_add_many(np.array([7, 7], np.uint64), one * 2, ["c", "d"])
         assert res == [None, StoreMatch(7, 0, "c")]

@@ -141,15 +141,12 @@ def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
         names = [f"p{i}" for i in range(20)] + ["kill"] + [f"p{i}" for i in range(20, 40)] \
             + ["restart"] + [f"p{i}" for i in range(40, 60)]
         # one request after another, in this order (priority: earlier first)
-        t0 = time.monotonic()
         proc, result_path = _start_crawl(tmp_path, on_error, {
             **settings, "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue"},
             [server.url(f"/page/{n}") for n in names])
-        result = _finish(proc, result_path)
-        elapsed = time.monotonic() - t0
+        result = _finish(proc, result_path)   # its watchdog fails a crawl that hangs
     stats = result["stats"]
     assert stats.get("simdup/errors", 0) >= 1
-    assert elapsed < 120                                 # no hang
     if on_error == "keep":
         assert stats["finish_reason"] == "finished"
         assert len(result["responses"]) == len(names)    # every page kept
