@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._tokenize import normalize, tokenize
+from ._tokenize import normalize, split_tokens
 
 try:
     from . import _textfeat
@@ -86,11 +86,12 @@ def text_token_hashes(text: str) -> np.ndarray:
     """Hashes of ``tokenize(text)``, made in compiled code when it is built."""
     if not text:
         return np.empty(0, np.uint64)
+    text = normalize(text)
     if _textfeat is not None:
-        th = _textfeat.token_hashes(normalize(text))
+        th = _textfeat.token_hashes(text)
         if th is not None:
             return th
-    return token_hashes(tokenize(text))
+    return token_hashes(split_tokens(text))    # not built, or no UTF-8 form
 
 
 def shingle_hashes(th: np.ndarray, k: int, salt=_SALT["shingles"]) -> np.ndarray:
