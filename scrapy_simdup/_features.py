@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._tokenize import normalize, split_tokens
+from ._tokenize import fold_table, normalize, split_tokens
 
 try:
     from . import _textfeat
@@ -86,12 +86,14 @@ def text_token_hashes(text: str) -> np.ndarray:
     """Hashes of ``tokenize(text)``, made in compiled code when it is built."""
     if not text:
         return np.empty(0, np.uint64)
-    text = normalize(text)
-    if _textfeat is not None:
-        th = _textfeat.token_hashes(text)
-        if th is not None:
-            return th
-    return token_hashes(split_tokens(text))    # not built, or no UTF-8 form
+    if _textfeat is None:                      # not built
+        return token_hashes(split_tokens(normalize(text)))
+    # one compiled pass instead of normalize()'s replace/NFKC/casefold passes,
+    # for text whose characters all normalise on their own
+    folded = None if text.isascii() else _textfeat.fold_text(text, fold_table())
+    text = folded if folded is not None else normalize(text)
+    th = _textfeat.token_hashes(text)
+    return th if th is not None else token_hashes(split_tokens(text))  # no UTF-8 form
 
 
 def shingle_hashes(th: np.ndarray, k: int, salt=_SALT["shingles"]) -> np.ndarray:

@@ -28,6 +28,16 @@ from ._features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS,
                         features_from_token_hashes, text_token_hashes, weigh)
 from ._tokenize import TOKENIZER_VERSION
 
+try:
+    from ._textfeat import utf8_valid
+except ImportError:  # not compiled
+    def utf8_valid(data: bytes) -> bool:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
 __all__ = ["Fingerprint", "Fingerprinter", "SkippedPage", "fingerprint_html",
            "fingerprint_response", "SKIP_REASONS"]
 
@@ -176,11 +186,8 @@ def _utf8_parse_bytes(raw: bytes, encoding: str | None) -> bytes | None:
     if (not body or body[0] >= 0x80 or body[-1] >= 0x80 or body[0] in _STR_ONLY_SPACE
             or body[-1] in _STR_ONLY_SPACE):
         return None
-    if not body.isascii():
-        try:
-            body.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+    if not body.isascii() and not utf8_valid(body):
+        return None
     return body
 
 

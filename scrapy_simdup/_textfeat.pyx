@@ -12,8 +12,14 @@ compare it with:
 * ``text_features`` == the shingle and spot-signature hashes of
   ``_features.shingle_hashes``/``spot_hashes`` (concatenated).
 * ``unique_counts(sorted_hashes)`` == ``np.unique(..., return_counts=True)``.
+* ``fold_text(text, table)`` == ``_tokenize.normalize(text)`` in one pass over
+  the text, or None when a character needs the full normalisation (see
+  ``_tokenize.fold_table``).
+* ``utf8_valid(data)``: whether ``data.decode("utf-8")`` would succeed.
 """
-from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint16_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 import numpy as np
@@ -25,6 +31,8 @@ cdef extern from "Python.h":
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     bint PyUnicode_IS_COMPACT_ASCII(object o)
     bint Py_UNICODE_ISALNUM(Py_UCS4 ch)
+    object PyUnicode_FromKindAndData(int kind, const void *buffer, Py_ssize_t size)
+    int PyUnicode_4BYTE_KIND
 
 cdef extern from "_murmur3.h" nogil:
     uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
@@ -191,3 +199,80 @@ def unique_counts(const uint64_t[::1] sorted_hashes):
             cv[u] = 1
             u += 1
     return uniq[:u], counts[:u]
+
+
+def fold_text(str text, const uint16_t[:, ::1] table):
+    """``normalize(text)`` for a text whose every character maps on its own
+    (``table[c, 0] > 0``; CJK ideographs and Hangul syllables map to
+    themselves); None as soon as one does not."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), i, k, size = 0
+    cdef Py_ssize_t limit = table.shape[0], width = table.shape[1] - 1
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void *data = PyUnicode_DATA(text)
+    cdef uint32_t c        # not Py_UCS4: Cython would treat c + 32 as str arithmetic
+    cdef uint16_t length
+    cdef Py_UCS4 *out = <Py_UCS4 *>PyMem_Malloc((n * width + 1) * sizeof(Py_UCS4))
+    if out is NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            c = PyUnicode_READ(kind, data, i)
+            if c < 128:
+                out[size] = c + 32 if 65 <= c <= 90 else c
+                size += 1
+            elif c < limit:
+                length = table[c, 0]
+                if length == 0:
+                    return None
+                for k in range(length):
+                    out[size + k] = table[c, 1 + k]
+                size += length
+            elif (0x4E00 <= c <= 0x9FFF or 0x3400 <= c <= 0x4DBF or 0xAC00 <= c <= 0xD7A3):
+                out[size] = c
+                size += 1
+            else:
+                return None
+        return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, out, size)
+    finally:
+        PyMem_Free(out)
+
+
+def utf8_valid(const unsigned char[::1] data):
+    """Whether ``bytes(data).decode("utf-8")`` succeeds (strict UTF-8: no
+    overlong forms, surrogates or code points above U+10FFFF)."""
+    cdef Py_ssize_t n = data.shape[0], i = 0
+    cdef const unsigned char *p = &data[0] if n else NULL
+    cdef unsigned char b, b1
+    cdef uint64_t word
+    while i < n:
+        if i + 8 <= n:      # skip ASCII eight bytes at a time
+            memcpy(&word, p + i, 8)
+            if (word & 0x8080808080808080ULL) == 0:
+                i += 8
+                continue
+        b = p[i]
+        if b < 0x80:
+            i += 1
+        elif 0xC2 <= b <= 0xDF:
+            if i + 1 >= n or (p[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+        elif 0xE0 <= b <= 0xEF:
+            if i + 2 >= n:
+                return False
+            b1 = p[i + 1]
+            if ((b1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80
+                    or (b == 0xE0 and b1 < 0xA0) or (b == 0xED and b1 > 0x9F)):
+                return False
+            i += 3
+        elif 0xF0 <= b <= 0xF4:
+            if i + 3 >= n:
+                return False
+            b1 = p[i + 1]
+            if ((b1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80 or (p[i + 3] & 0xC0) != 0x80
+                    or (b == 0xF0 and b1 < 0x90) or (b == 0xF4 and b1 > 0x8F)):
+                return False
+            i += 4
+        else:
+            return False
+    return True

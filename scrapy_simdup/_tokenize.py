@@ -55,6 +55,73 @@ def normalize(text: str) -> str:
     return text.casefold()
 
 
+# --------------------------------------------------------------------------
+# The table of the compiled single-pass normalize (``_textfeat.fold_text``).
+#
+# For most web text normalize() is a per-character map: each character c
+# goes to casefold(NFKC(c)) (after the apostrophe folding above). That holds
+# when no character of the text takes part in canonical composition or
+# reordering: NFKC(c) must consist of starters (combining class 0) that are
+# never the second character of a canonical composition pair. Then the text's
+# decomposition is the concatenation of the characters' decompositions, no
+# pair composes across a boundary, and NFKC of the whole text is the
+# concatenation of NFKC of each character (casefold is per character in any
+# case). The table maps every such character below FOLD_LIMIT to its output
+# (at most FOLD_WIDTH BMP code points) and marks every other one, on which the
+# compiled pass gives up and normalize() is used. CJK ideographs and Hangul
+# syllables (above the limit) map to themselves, which the tests check like
+# every table entry.
+
+FOLD_LIMIT = 0x3100             # Latin ... CJK symbols, kana, Bopomofo
+FOLD_WIDTH = 3                  # longest output kept (e.g. "\u2026" -> "...")
+_APOSTROPHES = {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"}
+
+
+def composition_seconds(ranges=((0, FOLD_LIMIT), (0xFB1D, 0xFB50))) -> set[int]:
+    """Code points that are the second character of a canonical two-character
+    decomposition of a character in ``ranges`` (a superset of those that
+    compose with a preceding character), plus the conjoining Hangul vowels and
+    trailing consonants (composed algorithmically). The default ranges hold
+    every composite whose second character is below ``FOLD_LIMIT`` (the tests
+    check it against all of Unicode)."""
+    seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
+    for lo, hi in ranges:
+        for cp in range(lo, hi):
+            d = unicodedata.decomposition(chr(cp))
+            if d and not d.startswith("<"):
+                parts = d.split()
+                if len(parts) == 2:
+                    seconds.add(int(parts[1], 16))
+    return seconds
+
+
+_fold_table = None
+
+
+def fold_table():
+    """``uint16[FOLD_LIMIT, 1 + FOLD_WIDTH]``: output length (0: not a simple
+    map, take the full normalize()) and the output code points of each
+    character (built once per process, from this Python's Unicode data)."""
+    global _fold_table
+    if _fold_table is None:
+        import numpy as np
+        seconds = composition_seconds()
+        combining, normalize_ = unicodedata.combining, unicodedata.normalize
+        rows = []
+        for cp in range(FOLD_LIMIT):
+            c = chr(cp)
+            row = (0,)
+            if not (cp in seconds or combining(c) or 0xD800 <= cp <= 0xDFFF):
+                nfkc = normalize_("NFKC", _APOSTROPHES.get(c, c))
+                out = nfkc.casefold()
+                if (len(out) <= FOLD_WIDTH and max(out) <= "\uffff" and (nfkc == c or not any(
+                        combining(x) or ord(x) in seconds for x in nfkc))):
+                    row = (len(out), *map(ord, out))
+            rows.append(row + (0,) * (1 + FOLD_WIDTH - len(row)))
+        _fold_table = np.array(rows, dtype=np.uint16)
+    return _fold_table
+
+
 def tokenize(text: str) -> list[str]:
     """Tokens of ``text`` in order (see the module docstring for the rules)."""
     if not text:

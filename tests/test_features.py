@@ -210,3 +210,108 @@ def test_normalize_shortcuts_equal_plain_nfkc(text):
         assert normalize(text) == text.lower()
     else:
         assert normalize(text) == _normalize_plain_nfkc(text)
+
+
+# -------------------------------------- single-pass normalize (fold_text) vs normalize
+
+from scrapy_simdup._tokenize import (FOLD_LIMIT, composition_seconds,  # noqa: E402
+                                     fold_table)
+
+_FOLD_SAME = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xAC00, 0xD7A3)]  # mapped to themselves
+
+
+def _fold(text):
+    return _textfeat.fold_text(text, fold_table())
+
+
+def test_fold_text_on_every_single_character():
+    folded = 0
+    for cp in range(0x110000):
+        c = chr(cp)
+        got = _fold(c)
+        if got is not None:
+            folded += 1
+            assert got == normalize(c), hex(cp)
+    assert folded > 40_000      # the table is not empty by accident
+
+
+def test_fold_table_knows_every_composing_character():
+    """The characters the table (and the ranges mapped to themselves) accept
+    never compose with a preceding one: the builder's shortcut (scanning only
+    some composites) finds every one that the whole of Unicode has there."""
+    full = composition_seconds([(0, 0x110000)])
+    relevant = {cp for cp in full
+                if cp < FOLD_LIMIT or any(lo <= cp <= hi for lo, hi in _FOLD_SAME)}
+    assert relevant <= composition_seconds()
+    assert not fold_table()[[cp for cp in relevant if cp < FOLD_LIMIT], 0].any()
+
+
+# characters that fold on their own, with the ones that compose, combine or
+# need the full normalisation between them
+_fold_alphabet = st.one_of(
+    st.sampled_from(list("aZ \xa0\u2026\u2019\u2018\u02bc'.-9\xe9\xc9\xdf\u0130\u03a3\u03c2"
+                         "\u1e9e\ufb01\u00b5\u2160\u00bd\u3000\u4e2d\uac00\u3042\u304b"
+                         "\u0301\u0308\u0338\u3099\u309a\u1161\u11a8\u05b4\u0915\u093c"
+                         "\u0b47\u0b3e\u0dd9\u0dcf\u1100\uff21\U0001d400\ud800")),
+    st.characters(max_codepoint=FOLD_LIMIT + 0x100),
+    st.characters())
+
+
+@given(st.text(alphabet=_fold_alphabet, max_size=40))
+def test_fold_text_equals_normalize(text):
+    got = _fold(text)
+    if got is not None:
+        assert got == normalize(text)
+    else:   # only a character outside the table makes it give up
+        assert any(ord(c) >= FOLD_LIMIT and not any(lo <= ord(c) <= hi for lo, hi in _FOLD_SAME)
+                   or ord(c) < FOLD_LIMIT and ord(c) >= 128 and not fold_table()[ord(c), 0]
+                   for c in text)
+
+
+def test_fold_text_pairs_of_composing_starters():
+    """Every pair (first character of a canonical composition, any table
+    character): composition across characters is exactly what fold_text must
+    never miss."""
+    firsts = set()
+    for cp in range(0x110000):
+        d = unicodedata.decomposition(chr(cp))
+        if d and not d.startswith("<") and len(d.split()) == 2:
+            firsts.add(int(d.split()[0], 16))
+    table = fold_table()
+    accepted = [cp for cp in range(128, FOLD_LIMIT) if table[cp, 0]]
+    seconds_like = [cp for cp in accepted if unicodedata.normalize("NFKC", chr(cp)) != chr(cp)]
+    for x in sorted(firsts):
+        for y in seconds_like + accepted[::97]:
+            text = chr(x) + chr(y)
+            got = _fold(text)
+            if got is not None:
+                assert got == normalize(text), (hex(x), hex(y))
+
+
+@given(st.binary(max_size=40) | st.text(max_size=20).map(
+    lambda t: t.encode("utf-8", "surrogatepass")))
+def test_utf8_valid_equals_decode(data):
+    try:
+        data.decode("utf-8")
+        expected = True
+    except UnicodeDecodeError:
+        expected = False
+    assert _textfeat.utf8_valid(data) == expected
+    padded = b"abcdefgh" * 2 + data + b"xyz"     # after and before the ASCII fast path
+    assert _textfeat.utf8_valid(padded) == expected
+
+
+def test_utf8_valid_on_every_two_and_boundary_three_byte_sequence():
+    def same(b):
+        try:
+            b.decode("utf-8")
+            ok = True
+        except UnicodeDecodeError:
+            ok = False
+        return _textfeat.utf8_valid(b) == ok
+    for a in range(256):
+        for b in range(256):
+            assert same(bytes([a, b])), (a, b)
+            for c in (0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0):
+                assert same(bytes([a, b, c])), (a, b, c)
+                assert same(bytes([a, b, c, 0x80])), (a, b, c)
