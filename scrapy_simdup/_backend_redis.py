@@ -25,6 +25,7 @@ bits mean a near-duplicate's header is more often among the first probes.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 import logging
 import math
 import os
@@ -37,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._redis_lua import CHECK_AND_INSERT
-from ._redis_scan import record_at, scan_first
+from ._redis_scan import record_at, scan_first_buckets
 
 __all__ = ["RedisIndexStore", "RedisIndexError", "StoreMatch", "DEFAULT_HEADER_BITS"]
 
@@ -102,9 +103,16 @@ class RedisIndexStore:
         self._bprefix = (base + ":b:").encode()
         self._fmt = b"%s%0" + str(self.hex_digits).encode() + b"x"
         self._keytab = None
+        self._resp_tab = None
         if header_bits <= 16:   # all bucket names once (<= 65,536 short bytes)
             p, f = self._bprefix, self._fmt
             self._keytab = [f % (p, i) for i in range(1 << header_bits)]
+            # ... and each as a RESP bulk string: one row per bucket (all bucket
+            # names have the same length), so an MGET of thousands of buckets
+            # is one NumPy gather instead of packing thousands of arguments
+            self._resp_tab = np.frombuffer(b"".join(
+                b"$%d\r\n%s\r\n" % (len(k), k) for k in self._keytab),
+                dtype=np.uint8).reshape(1 << header_bits, -1)
         self._id_new = uuid.uuid4().hex
         opts = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0,
                 "health_check_interval": 30, "retry_on_timeout": False}
@@ -219,22 +227,26 @@ class RedisIndexStore:
         return [f % (p, h) for h in headers]
 
     async def check_and_add_many(self, values, masks, keys: Sequence | None = None,
-                                 chunk: int = 1024):
+                                 chunk: int = 2048, ahead: int = 2):
         """PSM-F check and insert for a batch.
 
         ``values``: uint64 fingerprints; ``masks[i]``: uint64 header XOR masks
         for ``values[i]`` in probe order (mask 0 first, then the most likely
         flip sets), already shifted into the top header bits (or a callable
         ``masks(a, b)`` giving the list for ``values[a:b]``, computed while
-        Redis works on the previous chunk); ``keys[i]``: the page's key (URL)
+        Redis works on earlier chunks); ``keys[i]``: the page's key (URL)
         or None. Returns, per value, ``None`` (new: inserted) or a
         :class:`StoreMatch`, as if the values were checked one after the
         other. Raises :class:`RedisIndexError` on Redis faults (nothing is
         half-done for a value: the script is atomic).
 
-        Chunks of ``chunk`` values are pipelined: the snapshot of chunk i+1
-        is read while the script of chunk i runs; the scripts run in order,
-        and a script sees the insertions made after its snapshot (``_redis_lua``).
+        Chunks of ``chunk`` values are pipelined: the snapshots of the next
+        ``ahead`` chunks are read while this one is checked and its script
+        runs, so the client and Redis work at the same time; the scripts run
+        in order, one at a time, and a script sees every insertion made after
+        its snapshot (``_redis_lua``): the client flags the candidates that an
+        insertion of this call's own chunks not yet committed when their
+        snapshot was sent may match.
         """
         values = np.ascontiguousarray(values, dtype=np.uint64).ravel()
         n = values.shape[0]
@@ -247,53 +259,69 @@ class RedisIndexStore:
         if self._sha is None:
             raise RedisIndexError("the Redis index is not connected (call connect() first)")
         self._ensure_client()
+        bounds = [(a, min(n, a + chunk)) for a in range(0, n, chunk)]
         out: list = []
-        pending = None
         token = os.urandom(8)        # names this call's insertions in the log
-        prev = None                  # (values, own headers) of the chunk in flight
+        inserted_by: list = []       # per chunk checked: (values, own headers) of its new ones
+        committed = 0                # chunks whose script has returned
+        reads: deque = deque()       # (snapshot task, chunks committed when it was started)
+        pending = None               # the script of the previous chunk
+
+        def read(k):
+            a, b = bounds[k]
+            m = masks(a, b) if callable(masks) else masks[a:b]
+            reads.append((asyncio.ensure_future(self._snapshot(values[a:b], m)), committed))
+
         try:
-            for a in range(0, n, chunk):
-                b = min(n, a + chunk)
-                m = masks(a, b) if callable(masks) else masks[a:b]
-                state = await self._snapshot(values[a:b], m)
-                flags = self._own_flags(state, prev)
+            for k in range(len(bounds)):
+                while len(reads) < max(1, ahead) and k + len(reads) < len(bounds):
+                    read(k + len(reads))
+                task, seen = reads.popleft()
+                state = await task
+                # chunks seen..k-1 may have inserted after this snapshot was read
+                flags = self._own_flags(state, inserted_by[seen:k])
                 if pending is not None:
                     out.extend(await pending)
                     pending = None
+                    committed = k
                 vals, counts, headers = state[0], state[1], state[2]
                 is_new = state[5] < 0
                 own = headers[np.concatenate(([0], np.cumsum(counts)[:-1]))]
-                prev = (vals[is_new], own[is_new])
+                inserted_by.append((vals[is_new], own[is_new]))
+                a, b = bounds[k]
                 pending = asyncio.ensure_future(
                     self._commit(state, None if keys is None else keys[a:b], flags, token))
                 await asyncio.sleep(0)          # let it send its commands now
             out.extend(await pending)
             pending = None
         finally:
-            if pending is not None:
-                pending.cancel()
+            for task in [t for t, _ in reads] + ([pending] if pending is not None else []):
+                task.cancel()
                 try:
-                    await pending
+                    await task
                 except BaseException:  # noqa: BLE001 (the first error is the one raised)
                     pass
         return out
 
-    def _own_flags(self, state, prev) -> np.ndarray:
+    def _own_flags(self, state, earlier) -> np.ndarray:
         """Per candidate, 1 if an insertion of this call that the snapshot may
-        miss (an earlier new candidate of this chunk, or one of the chunk in
-        flight) lands in one of its probed buckets *within distance h*: only
-        then must the script re-check this call's own insertions for it.
-        Insertions of other writers are always re-checked (``_redis_lua``)."""
-        values, counts, headers, _, _, idx, _, _, _ = state
+        miss (an earlier new candidate of this chunk, or one of the chunks in
+        ``earlier``: ``(values, own headers)`` of those not committed when the
+        snapshot was read) lands in one of its probed buckets *within distance
+        h*: only then must the script re-check this call's own insertions for
+        it. Insertions of other writers are always re-checked (``_redis_lua``)."""
+        values, counts, headers, idx = state[0], state[1], state[2], state[5]
         n = values.shape[0]
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         is_new = idx < 0
         own_v, own_h, own_pos = values[is_new], headers[starts][is_new], \
             np.flatnonzero(is_new)
-        if prev is not None and prev[0].shape[0]:
-            own_v = np.concatenate((prev[0], own_v))
-            own_h = np.concatenate((prev[1], own_h))
-            own_pos = np.concatenate((np.full(prev[0].shape[0], -1), own_pos))
+        earlier = [e for e in earlier if e[0].shape[0]]
+        if earlier:
+            n_earlier = sum(e[0].shape[0] for e in earlier)
+            own_v = np.concatenate([e[0] for e in earlier] + [own_v])
+            own_h = np.concatenate([e[1] for e in earlier] + [own_h])
+            own_pos = np.concatenate((np.full(n_earlier, -1), own_pos))
         flags = np.zeros(n, dtype=np.uint8)
         if own_v.shape[0] == 0:
             return flags
@@ -331,33 +359,48 @@ class RedisIndexStore:
         if allmasks[probe_start[:-1]].any():
             raise ValueError("every masks[i] must start with 0 (the page's own bucket)")
         headers = (np.repeat(values, counts) ^ allmasks) >> np.uint64(self.shift)
-        hlist = headers.tolist()
-        base = self.base
+        # candidates of a chunk share many buckets: each is read once
+        buckets, probe_bucket = np.unique(headers, return_inverse=True)
         try:
             # 1. snapshot: one atomic MGET
-            res = await self._client.mget([base + ":n", base + ":id"] + self._keys(hlist))
+            res = await self._read_buckets(buckets)
             n_snap = int(res[0] or 0)
             id_snap = res[1] or b""
             parts = [b if b is not None else b"" for b in res[2:]]
-            lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-            if (lens & 7).any():
-                bad = hlist[int(np.flatnonzero(lens & 7)[0])]
+            bucket_lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+            if (bucket_lens & 7).any():
+                bad = int(buckets[int(np.flatnonzero(bucket_lens & 7)[0])])
                 raise ValueError(f"Redis key {self._keys([bad])[0]!r} is not a simdup bucket "
                                  f"(length not a multiple of 8): is SIMDUP_REDIS_KEY shared "
                                  f"with something else?")
             entries = np.frombuffer(b"".join(parts), dtype="<u8")
-            offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-            np.cumsum(lens >> 3, out=offsets[1:])
+            bucket_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum(bucket_lens >> 3, out=bucket_offsets[1:])
             # 2. local check
-            idx, dist = scan_first(entries, offsets, probe_start, values, self.distance)
+            idx, dist = scan_first_buckets(entries, bucket_offsets, probe_bucket, probe_start,
+                                           values, self.distance)
         except RedisError as exc:
             raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
-        return (values, counts, headers, lens, entries, idx, dist, n_snap, id_snap)
+        lens = bucket_lens[probe_bucket]        # per probe: the bucket's length in the snapshot
+        return (values, counts, headers, lens, entries, idx, dist, n_snap, id_snap,
+                buckets, bucket_offsets)
+
+    async def _read_buckets(self, buckets) -> list:
+        """``MGET B:n B:id <buckets>``: one atomic command."""
+        base = self.base
+        if self._resp_tab is not None and _packs_resp(self._client):
+            return await self._client.execute_command("MGET", PackedCommand(
+                b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in
+                         ((base + ":n").encode(), (base + ":id").encode())) +
+                self._resp_tab[buckets.astype(np.intp)].tobytes(), 2 + buckets.shape[0]))
+        return await self._client.mget([base + ":n", base + ":id"] +
+                                       self._keys(buckets.tolist()))
 
     async def _commit(self, state, keys, flags=None, token=b"\0" * 8):
         """Round trip 2: the atomic script for the new ones, the keys of the matches."""
         from redis.exceptions import RedisError, NoScriptError
-        values, counts, headers, lens, entries, idx, dist, n_snap, id_snap = state
+        (values, counts, headers, lens, entries, idx, dist, n_snap, id_snap, buckets,
+         bucket_offsets) = state
         n = values.shape[0]
         base = self.base
         is_new = idx < 0
@@ -384,12 +427,10 @@ class RedisIndexStore:
             if local:
                 # the bucket and the position in it of each match: its key is
                 # entry `pos` of the bucket's key list
-                offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
-                np.cumsum(lens >> 3, out=offsets[1:])
                 m_idx = idx[~is_new]
-                m_probe = np.searchsorted(offsets, m_idx, "right") - 1
-                m_pos = (m_idx - offsets[m_probe]).tolist()
-                m_head = headers[m_probe].tolist()
+                m_bucket = np.searchsorted(bucket_offsets, m_idx, "right") - 1
+                m_pos = (m_idx - bucket_offsets[m_bucket]).tolist()
+                m_head = buckets[m_bucket].tolist()
                 ukeys = sorted(set(m_head))
                 uprefix = (base + ":u:").encode()
                 fmt = self._fmt
@@ -456,6 +497,22 @@ class RedisIndexStore:
 _HIREDIS_CONN = []
 
 
+class PackedCommand:
+    """The arguments of a command after its name, already RESP-encoded
+    (``count`` bulk strings): sent as they are by the connection class below."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self, data: bytes, count: int):
+        self.data = data
+        self.count = count
+
+
+def _packs_resp(client) -> bool:
+    cls = _HIREDIS_CONN[0] if _HIREDIS_CONN else None
+    return cls is not None and client.connection_pool.connection_class is cls
+
+
 def _hiredis_connection_class():
     """redis.asyncio's TCP connection packing commands with hiredis (C), if present.
 
@@ -473,6 +530,10 @@ def _hiredis_connection_class():
 
             class HiredisPackedConnection(Connection):
                 def pack_command(self, *args):
+                    if len(args) == 2 and type(args[1]) is PackedCommand:
+                        name = args[0].encode()
+                        return [b"*%d\r\n$%d\r\n%s\r\n" % (args[1].count + 1, len(name),
+                                                                name) + args[1].data]
                     if isinstance(args[0], str) and " " in args[0]:
                         args = tuple(args[0].split()) + args[1:]
                     return [pack(args)]

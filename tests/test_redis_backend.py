@@ -90,7 +90,8 @@ def test_insert_then_duplicates(redis_server):
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_agrees_with_sequential_reference(redis_server, data):
-    t, h = data.draw(st.sampled_from([(4, 3), (8, 3), (8, 0), (12, 5)]))
+    t, h = data.draw(st.sampled_from([(4, 3), (8, 3), (8, 0), (12, 5), (17, 3)]))
+    packed = data.draw(st.booleans())   # MGET pre-packed from the bucket table, or by redis-py
     seed = data.draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     n_clusters = data.draw(st.integers(1, 30))
@@ -108,19 +109,22 @@ def test_agrees_with_sequential_reference(redis_server, data):
         k = int(rng.integers(0, t + 1))
         masks.append(header_masks(t, rng.choice(t, k, replace=False)))
     sizes = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=6))
-    chunk = data.draw(st.sampled_from([3, 1024]))     # 3: pipelined chunks
+    chunk = data.draw(st.sampled_from([3, 7, 1024]))  # 3, 7: pipelined chunks
+    ahead = data.draw(st.sampled_from([1, 2, 3]))     # snapshots read ahead
     ref = ReferenceStore(t, h)
     expected = [ref.check_and_add(v, m, f"k{i}") for i, (v, m) in enumerate(zip(members, masks))]
 
     async def go():
         store = await new_store(redis_server, t=t, h=h).connect()
+        if not packed:
+            store._resp_tab = None
         got = []
         a = 0
         while a < n:
             b = min(n, a + sizes[len(got) % len(sizes)] if got else a + sizes[0])
             got.extend(await store.check_and_add_many(
                 np.array(members[a:b], dtype=np.uint64), masks[a:b],
-                [f"k{i}" for i in range(a, b)], chunk=chunk))
+                [f"k{i}" for i in range(a, b)], chunk=chunk, ahead=ahead))
             a = b
         await store.close()
         return got
@@ -171,17 +175,17 @@ def _interleaved(server, foreign, before=None):
             await before(a)
         b = RedisIndexStore(server.url, a.base, header_bits=8, distance=3)
         await b.connect()
-        real_mget = a._client.mget
+        real_read = a._read_buckets
 
-        async def mget(*args, **kw):
-            res = await real_mget(*args, **kw)
+        async def read_then_foreign(*args, **kw):
+            res = await real_read(*args, **kw)
             await foreign(b)
             return res
-        a._client.mget = mget
+        a._read_buckets = read_then_foreign
         v = 0xF0F0_1234_5678_9ABC
         res = await a.check_and_add_many(np.array([v], np.uint64),
                                          [header_masks(8, [2])], ["mine"])
-        a._client.mget = real_mget
+        a._read_buckets = real_read
         size = await a.size()
         await a.close()
         await b.close()
@@ -514,9 +518,38 @@ def test_pipelined_chunk_sees_the_chunk_in_flight(redis_server):
         await store.close()
         return res, order
     res, order = run(go())
-    assert order == ["snapshot", "commit", "snapshot", "commit"]
+    assert order == ["snapshot", "snapshot", "commit", "commit"]
     assert res[:40] == [None] * 40
     assert [m.key for m in res[40:]] == [f"k{i}" for i in range(40)]
+
+
+@pytest.mark.parametrize("ahead", [2, 3, 4])
+def test_snapshots_read_ahead_see_every_uncommitted_chunk(redis_server, ahead):
+    """With ``ahead`` snapshots read before the scripts of the chunks before
+    them run (each script delayed), a page whose near-duplicate is in any
+    earlier chunk, committed or not when its snapshot was read, is found."""
+    rng = np.random.default_rng(12)
+    centres = rng.integers(0, 2**64, 10, dtype=np.uint64, endpoint=False)
+    # chunk j (10 values) holds near-duplicates (distance j + 1) of the centres
+    values = np.concatenate([centres ^ np.uint64((1 << (j + 1)) - 1) for j in range(5)])
+    masks = [np.zeros(1, np.uint64)] * len(values)
+
+    async def go():
+        store = await new_store(redis_server, t=8, h=6).connect()
+        real = store._commit
+
+        async def late_commit(*a, **kw):
+            await asyncio.sleep(0.05)
+            return await real(*a, **kw)
+        store._commit = late_commit
+        res = await store.check_and_add_many(values, masks, [f"k{i}" for i in range(50)],
+                                             chunk=10, ahead=ahead)
+        await store.close()
+        return res
+    res = run(go())
+    assert res[:10] == [None] * 10
+    for i, m in enumerate(res[10:], start=10):
+        assert m is not None and m.key == f"k{i % 10}", (i, m)
 
 
 # -- the compiled helpers against pure Python ------------------------------------
@@ -550,6 +583,58 @@ def test_scan_first_matches_reference(data):
             if want[0] >= 0:
                 break
         assert (int(idx[c]), int(dist[c])) == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_scan_first_buckets_matches_reference(data):
+    """Distinct buckets read once, probed through ``probe_bucket``: the same
+    first match as the pure Python scan of the probes in order."""
+    from scrapy_simdup._redis_scan import scan_first_buckets
+    n = data.draw(st.integers(0, 6))
+    h = data.draw(st.integers(0, 64))
+    values = data.draw(st.lists(st.integers(0, M64), min_size=n, max_size=n))
+    buckets = data.draw(st.lists(st.lists(st.integers(0, M64), max_size=5), min_size=1,
+                                 max_size=5))
+    for bucket in buckets:          # near copies of some value, so that matches happen
+        if bucket and n and data.draw(st.booleans()):
+            bucket[0] = values[data.draw(st.integers(0, n - 1))] ^ (
+                1 << data.draw(st.integers(0, 63)))
+    probes = [data.draw(st.lists(st.integers(0, len(buckets) - 1), max_size=4))
+              for _ in range(n)]
+    entries = np.array([e for b in buckets for e in b], dtype=np.uint64)
+    offsets = np.cumsum([0] + [len(b) for b in buckets]).astype(np.int64)
+    probe_bucket = np.array([b for plist in probes for b in plist], dtype=np.int64)
+    probe_start = np.cumsum([0] + [len(p) for p in probes]).astype(np.int64)
+    idx, dist = scan_first_buckets(entries, offsets, probe_bucket, probe_start,
+                                   np.array(values, dtype=np.uint64), h)
+    for c in range(n):
+        want = (-1, -1)
+        for b in probes[c]:
+            for i in range(offsets[b], offsets[b + 1]):
+                d = bin(int(entries[i]) ^ values[c]).count("1")
+                if d <= h:
+                    want = (i, d)
+                    break
+            if want[0] >= 0:
+                break
+        assert (int(idx[c]), int(dist[c])) == want
+
+
+def test_scan_first_buckets_rejects_bad_layout():
+    from scrapy_simdup._redis_scan import scan_first_buckets
+    e = np.zeros(3, np.uint64)
+    v = np.zeros(1, np.uint64)
+    ok = dict(entries=e, bucket_offsets=np.array([0, 3], np.int64),
+              probe_bucket=np.array([0], np.int64), probe_start=np.array([0, 1], np.int64))
+    scan_first_buckets(*ok.values(), v, 3)
+    for key, bad in (("probe_bucket", np.array([1], np.int64)),
+                     ("probe_bucket", np.array([-1], np.int64)),
+                     ("bucket_offsets", np.array([0, 2], np.int64)),
+                     ("bucket_offsets", np.array([1, 3], np.int64)),
+                     ("probe_start", np.array([0, 2], np.int64))):
+        with pytest.raises(ValueError):
+            scan_first_buckets(*{**ok, key: bad}.values(), v, 3)
 
 
 def test_scan_first_rejects_bad_layout():
