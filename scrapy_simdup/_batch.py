@@ -3,7 +3,10 @@
 Every fingerprint the crawl checks goes into the in-memory batch ``Q``; at
 ``batch_size`` entries (and at ``close()``) ``Q`` is written to the directory as
 one batch (see :mod:`scrapy_simdup._batchfile` for the format). A crash loses
-at most the unflushed part of ``Q``.
+at most the unflushed part of ``Q``. A batch that cannot be written (disk
+full, directory gone) stays in memory and is tried again after another
+``batch_size`` records and at ``close()``; the write raises
+:class:`BatchWriteError` naming the directory each time it fails.
 """
 from __future__ import annotations
 
@@ -17,6 +20,10 @@ from ._atomic import CorruptFileError, remove_stale_temporaries
 from ._batchfile import BATCH_DTYPE, escape_url, header_weights, list_batches, read_meta, write_batch
 
 _NAME_RE = re.compile(r"^batch-(\d+)-")
+
+
+class BatchWriteError(OSError):
+    """A batch file could not be written; its records are still in memory."""
 
 
 class BatchWriter:
@@ -44,6 +51,7 @@ class BatchWriter:
         self.flushed_records = 0
         self._seq, self._next_id = self._scan_existing()
         self._closed = False
+        self._flush_at = batch_size     # pending records that trigger the next write
 
     def _scan_existing(self) -> tuple[int, int]:
         seq = 0
@@ -85,7 +93,7 @@ class BatchWriter:
         self._cq.append(cq)
         self._wrms.append(wrms)
         self._urls.append(url)
-        if len(self._values) >= self.batch_size:
+        if len(self._values) >= self._flush_at:
             self.flush()
         return record_id
 
@@ -109,9 +117,17 @@ class BatchWriter:
         records["id"] = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         records["cq"] = np.stack(self._cq)
         records["wrms"] = np.array(self._wrms, dtype=np.float32)
+        name = f"batch-{self._seq + 1:08d}-{os.getpid()}"
+        try:
+            path = write_batch(self.directory, name, records, self._urls, self.fingerprint)
+        except OSError as exc:
+            # keep the records; try again after another batch (not at every record)
+            self._flush_at = n + self.batch_size
+            raise BatchWriteError(exc.errno, f"cannot write batch {name} to {self.directory} "
+                                  f"({n:,} fingerprints kept in memory, tried again later): "
+                                  f"{exc.strerror or exc}") from exc
         self._seq += 1
-        name = f"batch-{self._seq:08d}-{os.getpid()}"
-        path = write_batch(self.directory, name, records, self._urls, self.fingerprint)
+        self._flush_at = self.batch_size
         self._next_id += n
         self._values, self._cq, self._wrms, self._urls = [], [], [], []
         self.flushed_batches += 1
@@ -121,12 +137,16 @@ class BatchWriter:
         return path
 
     def close(self) -> Path | None:
-        """Flush what is left and refuse further appends."""
+        """Flush what is left and refuse further appends (also when that
+        write fails: the error says how many fingerprints were not written)."""
         if self._closed:
             return None
-        path = self.flush()
         self._closed = True
-        return path
+        try:
+            return self.flush()
+        except BatchWriteError as exc:
+            raise BatchWriteError(exc.errno, f"{len(self._values):,} fingerprints were not "
+                                  f"written to {self.directory}: {exc.strerror}") from exc
 
     def __enter__(self):
         return self

@@ -102,7 +102,10 @@ class SimdupComponent:
         if probes is not None:
             stats.set_value(self.prefix + "probes", probes)
         if self.writer is not None:
-            self.writer.add(value, W, key, match)
+            try:
+                self.writer.add(value, W, key, match)
+            except Exception:  # noqa: BLE001 (disk full, SIMDUP_DIR gone: the page goes on)
+                self.error(key, "writing to SIMDUP_DIR")
         if match is not None:
             stats.inc_value(self.prefix + "duplicates")
         if self.config.debug:
@@ -143,6 +146,13 @@ class SimdupComponent:
             engine.close_spider(self.crawler.spider, reason)
 
     async def _spider_closed(self, spider, reason) -> None:
-        if self.writer is not None:
-            await self.writer.close()
-        await self.backend.close()
+        try:
+            if self.writer is not None:
+                try:
+                    await self.writer.close()
+                except Exception as exc:  # noqa: BLE001 (reported, not a signal traceback)
+                    self.stats.inc_value(self.prefix + "errors")
+                    logger.error("Simdup could not write to SIMDUP_DIR at close: %s", exc,
+                                 extra={"spider": self.crawler.spider})
+        finally:
+            await self.backend.close()

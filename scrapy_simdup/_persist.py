@@ -199,8 +199,15 @@ class PersistentBatchWriter:
             self.snapshot()
 
     async def close(self) -> None:
-        if self.batches.close() is None:
-            self.snapshot()
+        try:
+            self.batches.close()    # a batch written snapshots the index with it
+        except OSError:
+            try:
+                self.snapshot()     # still try: it is a separate file
+            except OSError:
+                pass                # same directory: the batch error tells it
+            raise
+        self.snapshot()             # nothing was left to flush
 
 
 def restore(backend, directory, on_error: str = "keep", stats=None, prefix: str = "simdup/",

@@ -3,7 +3,8 @@
 Usage: python tests/crawl_runner.py <job.json> <result.json>
 
 job: {"settings": {...}, "requests": [{"url": ..., "meta": {...}}, ...],
-      "mode": "pages" | "items", "item_class": "dict" | "scrapy"}
+      "mode": "pages" | "items", "item_class": "dict" | "scrapy",
+      "block_path": {"path": P, "from": i, "to": j}}   (optional: a disk fault)
 result: {"stats": {...}, "responses": [{"url", "status", "simdup"}],
          "items": [...], "dropped": [{"url", "duplicate_of", "distance", "type"}],
          "warnings": [...], "error": str | null, "log": [...]}
@@ -57,6 +58,18 @@ def main(job_path: str, result_path: str) -> None:
                                      errback=self.errback)
 
         def parse(self, response):
+            block = job.get("block_path")
+            if block:   # the directory is replaced by a file between responses i and j
+                import os
+                import shutil
+                path, away = block["path"], block["path"] + ".away"
+                if len(result["responses"]) == block["from"]:
+                    os.rename(path, away)
+                    with open(path, "w") as f:
+                        f.write("not a directory")
+                elif len(result["responses"]) == block["to"]:
+                    os.remove(path)
+                    shutil.move(away, path)
             result["responses"].append({"url": response.url, "status": response.status,
                                         "simdup": response.meta.get("simdup"),
                                         "redirect_urls": response.meta.get("redirect_urls")})

@@ -151,3 +151,33 @@ def test_atomic_write_keeps_old_file_on_error(tmp_path):
             raise RuntimeError("killed")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+
+
+def test_writer_keeps_a_batch_it_cannot_write_and_writes_it_later(tmp_path):
+    from scrapy_simdup._batch import BatchWriteError
+    d = tmp_path / "q"
+    w = BatchWriter(d, batch_size=3)
+    W = np.ones(64)
+    for i in range(3):
+        w.append(i, W, f"u{i}")
+    assert len(list_batches(d)) == 1
+    d.rename(tmp_path / "away")
+    d.write_text("a file where the directory was")     # a real failing write
+    w.append(3, W, "u3")
+    w.append(4, W, "u4")
+    with pytest.raises(BatchWriteError, match="3 fingerprints kept in memory"):
+        w.append(5, W, "u5")
+    assert len(w) == 3
+    w.append(6, W, "u6")        # not retried at every record: after another batch
+    d.unlink()
+    (tmp_path / "away").rename(d)
+    w.append(7, W, "u7")
+    w.append(8, W, "u8")        # 6 pending: written now, in one batch
+    assert len(w) == 0
+    urls = [u for p in list_batches(d) for u in read_batch(p).urls]
+    assert sorted(urls) == [f"u{i}" for i in range(9)]
+    d.rename(tmp_path / "away2")
+    d.write_text("again")
+    w.append(9, W, "u9")
+    with pytest.raises(BatchWriteError, match="1 fingerprints were not written"):
+        w.close()

@@ -54,12 +54,12 @@ def site():
         yield server
 
 
-def _job(tmp_path, site, simdup_dir, extra=None, name="job"):
+def _job(tmp_path, site, simdup_dir, extra=None, name="job", **job_extra):
     settings = {"LOG_LEVEL": "INFO", "SIMDUP_ENABLED": True, "SIMDUP_DIR": str(simdup_dir),
                 "SIMDUP_BATCH_SIZE": 5, "CONCURRENT_REQUESTS": 1,
                 "ADDONS": {"scrapy_simdup.Addon": 0}, **(extra or {})}
     job = {"settings": settings, "mode": "pages",
-           "requests": [{"url": site.url(f"/page/{n}")} for n in site.names]}
+           "requests": [{"url": site.url(f"/page/{n}")} for n in site.names], **job_extra}
     job_path = tmp_path / f"{name}.json"
     job_path.write_text(json.dumps(job))
     return job_path, tmp_path / f"{name}-result.json"
@@ -69,8 +69,8 @@ def _env():
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
-def _crawl(tmp_path, site, simdup_dir, extra=None, name="job"):
-    job_path, result_path = _job(tmp_path, site, simdup_dir, extra, name)
+def _crawl(tmp_path, site, simdup_dir, extra=None, name="job", **job_extra):
+    job_path, result_path = _job(tmp_path, site, simdup_dir, extra, name, **job_extra)
     proc = subprocess.run([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
                            str(result_path)], capture_output=True, text=True, timeout=120,
                           env=_env(), cwd=tmp_path)
@@ -107,6 +107,36 @@ def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["fingerprints"] == 2 * N_PAGES and summary["duplicates"] == N_PAGES
+
+
+def test_unwritable_dir_mid_crawl_keeps_pages_and_fingerprints(site, tmp_path):
+    """SIMDUP_DIR stops being writable for a while (here: replaced by a file):
+    every page still reaches the spider, the failed writes are counted and
+    logged, and the batches are written once it is back: nothing is lost."""
+    d = tmp_path / "simdup"
+    result = _crawl(tmp_path, site, d, block_path={"path": str(d), "from": 7, "to": 23})
+    assert result["error"] is None
+    assert len(result["responses"]) == N_PAGES
+    assert result["stats"].get("simdup/checked") == N_PAGES
+    assert result["stats"].get("simdup/errors", 0) >= 1
+    assert result["stats"].get("finish_reason") == "finished"
+    assert any("cannot write batch" in line for line in result["log"] + [result["stderr"]])
+    batches = [read_batch(p) for p in list_batches(d)]
+    urls = sorted(u for b in batches for u in b.urls)
+    assert urls == sorted(site.url(f"/page/{n}") for n in site.names)
+    assert IndexStore(d).load()[0].shape == (N_PAGES,)
+
+
+def test_unwritable_dir_at_close_is_reported(site, tmp_path):
+    """Still unwritable when the spider closes: an error says how many
+    fingerprints were not written (no traceback from a signal handler)."""
+    d = tmp_path / "simdup"
+    result = _crawl(tmp_path, site, d, block_path={"path": str(d), "from": 37, "to": -1})
+    assert result["error"] is None
+    assert len(result["responses"]) == N_PAGES
+    assert result["stats"].get("simdup/errors", 0) >= 1
+    assert any("were not written to" in line for line in result["log"]), result["log"][-8:]
+    assert "Error caught on signal handler" not in result["stderr"]
 
 
 def test_sigkill_mid_crawl_then_restart(site, tmp_path):
