@@ -34,7 +34,7 @@ class BatchWriter:
     """
 
     def __init__(self, directory, batch_size: int = 100_000, on_flush=None,
-                 fingerprint: str | None = None):
+                 fingerprint: str | None = None, distance: int | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.directory = Path(directory)
@@ -43,6 +43,7 @@ class BatchWriter:
         self.batch_size = batch_size
         self.on_flush = list(on_flush or [])
         self.fingerprint = fingerprint     # recorded in every batch header
+        self.distance = distance           # (the crawl's SIMDUP_DISTANCE) likewise
         self._values: list = []
         self._cq: list = []
         self._wrms: list = []
@@ -119,7 +120,8 @@ class BatchWriter:
         records["wrms"] = np.array(self._wrms, dtype=np.float32)
         name = f"batch-{self._seq + 1:08d}-{os.getpid()}"
         try:
-            path = write_batch(self.directory, name, records, self._urls, self.fingerprint)
+            path = write_batch(self.directory, name, records, self._urls, self.fingerprint,
+                               self.distance)
         except OSError as exc:
             # keep the records; try again after another batch (not at every record)
             self._flush_at = n + self.batch_size

@@ -98,11 +98,12 @@ class Batch:
 
 
 def write_batch(directory, name: str, records: np.ndarray, urls,
-                fingerprint: str | None = None) -> Path:
+                fingerprint: str | None = None, distance: int | None = None) -> Path:
     """Write one batch atomically; returns the path of its ``.json`` header.
 
     ``fingerprint`` (``Fingerprinter.version``) names the recipe the values
-    were made with; ``simdup merge`` refuses to mix recipes."""
+    were made with; ``simdup merge`` refuses to mix recipes. ``distance``: the
+    crawl's SIMDUP_DISTANCE (``simdup merge``'s default)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     records = np.ascontiguousarray(records)
@@ -133,6 +134,8 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
     }
     if fingerprint:
         meta["fingerprint"] = fingerprint
+    if distance is not None:
+        meta["distance"] = int(distance)
     json_path = directory / f"{name}.json"
     atomic_write_json(json_path, meta)
     return json_path

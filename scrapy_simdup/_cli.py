@@ -50,9 +50,9 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collection", metavar="PATH",
                        help="the collection directory (default: DIR/collection of the first DIR)")
     parser.add_argument("--distance", type=_distance, default=None, metavar="H",
-                       help=f"Hamming distance threshold: use the crawl's SIMDUP_DISTANCE "
-                       f"(default: {DEFAULT_DISTANCE}; `scrapy simdup merge` reads the "
-                       f"project's SIMDUP_DISTANCE)")
+                       help=f"Hamming distance threshold (default: the crawls' SIMDUP_DISTANCE "
+                       f"as recorded in their batch files, else {DEFAULT_DISTANCE}; `scrapy "
+                       f"simdup merge` reads the project's SIMDUP_DISTANCE)")
     probes = parser.add_mutually_exclusive_group()
     probes.add_argument("--probes", type=int, metavar="K",
                         help="flipped headers probed per fingerprint (default: enough for "
@@ -126,11 +126,13 @@ def _histogram_lines(hist: dict) -> list[str]:
 
 def run_merge(args, out=sys.stdout) -> int:
     from ._batchprobes import probes_for_recall  # noqa: PLC0415 (keep start-up light)
-    from ._merge import DEFAULT_PROBES, header_bits, merge  # noqa: PLC0415
+    from ._merge import DEFAULT_PROBES, crawl_distance, header_bits, merge  # noqa: PLC0415
 
     probes = args.probes
-    if args.distance is None:
-        args.distance = DEFAULT_DISTANCE
+    if args.distance is None:   # the crawls' own SIMDUP_DISTANCE, as recorded with them
+        args.distance = crawl_distance(args.dirs)
+        if args.distance is None:
+            args.distance = DEFAULT_DISTANCE
     note = None
     if probes is not None and probes < 0:
         raise ValueError(f"--probes must be >= 0, got {probes}")

@@ -432,8 +432,17 @@ class Progress:
             self.stream.flush()
 
 
-def _batch_key(path: Path) -> str:
-    return str(path.resolve())
+def _batch_key(path: Path, meta: dict) -> str:
+    """What a merged batch is remembered by: its name and the checksums of its
+    data, not where it lies (a SIMDUP_DIR moved or copied after a merge is not
+    merged again)."""
+    return (f"{path.name}|{meta['count']}|{int(meta['npy_crc32']):08x}|"
+            f"{int(meta.get('urls_crc32', 0)):08x}")
+
+
+def _is_merged(path: Path, meta: dict, merged: dict) -> bool:
+    # collections written before content keys remember batches by absolute path
+    return _batch_key(path, meta) in merged or str(path.resolve()) in merged
 
 
 def _single_recipe(coll: Collection, metas) -> str | None:
@@ -451,12 +460,49 @@ def _single_recipe(coll: Collection, metas) -> str | None:
     return next(iter(recipes), None)
 
 
+def crawl_distance(dirs) -> int | None:
+    """The SIMDUP_DISTANCE the crawls of ``dirs`` used (batch headers, index
+    snapshot); None when none says; a ValueError when they disagree."""
+    found: dict[int, Path] = {}
+    for d in map(Path, dirs):
+        sources = list(list_batches(d)) + [d / "index.json"]
+        for p in sources:
+            try:
+                meta = read_json(p, "header") if p.exists() else {}
+            except CorruptFileError:
+                continue        # reported by the merge itself
+            value = meta.get("distance")
+            if isinstance(value, int) and not isinstance(value, bool):
+                found.setdefault(value, p)
+    if len(found) > 1:
+        listing = ", ".join(f"{h} ({p})" for h, p in sorted(found.items()))
+        raise ValueError(f"the crawls used different distances ({listing}): give --distance")
+    return next(iter(found), None)
+
+
+def check_output_path(target, option: str) -> None:
+    """Fail before merging, not after, when an output file cannot be written."""
+    if target is None or hasattr(target, "write"):
+        return
+    path = Path(target)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a directory")
+    if not parent.is_dir():
+        raise ValueError(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{option} {path}: not writable")
+
+
 def pending_batches(dirs, collection: Collection | None) -> list[Path]:
     merged = collection.meta["merged"] if collection is not None else {}
-    out = []
+    out, seen = [], set()
     for d in dirs:
         for p in list_batches(d):
-            if _batch_key(p) not in merged:
+            meta = read_meta(p)
+            key = _batch_key(p, meta)
+            if not _is_merged(p, meta, merged) and key not in seen:  # (a DIR given twice)
+                seen.add(key)
                 out.append(p)
     return out
 
@@ -485,6 +531,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     for d in dirs:
         if not d.is_dir():
             raise ValueError(f"{d}: not a directory")
+    check_output_path(pairs_out, "--pairs")
+    check_output_path(clusters_out, "--clusters")
     if isinstance(distance, bool) or not isinstance(distance, int) \
             or not 0 <= distance <= MAX_DISTANCE:
         raise ValueError(f"distance must be an int in 0..{MAX_DISTANCE}, got {distance!r}")
@@ -494,6 +542,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         raise ValueError(f"probes must be a non-negative int, got {probes!r}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if collection is None and not any(list_batches(d) for d in dirs) \
+            and not (dirs[0] / "collection" / "collection.json").exists():
+        raise ValueError(f"no batch files in {', '.join(map(str, dirs))} (is it a SIMDUP_DIR?)")
     coll = Collection(collection if collection is not None else dirs[0] / "collection", create=True)
     lock = coll.lock()
     try:
@@ -582,9 +633,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             run["id"] = gids[order]
             if commit:
                 urls = [u for b in batches for u in read_urls(b, verify=verify)]
-                coll.append(run, urls, pairs, {_batch_key(b.path): {"count": len(b),
-                                                                    "crc32": b.meta["npy_crc32"]}
-                                               for b in batches}, recipe)
+                coll.append(run, urls, pairs, {_batch_key(b.path, b.meta): {
+                    "count": len(b), "crc32": b.meta["npy_crc32"]} for b in batches}, recipe)
             run_pairs.append(pairs)
             summary.batches += len(batches)
             summary.fingerprints += m
@@ -705,7 +755,7 @@ def stats(dirs, collection=None) -> dict:
                 continue
             entry["batches"] += 1
             entry["fingerprints"] += meta["count"]
-            if _batch_key(p) not in merged:
+            if not _is_merged(p, meta, merged):
                 entry["pending_batches"] += 1
                 entry["pending_fingerprints"] += meta["count"]
         entry["unfinished"] = [str(p) for p in unfinished_batches(d)]

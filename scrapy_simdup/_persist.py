@@ -171,7 +171,8 @@ class PersistentBatchWriter:
         self._stored_values: list[int] = []
         self._stored_keys: list[str] = []
         self.batches = BatchWriter(self.directory, batch_size, on_flush=[self._on_flush],
-                                   fingerprint=self.settings.get("fingerprint"))
+                                   fingerprint=self.settings.get("fingerprint"),
+                                   distance=self.settings.get("distance"))
 
     def add(self, value, W, key, match) -> None:
         if self.store is not None and match is None:   # the backend stored it

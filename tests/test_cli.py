@@ -102,3 +102,48 @@ def test_scrapy_command_reads_simdup_dir_from_the_project(crawl, tmp_path):
     # other scrapy commands still work with the command registered
     out = _run(scrapy + ["version"], cwd=project)
     assert out.returncode == 0 and "Scrapy" in out.stdout
+
+
+def test_merge_uses_the_distance_recorded_by_the_crawl(tmp_path):
+    d = tmp_path / "crawl"
+    rng = np.random.default_rng(5)
+    with BatchWriter(d, batch_size=10, distance=12) as w:    # a crawl with SIMDUP_DISTANCE = 12
+        for i in range(20):
+            value, W = simhash([f"w{int(x)}" for x in rng.integers(0, 10_000, 200)])
+            w.append(value, W, f"https://example.com/{i}")
+    out = _run(_simdup() + ["merge", str(d), "--json"])
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["distance"] == 12
+    other = tmp_path / "other"
+    with BatchWriter(other, batch_size=10, distance=5) as w:
+        w.append(1, np.ones(64), "https://example.com/x")
+    out = _run(_simdup() + ["merge", str(d), str(other)])
+    assert out.returncode == 2 and "different distances" in out.stderr
+    out = _run(_simdup() + ["merge", str(d), str(other), "--distance", "7", "--json"])
+    assert out.returncode == 0 and json.loads(out.stdout)["distance"] == 7
+
+
+def test_unwritable_output_fails_before_merging(crawl, tmp_path):
+    bad = tmp_path / "no" / "such" / "pairs.jsonl"
+    for option in ("--pairs", "--clusters"):
+        out = _run(_simdup() + ["merge", str(crawl), option, str(bad)])
+        assert out.returncode == 2 and "does not exist" in out.stderr
+    out = _run(_simdup() + ["stats", str(crawl), "--json"])
+    assert json.loads(out.stdout)["directories"][0]["pending_batches"] == 3   # nothing merged
+
+
+def test_a_moved_directory_is_not_merged_again(crawl, tmp_path):
+    out = _run(_simdup() + ["merge", str(crawl), "--json"])
+    assert json.loads(out.stdout)["fingerprints"] == 60
+    moved = tmp_path / "moved"
+    crawl.rename(moved)
+    out = _run(_simdup() + ["merge", str(moved), "--json"])
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["fingerprints"] == 0 and summary["collection_after"] == 60
+
+
+def test_merge_of_a_directory_without_batches_is_an_error(tmp_path):
+    out = _run(_simdup() + ["merge", str(tmp_path)])
+    assert out.returncode == 2 and "no batch files" in out.stderr
+    assert not (tmp_path / "collection").exists()
