@@ -151,7 +151,11 @@ class RedisIndexStore:
                               "pip install 'scrapy-simdup[redis]'") from None
         client = self._make_client(redis)
         try:
-            client.ping()
+            try:
+                client.ping()
+            except (TypeError, ValueError) as exc:  # a connection option redis-py refuses
+                raise ValueError(f"SIMDUP_REDIS_PARAMS are not usable for {_safe_url(self.url)}:"
+                                 f" {exc}") from None
             base = self.base
             pipe = client.pipeline(transaction=True)
             pipe.set(base + ":t", self.header_bits, nx=True)

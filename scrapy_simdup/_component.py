@@ -50,6 +50,10 @@ class SimdupComponent:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
+        if config.dir:
+            from ._persist import prepare_directory  # noqa: PLC0415
+            prepare_directory(config.dir, "SIMDUP_DIR" if crawler.settings.get("SIMDUP_DIR")
+                              else "SIMDUP_DIR (JOBDIR/simdup)")
         self.fingerprinter = fingerprinter if fingerprinter is not None else \
             config.make_fingerprinter()
         self.backend = backend if backend is not None else make_backend(

@@ -275,6 +275,9 @@ class SimdupConfig:
             raise ValueError(f"SIMDUP_REDIS_KEY must be a %-format string using only "
                              f"%(spider)s, got {redis_key!r} ({exc!r})") from None
 
+        # read by the Redis backend, checked here so a typo fails with any index
+        _int("SIMDUP_REDIS_HEADER_BITS", get("SIMDUP_REDIS_HEADER_BITS"), lo=4, hi=24)
+
         directory = get("SIMDUP_DIR")
         if directory is None or directory == "":
             jobdir = settings.get("JOBDIR") if settings is not None else None

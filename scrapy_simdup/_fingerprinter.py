@@ -267,6 +267,15 @@ class Fingerprinter:
                 self._content = etree.XPath(content_xpath)
             except etree.XPathSyntaxError as exc:
                 raise ValueError(f"content_xpath is not a valid XPath: {exc}") from None
+            # evaluated once now: an expression that cannot select nodes
+            # (count(), an unknown $variable or prefix) would fail on every page
+            try:
+                probe = self._content(etree.fromstring("<html><body><p>x</p></body></html>"))
+            except etree.XPathError as exc:
+                raise ValueError(f"content_xpath cannot be evaluated: {exc}") from None
+            if not isinstance(probe, list):
+                raise ValueError(f"content_xpath must select elements, but {content_xpath!r} "
+                                 f"gives a {type(probe).__name__}")
         for name, value, low in (("min_features", min_features, 1), ("max_bytes", max_bytes, 1024),
                                  ("max_tokens", max_tokens, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -352,14 +361,19 @@ class Fingerprinter:
             if not isinstance(encoding, str):
                 raise TypeError(f"encoding must be str or None, not {type(encoding).__name__}")
             try:
-                codecs.lookup(encoding)
+                codec = codecs.lookup(encoding)
             except LookupError:
                 raise SkippedPage("decode_error", f"unknown encoding {encoding!r}") from None
+            if not getattr(codec, "_is_text_encoding", True):    # base64, rot13, zlib, ...
+                raise SkippedPage("decode_error", f"{encoding!r} is not a text encoding")
         utf8 = _utf8_parse_bytes(html, encoding)
         if utf8 is not None and not need_text:
             return None, truncated, utf8
         content_type = f"text/html; charset={encoding}" if encoding is not None else None
-        return html_to_unicode(content_type, html)[1], truncated, utf8
+        try:
+            return html_to_unicode(content_type, html)[1], truncated, utf8
+        except (LookupError, UnicodeError) as exc:   # a <meta charset> naming no text codec
+            raise SkippedPage("decode_error", str(exc)[:200]) from None
 
     # ----------------------------------------------------------------- text
 

@@ -42,6 +42,23 @@ FORMAT = "simdup-index"
 VERSION = 1
 
 
+def prepare_directory(directory, setting: str = "SIMDUP_DIR") -> Path:
+    """Create ``directory`` if needed and check that files can be written
+    there: a ValueError naming ``setting`` otherwise (at start-up, not at the
+    first batch)."""
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{setting} = {str(directory)!r} cannot be used: "
+                         f"{exc.strerror or exc}") from None
+    if not path.is_dir():
+        raise ValueError(f"{setting} = {str(directory)!r} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{setting} = {str(directory)!r} is not writable")
+    return path
+
+
 def namespace_dir(directory, namespace: str = "pages") -> Path:
     """Where a namespace keeps its files: pages in ``SIMDUP_DIR`` itself."""
     directory = Path(directory)

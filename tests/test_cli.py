@@ -147,3 +147,17 @@ def test_merge_of_a_directory_without_batches_is_an_error(tmp_path):
     out = _run(_simdup() + ["merge", str(tmp_path)])
     assert out.returncode == 2 and "no batch files" in out.stderr
     assert not (tmp_path / "collection").exists()
+
+
+def test_scrapy_command_with_a_bad_project_setting_is_one_line(crawl, tmp_path):
+    project = tmp_path / "proj"
+    (project / "myproj").mkdir(parents=True)
+    (project / "scrapy.cfg").write_text("[settings]\ndefault = myproj.settings\n")
+    (project / "myproj" / "__init__.py").write_text("")
+    (project / "myproj" / "settings.py").write_text(
+        f"BOT_NAME = 'myproj'\nSIMDUP_DIR = {str(crawl)!r}\nSIMDUP_DISTANCE = 'far'\n")
+    scrapy = [str(BIN / "scrapy")] if (BIN / "scrapy").exists() else \
+        [sys.executable, "-m", "scrapy"]
+    out = _run(scrapy + ["simdup", "merge"], cwd=project)
+    assert out.returncode != 0 and "SIMDUP_DISTANCE" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr

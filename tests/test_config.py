@@ -90,6 +90,8 @@ def test_simdup_dir_defaults_to_jobdir():
     ("SIMDUP_LOG_INTERVAL", -5),
     ("SIMDUP_LOG_INTERVAL", "often"),
     ("SIMDUP_DEBUG", "verbose"),
+    ("SIMDUP_REDIS_HEADER_BITS", 99),           # checked whatever the index
+    ("SIMDUP_REDIS_HEADER_BITS", "many"),
 ])
 def test_bad_value_names_the_setting(name, value):
     with pytest.raises(ValueError, match=name):
@@ -144,6 +146,9 @@ def test_bad_value_fails_at_start_up(component):
     ({"SIMDUP_SHINGLE_SIZE": 99}, "SIMDUP_SHINGLE_SIZE"),
     ({"SIMDUP_PARSER": "regex"}, "SIMDUP_PARSER"),
     ({"SIMDUP_DISTANCE": 30}, "SIMDUP_DISTANCE"),
+    ({"SIMDUP_CONTENT_XPATH": "count(//p)"}, "SIMDUP_CONTENT_XPATH"),    # selects no nodes
+    ({"SIMDUP_CONTENT_XPATH": "//p[$mine]"}, "SIMDUP_CONTENT_XPATH"),    # unknown variable
+    ({"SIMDUP_CONTENT_XPATH": "//x:article"}, "SIMDUP_CONTENT_XPATH"),   # unknown prefix
 ])
 def test_options_checked_by_the_fingerprinter_and_index_name_the_setting(settings, name):
     with pytest.raises(ValueError, match=name):
@@ -200,3 +205,14 @@ def test_addon_respects_simdup_enabled_false_from_the_project():
     assert crawler.settings.getbool("SIMDUP_ENABLED") is False
     with pytest.raises(NotConfigured):
         SimdupDownloaderMiddleware.from_crawler(crawler)
+
+
+@pytest.mark.parametrize("make_bad", ["file", "file_parent", "jobdir_file"])
+def test_unusable_simdup_dir_fails_at_start_up(tmp_path, make_bad):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    settings = {"file": {"SIMDUP_DIR": str(a_file)},
+                "file_parent": {"SIMDUP_DIR": str(a_file / "simdup")},
+                "jobdir_file": {"JOBDIR": str(a_file)}}[make_bad]
+    with pytest.raises(ValueError, match="SIMDUP_DIR"):
+        SimdupDownloaderMiddleware.from_crawler(_crawler({"SIMDUP_ENABLED": True, **settings}))

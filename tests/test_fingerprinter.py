@@ -162,6 +162,17 @@ def test_unknown_encoding_is_a_decode_error_and_wrong_type_a_type_error():
         Fingerprinter().fingerprint_text(b"bytes")
 
 
+@pytest.mark.parametrize("codec", ["base64", "rot13", "zlib", "hex", "uu", "bz2", "idna"])
+def test_a_codec_that_does_not_decode_text_is_a_decode_error(codec):
+    for html, encoding in ((PAGE.encode(), codec),
+                           (PAGE.replace("<head>", f"<head><meta charset='{codec}'>").encode(),
+                            None)):
+        try:
+            fingerprint_html(html, encoding=encoding)
+        except SkippedPage as exc:
+            assert exc.reason == "decode_error"
+
+
 def test_encodings_decode_like_scrapy():
     text = PAGE.replace("Paragraph", "Café naïve Paragraph")
     utf8 = fingerprint_html(text.encode("utf-8"))

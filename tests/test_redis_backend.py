@@ -469,6 +469,9 @@ def test_backend_settings_and_startup_errors(redis_server):
                  SIMDUP_REDIS_PARAMS={"socket_connect_timeout": 1.0})
     with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
         _backend(redis_server.url, SIMDUP_REDIS_HEADER_BITS=40)
+    for params in ({"no_such_option": 1}, {"socket_timeout": "abc"}):
+        with pytest.raises(ValueError, match="SIMDUP_REDIS_PARAMS"):
+            _backend(redis_server.url, SIMDUP_REDIS_PARAMS=params)
     be = _backend(redis_server.url, SIMDUP_MAX_PROBES=7, SIMDUP_REDIS_HEADER_BITS="12")
     assert be.max_probes == 7 and be.store.header_bits == 12
     assert _backend(redis_server.url, SIMDUP_RECALL=0.9).max_probes <= \

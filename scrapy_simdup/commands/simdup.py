@@ -59,7 +59,10 @@ class Command(ScrapyCommand):
             from scrapy_simdup._config import SimdupConfig  # noqa: PLC0415
 
             # the distance the project crawls with (a bad value: the settings' error)
-            opts.distance = SimdupConfig.from_settings(self.settings).distance
+            try:
+                opts.distance = SimdupConfig.from_settings(self.settings).distance
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         parser = argparse.ArgumentParser(prog=f"scrapy simdup {args[0]}")
         self.exitcode = dispatch(parser, opts)
         sys.stdout.flush()
