@@ -16,7 +16,10 @@ The collection (a directory, by default ``<first DIR>/collection``):
 ``collection.json``
     Written last, atomically, after the appends above are fsynced: ``format``
     (``"simdup-collection"``), ``version``, ``count``, byte lengths and a
-    CRC-32 per run, the merged batches (so they are not merged twice).
+    CRC-32 per run, the merged batches (so they are not merged twice), and
+    ``crc32``: the CRC-32 of each of ``urls.bin``, ``urls.idx`` and
+    ``pairs.bin`` up to its recorded length (kept up to date incrementally;
+    checked before a merge appends and before URLs or pairs are read).
     Bytes past the recorded lengths (an append cut by a crash) are ignored
     and overwritten by the next merge.
 
@@ -50,6 +53,7 @@ from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
 FORMAT = "simdup-collection"
 VERSION = 1
 H_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8")])
+_SIDE_FILES = ("urls.bin", "urls.idx", "pairs.bin")      # CRC-32 in the header
 PAIR_DTYPE = np.dtype([("id", "<i8"), ("duplicate_of", "<i8"), ("distance", "u1")])
 
 DEFAULT_PROBES = 20      # when the volatility model has no calibration to ask
@@ -73,7 +77,8 @@ class Collection:
                 raise CorruptFileError(self.meta_path, "no collection here (run `simdup merge` first)")
             self.path.mkdir(parents=True, exist_ok=True)
             self.meta = {"format": FORMAT, "version": VERSION, "count": 0, "runs": [],
-                         "urls_bytes": 0, "pairs": 0, "merged": {}, "created": time.time()}
+                         "urls_bytes": 0, "pairs": 0, "merged": {}, "created": time.time(),
+                         "crc32": {name: 0 for name in _SIDE_FILES}}
             for name in ("H.bin", "urls.bin", "urls.idx", "pairs.bin"):
                 (self.path / name).touch()
             atomic_write_json(self.meta_path, self.meta)
@@ -117,6 +122,32 @@ class Collection:
     @property
     def count(self) -> int:
         return int(self.meta["count"])
+
+    def _recorded_length(self, name: str) -> int:
+        return {"urls.bin": self.meta["urls_bytes"], "urls.idx": self.count * 8,
+                "pairs.bin": self.meta["pairs"] * PAIR_DTYPE.itemsize}[name]
+
+    def verify_files(self, names=_SIDE_FILES) -> None:
+        """Check ``names`` against the CRC-32s of the header: CorruptFileError
+        naming the file on a mismatch (collections written before these CRCs
+        were recorded are not checked)."""
+        crcs = self.meta.get("crc32")
+        if not isinstance(crcs, dict):
+            return
+        for name in names:
+            if name not in crcs:
+                continue
+            crc, left = 0, self._recorded_length(name)
+            with open(self.path / name, "rb") as handle:
+                while left > 0:
+                    data = handle.read(min(left, 1 << 24))
+                    if not data:
+                        break
+                    crc = zlib.crc32(data, crc)
+                    left -= len(data)
+            if left or (crc & 0xFFFFFFFF) != crcs[name]:
+                raise CorruptFileError(self.path / name, "checksum mismatch: the collection "
+                                       "file was changed or damaged after it was written")
 
     def _groups(self, chunk_size: int) -> list[list[dict]]:
         runs = self.meta["runs"]
@@ -207,12 +238,15 @@ class Collection:
         encoded = [u.encode("utf-8", "surrogateescape") for u in urls]
         lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
         ends = self.meta["urls_bytes"] + np.cumsum(lengths)
-        self._append("urls.bin", self.meta["urls_bytes"], b"".join(encoded))
-        self._append("urls.idx", self.count * 8, ends.astype("<i8").tobytes())
-        self._append("pairs.bin", self.meta["pairs"] * PAIR_DTYPE.itemsize,
-                     np.ascontiguousarray(pairs, dtype=PAIR_DTYPE).tobytes())
+        appended = {"urls.bin": b"".join(encoded), "urls.idx": ends.astype("<i8").tobytes(),
+                     "pairs.bin": np.ascontiguousarray(pairs, dtype=PAIR_DTYPE).tobytes()}
+        for name, blob in appended.items():
+            self._append(name, self._recorded_length(name), blob)
         fsync_dir(self.path)
         meta = dict(self.meta)
+        if isinstance(self.meta.get("crc32"), dict):
+            meta["crc32"] = {name: zlib.crc32(appended[name], crc) & 0xFFFFFFFF
+                             for name, crc in self.meta["crc32"].items()}
         meta["runs"] = self.meta["runs"] + ([{"count": len(sorted_q), "crc32": zlib.crc32(data) & 0xFFFFFFFF}]
                                             if len(sorted_q) else [])
         meta["count"] = self.count + len(sorted_q)
@@ -548,6 +582,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     coll = Collection(collection if collection is not None else dirs[0] / "collection", create=True)
     lock = coll.lock()
     try:
+        if verify:      # never append onto a damaged collection (urls.bin: when read)
+            coll.verify_files(("urls.idx", "pairs.bin") if pairs_out is None
+                              and clusters_out is None else _SIDE_FILES)
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + ("(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
                                collection_before=coll.count)
@@ -753,6 +790,11 @@ def stats(dirs, collection=None) -> dict:
             except CorruptFileError as exc:
                 entry["corrupt"].append(str(exc))
                 continue
+            missing = [q.name for q in (p.with_suffix(".npy"), p.with_suffix(".urls"))
+                       if not q.exists()]
+            if missing:
+                entry["corrupt"].append(f"{p}: batch data missing ({', '.join(missing)})")
+                continue
             entry["batches"] += 1
             entry["fingerprints"] += meta["count"]
             if not _is_merged(p, meta, merged):
@@ -767,6 +809,7 @@ def stats(dirs, collection=None) -> dict:
                 entry["corrupt"].append(str(exc))
         out["directories"].append(entry)
     if coll is not None:
+        coll.verify_files(("pairs.bin",))
         pairs = coll.pairs()
         hist = np.bincount(pairs["distance"]) if len(pairs) else np.zeros(0, dtype=np.int64)
         clusters = components(None, pairs["id"], pairs["duplicate_of"]) if len(pairs) else {}

@@ -86,7 +86,9 @@ class IndexStore:
                 pass
 
     def exists(self) -> bool:
-        return self.meta_path.exists()
+        """A snapshot is here (also a damaged one: data files without header)."""
+        return self.meta_path.exists() or any(
+            p.exists() and p.stat().st_size > 0 for p in (self.values_path, self.keys_path))
 
     def load(self) -> tuple[np.ndarray, list[str]]:
         """The stored ``(values, keys)``; raises CorruptFileError naming a bad file."""

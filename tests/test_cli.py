@@ -161,3 +161,34 @@ def test_scrapy_command_with_a_bad_project_setting_is_one_line(crawl, tmp_path):
     out = _run(scrapy + ["simdup", "merge"], cwd=project)
     assert out.returncode != 0 and "SIMDUP_DISTANCE" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("name", ["urls.bin", "urls.idx", "pairs.bin"])
+def test_damaged_collection_files_are_reported_before_anything_is_appended(crawl, tmp_path,
+                                                                           name):
+    out = _run(_simdup() + ["merge", str(crawl)])
+    assert out.returncode == 0, out.stderr
+    path = crawl / "collection" / name
+    data = bytearray(path.read_bytes())
+    assert data
+    data[len(data) // 2] ^= 0xFF                          # one flipped byte
+    path.write_bytes(bytes(data))
+    with BatchWriter(crawl, batch_size=10) as w:           # a new pending batch
+        value, W = simhash(["a", "new", "page"] * 20)
+        w.append(value, W, "https://example.com/new")
+    out = _run(_simdup() + ["merge", str(crawl), "--pairs", str(tmp_path / "p.jsonl")])
+    assert out.returncode == 2 and name in out.stderr and "checksum" in out.stderr
+    assert "Traceback" not in out.stderr
+    meta = json.loads((crawl / "collection" / "collection.json").read_text())
+    assert meta["count"] == 60                           # nothing appended
+    if name == "pairs.bin":
+        out = _run(_simdup() + ["stats", str(crawl)])
+        assert out.returncode == 2 and name in out.stderr
+
+
+def test_stats_reports_a_batch_whose_data_is_gone(crawl):
+    header = sorted(crawl.glob("batch-*.json"))[0]
+    header.with_suffix(".npy").unlink()
+    out = _run(_simdup() + ["stats", str(crawl)])
+    assert out.returncode == 0 and "CORRUPT" in out.stdout and "batch data missing" in out.stdout
+    assert "2 batches (" in out.stdout

@@ -225,3 +225,18 @@ def test_index_store_append_and_truncated_tail(tmp_path):
         f.truncate(3)
     with pytest.raises(CorruptFileError, match="index.keys.*truncated"):
         IndexStore(tmp_path).load()
+
+
+def test_index_data_without_its_header_is_corrupt_not_empty(tmp_path):
+    """index.json deleted, index.values/keys left: reported (and moved aside),
+    never silently taken for an empty index and overwritten."""
+    from scrapy_simdup._persist import restore
+    store = IndexStore(tmp_path)
+    store.append(np.arange(1, 6, dtype=np.uint64), [f"k{i}" for i in range(5)])
+    (tmp_path / "index.json").unlink()
+    assert IndexStore(tmp_path).exists()
+    with pytest.raises(CorruptFileError, match="index.json"):
+        restore(None, tmp_path, on_error="stop")
+    assert restore(None, tmp_path, on_error="keep") == 0
+    assert list(tmp_path.glob("index.values.corrupt-*"))
+    assert not IndexStore(tmp_path).exists()
