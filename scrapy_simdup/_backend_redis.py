@@ -37,8 +37,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._redis_lua import CHECK_AND_INSERT
-from ._redis_scan import record_at, scan_first_buckets
+from ._redis_lua import CHECK_AND_INSERT, KEYS_AT
+from ._redis_scan import scan_first_buckets
 
 __all__ = ["RedisIndexStore", "RedisIndexError", "StoreMatch", "DEFAULT_HEADER_BITS"]
 
@@ -121,6 +121,7 @@ class RedisIndexStore:
         self._client = None
         self._loop = None
         self._sha = None
+        self._keys_sha = None
         self.last_size = 0
 
     # -- life cycle -------------------------------------------------------------
@@ -167,6 +168,7 @@ class RedisIndexStore:
             pipe.get(base + ":fingerprint")
             stored_t, n, stored_fp = pipe.execute()[-3:]
             self._sha = client.script_load(CHECK_AND_INSERT)
+            self._keys_sha = client.script_load(KEYS_AT)
         except redis.RedisError as exc:
             raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at {_safe_url(self.url)}: "
                                   f"{exc}") from exc
@@ -433,18 +435,21 @@ class RedisIndexStore:
                 # entry `pos` of the bucket's key list
                 m_idx = idx[~is_new]
                 m_bucket = np.searchsorted(bucket_offsets, m_idx, "right") - 1
-                m_pos = (m_idx - bucket_offsets[m_bucket]).tolist()
-                m_head = buckets[m_bucket].tolist()
-                ukeys = sorted(set(m_head))
-                uprefix = (base + ":u:").encode()
-                fmt = self._fmt
+                m_pos = m_idx - bucket_offsets[m_bucket]
+                # one request per distinct (bucket, position), grouped by bucket
+                asked, where = np.unique(np.stack((m_bucket, m_pos)), axis=1,
+                                         return_inverse=True)
+                ub, per_bucket = np.unique(asked[0], return_counts=True)
+                keys_args = (0, base + ":u:", self.hex_digits, self._hex(buckets[ub]),
+                             per_bucket.astype("<u2").tobytes(),
+                             asked[1].astype("<u4").tobytes())
             replies = []
             for attempt in (0, 1):
                 pipe = self._client.pipeline(transaction=False)
                 if new:
                     pipe.evalsha(self._sha, *script_args)
                 if local:
-                    pipe.mget([fmt % (uprefix, hd) for hd in ukeys])
+                    pipe.evalsha(self._keys_sha, *keys_args)
                 if not (new or local):
                     break
                 try:
@@ -455,6 +460,7 @@ class RedisIndexStore:
                     if attempt:
                         raise
                     self._sha = await self._client.script_load(CHECK_AND_INSERT)
+                    self._keys_sha = await self._client.script_load(KEYS_AT)
         except RedisError as exc:
             raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
         out: list = [None] * n
@@ -470,9 +476,9 @@ class RedisIndexStore:
             r = 1
         self.last_size = n_snap + inserted
         if local:
-            lists = dict(zip(ukeys, replies[r]))
-            for i, v, hd, pos in zip(local, match_values.tolist(), m_head, m_pos):
-                out[i] = StoreMatch(v, int(dist[i]), _text(_key_at(lists[hd], pos)))
+            found_keys = replies[r]
+            for i, v, k in zip(local, match_values.tolist(), np.ravel(where).tolist()):
+                out[i] = StoreMatch(v, int(dist[i]), _text(found_keys[k]))
         return out
 
     async def size(self) -> int:
@@ -555,14 +561,6 @@ def _key_bytes(key) -> bytes:
     elif not isinstance(key, (bytes, bytearray)):
         raise TypeError(f"keys must be str, bytes or None, got {type(key).__name__}")
     return bytes(key[:65535])
-
-
-def _key_at(data, k):
-    """Entry ``k`` of a bucket's key list (uint16 LE length + bytes each)."""
-    if not data:
-        return None
-    start, length = record_at(data, k)
-    return None if start < 0 else data[start:start + length]
 
 
 def _text(v):

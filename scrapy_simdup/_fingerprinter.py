@@ -136,7 +136,7 @@ def looks_binary(head: bytes) -> bool:
         return False
     if head.startswith(_MAGIC) or head[4:8] == b"ftyp":
         return True
-    if b"\x00" in head:
+    if head.count(b"\x00") > len(head) // 100:     # a stray NUL in a page is not binary
         return True
     n_control = len(head) - len(head.translate(None, _CONTROL))
     return n_control > len(head) * 0.05

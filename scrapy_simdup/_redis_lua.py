@@ -220,3 +220,36 @@ if inserted > 0 then
 end
 return out
 """.replace("LOG_MAX", str(LOG_MAX)).replace("LOG_KEEP", str(LOG_KEEP))
+
+
+# The keys (URLs) of stored fingerprints, by bucket and position: for matches
+# the client found in its snapshot, so that only the keys travel back, not the
+# whole key lists of the buckets. ARGV: the ``B:u:`` prefix, the header digits
+# ``w``, the buckets' headers (``w`` hex digits each), per bucket the number of
+# positions asked (uint16 LE), and the positions (uint32 LE, ascending within a
+# bucket). Reply: one key per position asked, in order ("" when the list is
+# shorter: a bucket written before its keys, or a damaged list).
+KEYS_AT = r"""
+local uprefix, w = ARGV[1], tonumber(ARGV[2])
+local heads, counts, positions = ARGV[3], ARGV[4], ARGV[5]
+local out, n = {}, 0
+for b = 1, #counts / 2 do
+  local s = redis.call('GET', uprefix .. string.sub(heads, (b - 1) * w + 1, b * w)) or ''
+  local pos, rec = 1, 0
+  for _ = 1, struct.unpack('<I2', counts, b * 2 - 1) do
+    local k = struct.unpack('<I4', positions, n * 4 + 1)
+    while rec < k and pos + 1 <= #s do
+      pos = pos + 2 + struct.unpack('<I2', s, pos)
+      rec = rec + 1
+    end
+    local key = ''
+    if rec == k and pos + 1 <= #s then
+      local len = struct.unpack('<I2', s, pos)
+      if pos + 1 + len <= #s then key = string.sub(s, pos + 2, pos + 1 + len) end
+    end
+    n = n + 1
+    out[n] = key
+  end
+end
+return out
+"""

@@ -109,22 +109,3 @@ def scan_first_buckets(const uint64_t[::1] entries, const int64_t[::1] bucket_of
                 if index_v[c] >= 0:
                     break
     return index, dist
-
-
-def record_at(const unsigned char[::1] data, Py_ssize_t k):
-    """``(start, length)`` of record ``k`` (0-based) of a key list: records
-    of a uint16 little-endian length and that many bytes. ``(-1, 0)`` when the
-    list is shorter (a bucket written before its keys, or a damaged list)."""
-    cdef Py_ssize_t pos = 0, n = data.shape[0], i, length
-    if k < 0:
-        return -1, 0
-    for i in range(k):
-        if pos + 2 > n:
-            return -1, 0
-        pos += 2 + (data[pos] | (data[pos + 1] << 8))
-    if pos + 2 > n:
-        return -1, 0
-    length = data[pos] | (data[pos + 1] << 8)
-    if pos + 2 + length > n:
-        return -1, 0
-    return pos + 2, length

@@ -421,3 +421,10 @@ def test_utf8_shortcut_strips_ascii_whitespace_like_str_strip():
     raw = " \n\t<p>caf\xc3\xa9 \xe2\x80\x94 ok</p>\r\n ".encode("latin-1")
     text, _, utf8 = Fingerprinter()._decode(raw, None)
     assert utf8 == text.strip().encode("utf-8") == raw.strip()
+
+
+def test_a_stray_nul_byte_does_not_make_a_page_binary():
+    page = PAGE.encode()
+    cut = page.index(b"<body>")
+    with_nul = page[:cut] + b"\x00" + page[cut:]
+    assert fingerprint_html(with_nul) == fingerprint_html(page)   # NULs are dropped, as by parsel

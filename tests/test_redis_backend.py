@@ -651,19 +651,40 @@ def test_scan_first_rejects_bad_layout():
                    np.zeros(1, np.uint64), 3)
 
 
-@settings(max_examples=150, deadline=None)
-@given(keys=st.lists(st.binary(max_size=300), max_size=8), k=st.integers(-1, 10),
-       cut=st.integers(0, 5))
-def test_record_at_matches_reference(keys, k, cut):
-    from scrapy_simdup._redis_scan import record_at
-    blob = b"".join(len(x).to_bytes(2, "little") + x for x in keys)
-    if cut:
-        blob = blob[:-cut]           # a damaged (short) list is reported, not misread
-    start, length = record_at(blob, k)
-    pos, want = 0, (-1, 0)
-    for i, x in enumerate(keys):
-        end = pos + 2 + len(x)
-        if i == k and end <= len(blob):
-            want = (pos + 2, len(x))
-        pos = end
-    assert (start, length) == want
+@settings(max_examples=60, deadline=None)
+@given(lists=st.lists(st.tuples(st.lists(st.binary(max_size=300), max_size=8),
+                                st.integers(0, 5)), min_size=1, max_size=4),
+       asks=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10)), min_size=1, max_size=12))
+def test_keys_at_script_matches_reference(redis_server, lists, asks):
+    """The server-side lookup of keys by (bucket, position): as the Python
+    reading of the key lists, "" past the end or in a damaged (cut) list."""
+    import redis
+    from scrapy_simdup._redis_lua import KEYS_AT
+    client = redis.Redis.from_url(redis_server.url)
+    prefix = f"keysat:{next(_counter)}:u:"
+    blobs = []
+    for i, (keys, cut) in enumerate(lists):
+        blob = b"".join(len(x).to_bytes(2, "little") + x for x in keys)
+        blob = blob[:-cut] if cut else blob
+        blobs.append(blob)
+        if blob:
+            client.set(f"{prefix}{i:02x}", blob)
+    asks = sorted({(b % len(lists), k) for b, k in asks})
+    buckets = sorted({b for b, _ in asks})
+    counts = [sum(1 for b, _ in asks if b == u) for u in buckets]
+    got = client.eval(KEYS_AT, 0, prefix, 2, "".join(f"{b:02x}" for b in buckets).encode(),
+                      np.array(counts, "<u2").tobytes(),
+                      np.array([k for _, k in asks], "<u4").tobytes())
+    want = []
+    for b, k in asks:
+        blob, pos, key = blobs[b], 0, b""
+        for i in range(k + 1):
+            if pos + 2 > len(blob):
+                key = b""
+                break
+            length = int.from_bytes(blob[pos:pos + 2], "little")
+            key = blob[pos + 2:pos + 2 + length] if pos + 2 + length <= len(blob) else b""
+            pos += 2 + length
+        want.append(key)
+    assert got == want
+    client.close()
