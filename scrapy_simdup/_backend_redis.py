@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._redis_lua import CHECK_AND_INSERT, KEYS_AT
-from ._redis_scan import scan_first_buckets
+from ._redis_scan import own_flags, scan_first_buckets
 
 __all__ = ["RedisIndexStore", "RedisIndexError", "StoreMatch", "DEFAULT_HEADER_BITS"]
 
@@ -239,8 +239,9 @@ class RedisIndexStore:
         ``values``: uint64 fingerprints; ``masks[i]``: uint64 header XOR masks
         for ``values[i]`` in probe order (mask 0 first, then the most likely
         flip sets), already shifted into the top header bits (or a callable
-        ``masks(a, b)`` giving the list for ``values[a:b]``, computed while
-        Redis works on earlier chunks); ``keys[i]``: the page's key (URL)
+        ``masks(a, b)`` giving them for ``values[a:b]``, as a list or as a
+        tuple ``(all masks, count per value)``, computed while Redis works on
+        earlier chunks); ``keys[i]``: the page's key (URL)
         or None. Returns, per value, ``None`` (new: inserted) or a
         :class:`StoreMatch`, as if the values were checked one after the
         other. Raises :class:`RedisIndexError` on Redis faults (nothing is
@@ -317,49 +318,32 @@ class RedisIndexStore:
         h*: only then must the script re-check this call's own insertions for
         it. Insertions of other writers are always re-checked (``_redis_lua``)."""
         values, counts, headers, idx = state[0], state[1], state[2], state[5]
-        n = values.shape[0]
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        is_new = idx < 0
-        own_v, own_h, own_pos = values[is_new], headers[starts][is_new], \
-            np.flatnonzero(is_new)
+        probe_start = np.zeros(values.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=probe_start[1:])
         earlier = [e for e in earlier if e[0].shape[0]]
-        if earlier:
-            n_earlier = sum(e[0].shape[0] for e in earlier)
-            own_v = np.concatenate([e[0] for e in earlier] + [own_v])
-            own_h = np.concatenate([e[1] for e in earlier] + [own_h])
-            own_pos = np.concatenate((np.full(n_earlier, -1), own_pos))
-        flags = np.zeros(n, dtype=np.uint8)
-        if own_v.shape[0] == 0:
-            return flags
-        order = np.argsort(own_h, kind="stable")
-        sh = own_h[order]
-        lo = np.searchsorted(sh, headers, "left")
-        hi = np.searchsorted(sh, headers, "right")
-        hits = hi - lo
-        if not hits.any():
-            return flags
-        cand_of_probe = np.repeat(np.arange(n), counts)
-        probe = np.repeat(np.arange(headers.shape[0]), hits)
-        j = order[np.repeat(lo, hits) + (np.arange(probe.shape[0]) -
-                                         np.repeat(np.cumsum(hits) - hits, hits))]
-        c = cand_of_probe[probe]
-        ok = (own_pos[j] < c) & \
-            (np.bitwise_count(own_v[j] ^ values[c]) <= self.distance)
-        flags[c[ok]] = 1
-        return flags
+        ev = np.concatenate([e[0] for e in earlier]) if earlier else np.zeros(0, np.uint64)
+        eh = np.concatenate([e[1] for e in earlier]) if earlier else np.zeros(0, np.uint64)
+        return own_flags(values, probe_start, headers, idx, ev, eh, self.distance)
 
     async def _snapshot(self, values, masks):
         """Round trip 1: MGET the probed buckets; local check (compiled)."""
         from redis.exceptions import RedisError
         n = values.shape[0]
-        if len(masks) != n:
-            raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
-        counts = np.fromiter(map(len, masks), dtype=np.int64, count=n)
+        if isinstance(masks, tuple):    # (all masks, count per value): already flat
+            allmasks = np.ascontiguousarray(masks[0], dtype=np.uint64)
+            counts = np.asarray(masks[1], dtype=np.int64)
+            if counts.shape != (n,) or allmasks.ndim != 1 or counts.sum() != allmasks.shape[0]:
+                raise ValueError("flat masks must come with one count per value")
+        else:
+            if len(masks) != n:
+                raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
+            counts = np.fromiter(map(len, masks), dtype=np.int64, count=n)
+            allmasks = np.concatenate(masks).astype(np.uint64, copy=False) if n else \
+                np.zeros(0, np.uint64)
+            if allmasks.ndim != 1:
+                raise ValueError("masks must be 1-d arrays")
         if counts.min() < 1 or counts.max() > 65535:
             raise ValueError("masks must be 1-d arrays of 1 to 65,535 masks")
-        allmasks = np.concatenate(masks).astype(np.uint64, copy=False)
-        if allmasks.ndim != 1:
-            raise ValueError("masks must be 1-d arrays")
         probe_start = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=probe_start[1:])
         if allmasks[probe_start[:-1]].any():
@@ -686,14 +670,14 @@ class RedisBackend:
         if self._flip is not None:
             return None
         try:
-            from ._psm import flip_masks_c  # noqa: PLC0415
+            from ._psm import flip_masks_many_c  # noqa: PLC0415
             from ._volatility import VolatilityModel  # noqa: PLC0415
             model = self.model if self.model is not None else VolatilityModel.default()
             model_c = model._c
         except (ImportError, AttributeError):
             return None
         k = -1 if self.max_probes is None else int(self.max_probes)
-        return flip_masks_c, model_c, self.store.header_bits, self.store.distance, k
+        return flip_masks_many_c, model_c, self.store.header_bits, self.store.distance, k
 
     def masks_for(self, W) -> np.ndarray:
         """Header XOR masks of one page, mask 0 first (VOSH order)."""
@@ -762,11 +746,12 @@ class RedisBackend:
         fast = self._fast_flip()
 
         def masks(a, b):
-            if fast is not None:
-                flip, model_c, t, h, k = fast
-                out = [flip(model_c, W[i], t, h, k)[0] for i in range(a, b)]
-            else:
-                out = [self.masks_for(W[i]) for i in range(a, b)]
+            if fast is not None:    # all pages of the chunk in one compiled call
+                flip_many, model_c, t, h, k = fast
+                flat, counts = flip_many(model_c, W[a:b], t, h, k)
+                self._probes += int(flat.shape[0])
+                return flat, counts
+            out = [self.masks_for(W[i]) for i in range(a, b)]
             self._probes += sum(m.shape[0] for m in out)
             return out
         found = await self.store.check_and_add_many(values, masks, keys)

@@ -233,19 +233,23 @@ KEYS_AT = r"""
 local uprefix, w = ARGV[1], tonumber(ARGV[2])
 local heads, counts, positions = ARGV[3], ARGV[4], ARGV[5]
 local out, n = {}, 0
+local byte = string.byte
 for b = 1, #counts / 2 do
   local s = redis.call('GET', uprefix .. string.sub(heads, (b - 1) * w + 1, b * w)) or ''
+  local size = #s
   local pos, rec = 1, 0
   for _ = 1, struct.unpack('<I2', counts, b * 2 - 1) do
     local k = struct.unpack('<I4', positions, n * 4 + 1)
-    while rec < k and pos + 1 <= #s do
-      pos = pos + 2 + struct.unpack('<I2', s, pos)
+    while rec < k and pos + 1 <= size do    -- skip records: uint16 LE length + bytes
+      local lo, hi = byte(s, pos, pos + 1)
+      pos = pos + 2 + lo + hi * 256
       rec = rec + 1
     end
     local key = ''
-    if rec == k and pos + 1 <= #s then
-      local len = struct.unpack('<I2', s, pos)
-      if pos + 1 + len <= #s then key = string.sub(s, pos + 2, pos + 1 + len) end
+    if rec == k and pos + 1 <= size then
+      local lo, hi = byte(s, pos, pos + 1)
+      local len = lo + hi * 256
+      if pos + 1 + len <= size then key = string.sub(s, pos + 2, pos + 1 + len) end
     end
     n = n + 1
     out[n] = key

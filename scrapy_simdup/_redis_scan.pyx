@@ -109,3 +109,71 @@ def scan_first_buckets(const uint64_t[::1] entries, const int64_t[::1] bucket_of
                 if index_v[c] >= 0:
                     break
     return index, dist
+
+
+def own_flags(const uint64_t[::1] values, const int64_t[::1] probe_start,
+              const uint64_t[::1] headers, const int64_t[::1] idx,
+              const uint64_t[::1] earlier_values, const uint64_t[::1] earlier_headers, int h):
+    """Per candidate ``c``, 1 if one of this call's own insertions that its
+    snapshot may miss lies in one of its probed buckets within distance
+    ``h``: an earlier chunk's new value (``earlier_values``, in the buckets
+    ``earlier_headers``) or a new candidate ``j < c`` of this chunk (``idx[j]
+    < 0``; its bucket is its first probe). One pass with a hash table of the
+    own insertions by bucket."""
+    cdef Py_ssize_t n = values.shape[0], ne = earlier_values.shape[0], c, p, j, e
+    if probe_start.shape[0] != n + 1 or idx.shape[0] != n:
+        raise ValueError("probe_start must have len(values) + 1 items, idx len(values)")
+    if earlier_headers.shape[0] != ne:
+        raise ValueError("earlier_values and earlier_headers differ in length")
+    if probe_start[0] != 0 or probe_start[n] != headers.shape[0]:
+        raise ValueError("probe_start must start at 0 and end at len(headers)")
+    for c in range(n):
+        if probe_start[c + 1] <= probe_start[c]:
+            raise ValueError("every candidate needs at least one probe (its own bucket)")
+    flags = np.zeros(n, dtype=np.uint8)
+    cdef uint8_t[::1] fv = flags
+    cdef Py_ssize_t cap = ne + n, nslots = 16
+    cdef int shift = 60         # multiplicative hashing: the top log2(nslots) bits
+    while nslots < 2 * cap:
+        nslots <<= 1
+        shift -= 1
+    slot_arr = np.full(nslots, -1, dtype=np.int64)
+    next_arr = np.empty(max(cap, 1), dtype=np.int64)
+    hdr_arr = np.empty(max(cap, 1), dtype=np.uint64)
+    val_arr = np.empty(max(cap, 1), dtype=np.uint64)
+    cdef int64_t[::1] slot = slot_arr
+    cdef int64_t[::1] nxt = next_arr
+    cdef uint64_t[::1] ehdr = hdr_arr
+    cdef uint64_t[::1] evalue = val_arr
+    cdef uint64_t mask = nslots - 1, hd, v
+    cdef Py_ssize_t used = 0, s
+    with nogil:
+        for e in range(ne):
+            s = <Py_ssize_t>((earlier_headers[e] * 0x9E3779B97F4A7C15ULL) >> shift) & mask
+            ehdr[used] = earlier_headers[e]
+            evalue[used] = earlier_values[e]
+            nxt[used] = slot[s]
+            slot[s] = used
+            used += 1
+        for c in range(n):
+            v = values[c]
+            if used:
+                for p in range(probe_start[c], probe_start[c + 1]):
+                    hd = headers[p]
+                    j = slot[<Py_ssize_t>((hd * 0x9E3779B97F4A7C15ULL) >> shift) & mask]
+                    while j >= 0:
+                        if ehdr[j] == hd and simdup_popcount64(evalue[j] ^ v) <= h:
+                            fv[c] = 1
+                            break
+                        j = nxt[j]
+                    if fv[c]:
+                        break
+            if idx[c] < 0:          # new: inserted by this chunk's script, before c + 1
+                hd = headers[probe_start[c]]
+                s = <Py_ssize_t>((hd * 0x9E3779B97F4A7C15ULL) >> shift) & mask
+                ehdr[used] = hd
+                evalue[used] = v
+                nxt[used] = slot[s]
+                slot[s] = used
+                used += 1
+    return flags

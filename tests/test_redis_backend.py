@@ -688,3 +688,44 @@ def test_keys_at_script_matches_reference(redis_server, lists, asks):
         want.append(key)
     assert got == want
     client.close()
+
+
+def _own_flags_reference(values, counts, headers, idx, ev, eh, h):
+    """The vectorised NumPy definition (what the script may skip re-checking)."""
+    n = values.shape[0]
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    is_new = idx < 0
+    own_v = np.concatenate((ev, values[is_new]))
+    own_h = np.concatenate((eh, headers[starts][is_new]))
+    own_pos = np.concatenate((np.full(ev.shape[0], -1), np.flatnonzero(is_new)))
+    flags = np.zeros(n, dtype=np.uint8)
+    for c in range(n):
+        probed = set(headers[starts[c]:starts[c] + counts[c]].tolist())
+        for v, hd, pos in zip(own_v.tolist(), own_h.tolist(), own_pos.tolist()):
+            if pos < c and hd in probed and bin(v ^ int(values[c])).count("1") <= h:
+                flags[c] = 1
+                break
+    return flags
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_own_flags_matches_reference(data):
+    from scrapy_simdup._redis_scan import own_flags
+    n = data.draw(st.integers(1, 12))
+    ne = data.draw(st.integers(0, 6))
+    h = data.draw(st.integers(0, 6))
+    small = st.integers(0, 7)            # few buckets: collisions happen
+    pool = data.draw(st.lists(st.integers(0, M64), min_size=1, max_size=4))
+    near = st.builds(lambda b, bit: b ^ (1 << bit), st.sampled_from(pool), st.integers(0, 63))
+    values = np.array(data.draw(st.lists(near, min_size=n, max_size=n)), dtype=np.uint64)
+    counts = np.array(data.draw(st.lists(st.integers(1, 4), min_size=n, max_size=n)), np.int64)
+    headers = np.array(data.draw(st.lists(small, min_size=int(counts.sum()),
+                                          max_size=int(counts.sum()))), dtype=np.uint64)
+    idx = np.array(data.draw(st.lists(st.sampled_from([-1, 0, 5]), min_size=n, max_size=n)),
+                   dtype=np.int64)
+    ev = np.array(data.draw(st.lists(near, min_size=ne, max_size=ne)), dtype=np.uint64)
+    eh = np.array(data.draw(st.lists(small, min_size=ne, max_size=ne)), dtype=np.uint64)
+    probe_start = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    got = own_flags(values, probe_start, headers, idx, ev, eh, h)
+    assert got.tolist() == _own_flags_reference(values, counts, headers, idx, ev, eh, h).tolist()

@@ -83,3 +83,35 @@ def test_uniform_when_no_weights():
 def test_bad_arguments(kwargs, word):
     with pytest.raises(ValueError, match=word):
         flip_masks(model=MODEL, **kwargs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(t=st.integers(1, 24), h=st.integers(0, 8), k=st.sampled_from([-1, 1, 5, 40]),
+       n=st.integers(0, 6), seed=st.integers(0, 2**32 - 1))
+def test_flip_masks_many_equals_one_row_at_a_time(t, h, k, n, seed):
+    """The batch generator the Redis backend uses gives every row the masks
+    of the one-row generator, in the same order."""
+    from scrapy_simdup._psm import flip_masks_c, flip_masks_many_c
+    rng = np.random.default_rng(seed)
+    W = rng.normal(0, 20, (n, 64))
+    if n:
+        W[0, rng.integers(64)] = 0.0                    # ties and zero weights too
+    model = VolatilityModel.default()._c
+    flat, counts = flip_masks_many_c(model, W, t, h, k)
+    assert counts.shape == (n,) and counts.sum() == flat.shape[0]
+    at = 0
+    for i in range(n):
+        one, _ = flip_masks_c(model, W[i], t, h, k)
+        assert flat[at:at + counts[i]].tolist() == one.tolist()
+        at += counts[i]
+
+
+def test_flip_masks_many_rejects_bad_weights():
+    from scrapy_simdup._psm import flip_masks_many_c
+    model = VolatilityModel.default()._c
+    W = np.zeros((2, 64))
+    W[1, 3] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        flip_masks_many_c(model, W, 14, 3, 10)
+    with pytest.raises(ValueError, match="shape"):
+        flip_masks_many_c(model, np.zeros((2, 32)), 14, 3, 10)
