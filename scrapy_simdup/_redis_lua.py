@@ -21,10 +21,6 @@ Layout under a base key ``B`` (``SIMDUP_REDIS_KEY`` with the spider name):
 ``B:t``           the header size ``t``, fixed when the index is created.
 ``B:u:<header>``  the keys (URLs) of the bucket's pages, in the same order:
                   each a uint16 LE length and the UTF-8 bytes. Append-only.
-``B:u:<header>:o`` per entry, the offset (uint32 LE) and length (uint16 LE)
-                  of its key in ``B:u:<header>``, so that one key is read
-                  without walking the list (absent for buckets written before
-                  this key was kept: they are walked).
 
 Protocol (two round trips for a batch of pages, one for a batch of
 duplicates):
@@ -210,21 +206,9 @@ end
 
 for _, own in ipairs(touched) do
   -- SET, not APPEND: APPEND leaves up to 100 % growth slack in every bucket
-  local bk, uk, ok = bprefix .. own, uprefix .. own, uprefix .. own .. ':o'
-  local old = redis.call('GET', bk) or ''
-  redis.call('SET', bk, old .. table.concat(addb[own]))
-  local recs = addu[own]
-  -- the records' offsets, entry for entry, while they cover every earlier entry
-  -- (a bucket from before offsets were kept stays without: KEYS_AT walks it)
-  if redis.call('STRLEN', ok) == #old / 8 * 6 then
-    local off, offs = redis.call('STRLEN', uk), {}
-    for i, r in ipairs(recs) do
-      offs[i] = struct.pack('<I4I2', off, #r - 2)
-      off = off + #r
-    end
-    redis.call('APPEND', ok, table.concat(offs))
-  end
-  redis.call('APPEND', uk, table.concat(recs))    -- keys: reported apart, speed first
+  local bk, uk = bprefix .. own, uprefix .. own
+  redis.call('SET', bk, (redis.call('GET', bk) or '') .. table.concat(addb[own]))
+  redis.call('APPEND', uk, table.concat(addu[own]))    -- keys: reported apart, speed first
 end
 if inserted > 0 then
   redis.call('INCRBY', nkey, inserted)
@@ -251,31 +235,21 @@ local heads, counts, positions = ARGV[3], ARGV[4], ARGV[5]
 local out, n = {}, 0
 local byte = string.byte
 for b = 1, #counts / 2 do
-  local uk = uprefix .. string.sub(heads, (b - 1) * w + 1, b * w)
-  local s, size, pos, rec = nil, 0, 1, 0
+  local s = redis.call('GET', uprefix .. string.sub(heads, (b - 1) * w + 1, b * w)) or ''
+  local size = #s
+  local pos, rec = 1, 0
   for _ = 1, struct.unpack('<I2', counts, b * 2 - 1) do
     local k = struct.unpack('<I4', positions, n * 4 + 1)
+    while rec < k and pos + 1 <= size do    -- skip records: uint16 LE length + bytes
+      local lo, hi = byte(s, pos, pos + 1)
+      pos = pos + 2 + lo + hi * 256
+      rec = rec + 1
+    end
     local key = ''
-    local o = redis.call('GETRANGE', uk .. ':o', k * 6, k * 6 + 5)
-    if #o == 6 then                         -- offset and length of record k
-      local off, len = struct.unpack('<I4I2', o)
-      key = redis.call('GETRANGE', uk, off + 2, off + 1 + len)
-      if #key ~= len then key = '' end
-    else                                    -- no offsets: walk the list
-      if not s then
-        s = redis.call('GET', uk) or ''
-        size = #s
-      end
-      while rec < k and pos + 1 <= size do  -- skip records: uint16 LE length + bytes
-        local lo, hi = byte(s, pos, pos + 1)
-        pos = pos + 2 + lo + hi * 256
-        rec = rec + 1
-      end
-      if rec == k and pos + 1 <= size then
-        local lo, hi = byte(s, pos, pos + 1)
-        local len = lo + hi * 256
-        if pos + 1 + len <= size then key = string.sub(s, pos + 2, pos + 1 + len) end
-      end
+    if rec == k and pos + 1 <= size then
+      local lo, hi = byte(s, pos, pos + 1)
+      local len = lo + hi * 256
+      if pos + 1 + len <= size then key = string.sub(s, pos + 2, pos + 1 + len) end
     end
     n = n + 1
     out[n] = key
