@@ -15,62 +15,19 @@ cdef extern from "_murmur3.h" nogil:
     int simdup_popcount64(uint64_t x)
 
 
-def scan_first(const uint64_t[::1] entries, const int64_t[::1] offsets,
-               const int64_t[::1] probe_start, const uint64_t[::1] values, int h):
-    """First match per candidate.
-
-    ``values[c]`` is candidate ``c``; its probes are ``probe_start[c] ..
-    probe_start[c + 1] - 1`` (in probe order); probe ``p`` owns the entries
-    ``entries[offsets[p] : offsets[p + 1]]``. Returns ``(index int64[n],
-    distance int16[n])``: the position in ``entries`` of the first stored
-    fingerprint within distance ``h`` of ``values[c]`` and its distance, or
-    ``-1`` / ``-1`` when there is none.
-    """
-    cdef Py_ssize_t n = values.shape[0]
-    if probe_start.shape[0] != n + 1:
-        raise ValueError(f"probe_start must have len(values) + 1 = {n + 1} items, "
-                         f"got {probe_start.shape[0]}")
-    cdef Py_ssize_t nprobes = offsets.shape[0] - 1
-    if nprobes < 0 or probe_start[0] != 0 or probe_start[n] != nprobes:
-        raise ValueError("probe_start must start at 0 and end at the number of probes")
-    if offsets[0] != 0 or offsets[nprobes] != entries.shape[0]:
-        raise ValueError("offsets must start at 0 and end at len(entries)")
-    cdef Py_ssize_t c, p, i
-    for p in range(nprobes):
-        if offsets[p + 1] < offsets[p]:
-            raise ValueError("offsets must be non-decreasing")
-    for c in range(n):
-        if probe_start[c + 1] < probe_start[c]:
-            raise ValueError("probe_start must be non-decreasing")
-    index = np.full(n, -1, dtype=np.int64)
-    dist = np.full(n, -1, dtype=np.int16)
-    cdef int64_t[::1] index_v = index
-    cdef short[::1] dist_v = dist
-    cdef uint64_t v
-    cdef int d
-    with nogil:
-        for c in range(n):
-            v = values[c]
-            for p in range(probe_start[c], probe_start[c + 1]):
-                for i in range(offsets[p], offsets[p + 1]):
-                    d = simdup_popcount64(entries[i] ^ v)
-                    if d <= h:
-                        index_v[c] = i
-                        dist_v[c] = <short>d
-                        break
-                if index_v[c] >= 0:
-                    break
-    return index, dist
-
-
 def scan_first_buckets(const uint64_t[::1] entries, const int64_t[::1] bucket_offsets,
                        const int64_t[::1] probe_bucket, const int64_t[::1] probe_start,
                        const uint64_t[::1] values, int h):
-    """``scan_first`` over distinct buckets: probe ``p`` reads bucket
+    """First match per candidate (PSM-F over the fetched buckets).
+
+    ``values[c]`` is candidate ``c``; its probes are ``probe_start[c] ..
+    probe_start[c + 1] - 1`` (in probe order); probe ``p`` reads bucket
     ``probe_bucket[p]``, whose entries are ``entries[bucket_offsets[b] :
     bucket_offsets[b + 1]]`` (a bucket probed by many candidates is fetched
-    once). Same result: the position in ``entries`` and the distance of each
-    candidate's first match in probe order, or ``-1`` / ``-1``."""
+    once). Returns ``(index int64[n], distance int16[n])``: the position in
+    ``entries`` of the first stored fingerprint within distance ``h`` of
+    ``values[c]`` and its distance, or ``-1`` / ``-1`` when there is none.
+    """
     cdef Py_ssize_t n = values.shape[0], nb = bucket_offsets.shape[0] - 1
     cdef Py_ssize_t nprobes = probe_bucket.shape[0], c, p, i, b
     if probe_start.shape[0] != n + 1:

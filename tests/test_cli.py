@@ -80,15 +80,20 @@ def test_console_script_errors_are_one_line(crawl, tmp_path):
     assert out.returncode == 2 and "not allowed with" in out.stderr
 
 
-def test_scrapy_command_reads_simdup_dir_from_the_project(crawl, tmp_path):
+def _project(tmp_path, settings: str):
+    """A Scrapy project with ``settings`` in its settings.py; (dir, scrapy command)."""
     project = tmp_path / "proj"
     (project / "myproj").mkdir(parents=True)
     (project / "scrapy.cfg").write_text("[settings]\ndefault = myproj.settings\n")
     (project / "myproj" / "__init__.py").write_text("")
-    (project / "myproj" / "settings.py").write_text(
-        f"BOT_NAME = 'myproj'\nSIMDUP_DIR = {str(crawl)!r}\nSIMDUP_DISTANCE = 5\n")
+    (project / "myproj" / "settings.py").write_text(f"BOT_NAME = 'myproj'\n{settings}")
     scrapy = [str(BIN / "scrapy")] if (BIN / "scrapy").exists() else \
         [sys.executable, "-m", "scrapy"]
+    return project, scrapy
+
+
+def test_scrapy_command_reads_simdup_dir_from_the_project(crawl, tmp_path):
+    project, scrapy = _project(tmp_path, f"SIMDUP_DIR = {str(crawl)!r}\nSIMDUP_DISTANCE = 5\n")
     out = _run(scrapy + ["simdup", "merge", "--exact", "--json"], cwd=project)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
@@ -150,14 +155,8 @@ def test_merge_of_a_directory_without_batches_is_an_error(tmp_path):
 
 
 def test_scrapy_command_with_a_bad_project_setting_is_one_line(crawl, tmp_path):
-    project = tmp_path / "proj"
-    (project / "myproj").mkdir(parents=True)
-    (project / "scrapy.cfg").write_text("[settings]\ndefault = myproj.settings\n")
-    (project / "myproj" / "__init__.py").write_text("")
-    (project / "myproj" / "settings.py").write_text(
-        f"BOT_NAME = 'myproj'\nSIMDUP_DIR = {str(crawl)!r}\nSIMDUP_DISTANCE = 'far'\n")
-    scrapy = [str(BIN / "scrapy")] if (BIN / "scrapy").exists() else \
-        [sys.executable, "-m", "scrapy"]
+    project, scrapy = _project(tmp_path, f"SIMDUP_DIR = {str(crawl)!r}\n"
+                                         f"SIMDUP_DISTANCE = 'far'\n")
     out = _run(scrapy + ["simdup", "merge"], cwd=project)
     assert out.returncode != 0 and "SIMDUP_DISTANCE" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr
