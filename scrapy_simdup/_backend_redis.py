@@ -261,6 +261,8 @@ class RedisIndexStore:
             raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
         if keys is not None and len(keys) != n:
             raise ValueError(f"keys must have one key per value ({n}), got {len(keys)}")
+        if not 1 <= chunk <= 65535:     # (per-bucket counts travel as uint16)
+            raise ValueError(f"chunk must be in 1..65535, got {chunk}")
         if n == 0:
             return []
         if self._sha is None:
@@ -428,23 +430,24 @@ class RedisIndexStore:
                              per_bucket.astype("<u2").tobytes(),
                              asked[1].astype("<u4").tobytes())
             replies = []
-            for attempt in (0, 1):
+            if new or local:
                 pipe = self._client.pipeline(transaction=False)
                 if new:
                     pipe.evalsha(self._sha, *script_args)
                 if local:
                     pipe.evalsha(self._keys_sha, *keys_args)
-                if not (new or local):
-                    break
-                try:
-                    replies = await pipe.execute()
-                    break
-                except NoScriptError:
-                    # the server restarted and lost its script cache: load it, run again
-                    if attempt:
-                        raise
-                    self._sha = await self._client.script_load(CHECK_AND_INSERT)
-                    self._keys_sha = await self._client.script_load(KEYS_AT)
+                replies = await pipe.execute(raise_on_error=False)
+                # A script missing from the server's cache (a restart that kept
+                # the data, a failover, SCRIPT FLUSH) did not run: load it and run
+                # that one again, never one that ran (the insert must run once).
+                for i, (attr, source, args) in enumerate(
+                        ([("_sha", CHECK_AND_INSERT, script_args)] if new else []) +
+                        ([("_keys_sha", KEYS_AT, keys_args)] if local else [])):
+                    if isinstance(replies[i], NoScriptError):
+                        setattr(self, attr, await self._client.script_load(source))
+                        replies[i] = await self._client.evalsha(getattr(self, attr), *args)
+                    elif isinstance(replies[i], Exception):
+                        raise replies[i]
         except RedisError as exc:
             raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
         out: list = [None] * n

@@ -707,3 +707,32 @@ def test_keys_of_matches_found_in_the_snapshot(redis_server):
         assert all(m.distance == 1 for m in res)
         await store.close()
     run(scenario())
+
+
+def test_a_script_missing_from_the_cache_is_loaded_and_the_insert_runs_once(redis_server):
+    """The server lost one script but not the other (SCRIPT FLUSH, then another
+    process loaded only the insert script): the insert that ran is not run
+    again when the key lookup fails with NOSCRIPT, and the other way round."""
+    import redis
+    from scrapy_simdup._redis_lua import CHECK_AND_INSERT, KEYS_AT
+    zero = [np.zeros(1, np.uint64)]
+    a, b, c = np.uint64(0x1234_5678_9ABC_DEF0), np.uint64(0xFEDC_BA98_7654_3210), \
+        np.uint64(0x0F0F_0F0F_0F0F_0F0F)
+
+    async def go():
+        store = await new_store(redis_server, t=8, h=3).connect()
+        client = redis.Redis.from_url(redis_server.url)
+        assert await store.check_and_add_many(np.array([a]), zero, ["A"]) == [None]
+        client.script_flush()
+        client.script_load(CHECK_AND_INSERT)              # KEYS_AT is missing
+        res = await store.check_and_add_many(np.array([a, b]), zero * 2, ["A2", "B"])
+        assert res[0].key == "A" and res[0].distance == 0 and res[1] is None
+        assert int(client.get(store.base + ":n")) == 2     # B inserted once
+        client.script_flush()
+        client.script_load(KEYS_AT)                       # CHECK_AND_INSERT is missing
+        res = await store.check_and_add_many(np.array([b, c]), zero * 2, ["B2", "C"])
+        assert res[0].key == "B" and res[1] is None
+        assert int(client.get(store.base + ":n")) == 3
+        client.close()
+        await store.close()
+    run(go())
