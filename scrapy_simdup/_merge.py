@@ -582,9 +582,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     coll = Collection(collection if collection is not None else dirs[0] / "collection", create=True)
     lock = coll.lock()
     try:
-        if verify:      # never append onto a damaged collection (urls.bin: when read)
-            coll.verify_files(("urls.idx", "pairs.bin") if pairs_out is None
-                              and clusters_out is None else _SIDE_FILES)
+        if verify:      # the pairs before appending; the URL files when they are read
+            coll.verify_files(("pairs.bin",) if pairs_out is None and clusters_out is None
+                              else _SIDE_FILES)
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + ("(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
                                collection_before=coll.count)
