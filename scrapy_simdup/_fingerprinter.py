@@ -371,9 +371,12 @@ class Fingerprinter:
             return None, truncated, utf8
         content_type = f"text/html; charset={encoding}" if encoding is not None else None
         try:
-            return html_to_unicode(content_type, html)[1], truncated, utf8
+            chosen, text = html_to_unicode(content_type, html)
         except (LookupError, UnicodeError) as exc:   # a <meta charset> naming no text codec
             raise SkippedPage("decode_error", str(exc)[:200]) from None
+        if text.count("\ufffd") * 2 > len(text):    # e.g. latin-1 bytes read as UTF-32
+            raise SkippedPage("decode_error", f"most of the page does not decode as {chosen}")
+        return text, truncated, utf8
 
     # ----------------------------------------------------------------- text
 

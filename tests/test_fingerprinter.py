@@ -428,3 +428,11 @@ def test_a_stray_nul_byte_does_not_make_a_page_binary():
     cut = page.index(b"<body>")
     with_nul = page[:cut] + b"\x00" + page[cut:]
     assert fingerprint_html(with_nul) == fingerprint_html(page)   # NULs are dropped, as by parsel
+
+
+def test_bytes_that_mostly_do_not_decode_are_a_decode_error_not_empty():
+    page = PAGE.replace("Title", "Caf\xe9 tr\xe8s bien").encode("latin-1")
+    with pytest.raises(SkippedPage) as info:
+        fingerprint_html(page, encoding="utf-32")
+    assert info.value.reason == "decode_error"
+    fingerprint_html(page, encoding="latin-1")       # the right encoding still works
