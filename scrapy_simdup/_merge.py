@@ -530,10 +530,16 @@ def check_output_path(target, option: str) -> None:
 
 def pending_batches(dirs, collection: Collection | None) -> list[Path]:
     merged = collection.meta["merged"] if collection is not None else {}
+    merged_paths = {v.get("path") for v in merged.values() if isinstance(v, dict)}
     out, seen = [], set()
     for d in dirs:
         for p in list_batches(d):
-            meta = read_meta(p)
+            try:
+                meta = read_meta(p)
+            except CorruptFileError:
+                if str(p.resolve()) in merged_paths or str(p.resolve()) in merged:
+                    continue    # damaged after it was merged: its data is in the collection
+                raise
             key = _batch_key(p, meta)
             if not _is_merged(p, meta, merged) and key not in seen:  # (a DIR given twice)
                 seen.add(key)
@@ -671,7 +677,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             if commit:
                 urls = [u for b in batches for u in read_urls(b, verify=verify)]
                 coll.append(run, urls, pairs, {_batch_key(b.path, b.meta): {
-                    "count": len(b), "crc32": b.meta["npy_crc32"]} for b in batches}, recipe)
+                    "count": len(b), "crc32": b.meta["npy_crc32"],
+                    "path": str(b.path.resolve())} for b in batches}, recipe)
             run_pairs.append(pairs)
             summary.batches += len(batches)
             summary.fingerprints += m

@@ -191,3 +191,15 @@ def test_stats_reports_a_batch_whose_data_is_gone(crawl):
     out = _run(_simdup() + ["stats", str(crawl)])
     assert out.returncode == 0 and "CORRUPT" in out.stdout and "batch data missing" in out.stdout
     assert "2 batches (" in out.stdout
+
+
+def test_a_batch_header_damaged_after_its_merge_does_not_block_later_merges(crawl):
+    out = _run(_simdup() + ["merge", str(crawl), "--json"])
+    assert json.loads(out.stdout)["fingerprints"] == 60
+    sorted(crawl.glob("batch-*.json"))[0].write_text("{ damaged")
+    with BatchWriter(crawl, batch_size=10) as w:
+        value, W = simhash(["another", "new", "page"] * 20)
+        w.append(value, W, "https://example.com/another")
+    out = _run(_simdup() + ["merge", str(crawl), "--json"])
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["fingerprints"] == 1
