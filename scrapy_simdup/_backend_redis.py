@@ -33,7 +33,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -51,6 +51,22 @@ _HEXDIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 class RedisIndexError(ConnectionError):
     """Redis could not be reached or did not answer in time."""
+
+
+class _Snapshot(NamedTuple):
+    """What round trip 1 read and the local check found, for one chunk."""
+    values: np.ndarray          # the candidates
+    counts: np.ndarray          # probes per candidate
+    probe_start: np.ndarray     # candidate c's probes: probe_start[c] .. probe_start[c + 1] - 1
+    headers: np.ndarray         # per probe: the bucket header (the first is the candidate's own)
+    lens: np.ndarray            # per probe: its bucket's byte length in the snapshot
+    entries: np.ndarray         # the fingerprints of the distinct buckets read, concatenated
+    idx: np.ndarray             # per candidate: position in entries of its first match, or -1
+    dist: np.ndarray            # ... and its distance
+    n_snap: int                 # B:n at the snapshot
+    id_snap: bytes              # B:id at the snapshot
+    buckets: np.ndarray         # the distinct bucket headers read
+    bucket_offsets: np.ndarray  # bucket b's entries: entries[bucket_offsets[b] : [b + 1]]
 
 
 @dataclass(frozen=True)
@@ -113,6 +129,9 @@ class RedisIndexStore:
             self._resp_tab = np.frombuffer(b"".join(
                 b"$%d\r\n%s\r\n" % (len(k), k) for k in self._keytab),
                 dtype=np.uint8).reshape(1 << header_bits, -1)
+        # MGET's first two arguments, B:n and B:id, packed once
+        self._resp_head = b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in
+                                   ((base + ":n").encode(), (base + ":id").encode()))
         self._id_new = uuid.uuid4().hex
         opts = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0,
                 "health_check_interval": 30, "retry_on_timeout": False}
@@ -293,10 +312,9 @@ class RedisIndexStore:
                     out.extend(await pending)
                     pending = None
                     committed = k
-                vals, counts, headers = state[0], state[1], state[2]
-                is_new = state[5] < 0
-                own = headers[np.concatenate(([0], np.cumsum(counts)[:-1]))]
-                inserted_by.append((vals[is_new], own[is_new]))
+                is_new = state.idx < 0
+                own = state.headers[state.probe_start[:-1]]     # each one's own bucket
+                inserted_by.append((state.values[is_new], own[is_new]))
                 a, b = bounds[k]
                 pending = asyncio.ensure_future(
                     self._commit(state, None if keys is None else keys[a:b], flags, token))
@@ -319,15 +337,13 @@ class RedisIndexStore:
         snapshot was read) lands in one of its probed buckets *within distance
         h*: only then must the script re-check this call's own insertions for
         it. Insertions of other writers are always re-checked (``_redis_lua``)."""
-        values, counts, headers, idx = state[0], state[1], state[2], state[5]
-        probe_start = np.zeros(values.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=probe_start[1:])
         earlier = [e for e in earlier if e[0].shape[0]]
         ev = np.concatenate([e[0] for e in earlier]) if earlier else np.zeros(0, np.uint64)
         eh = np.concatenate([e[1] for e in earlier]) if earlier else np.zeros(0, np.uint64)
-        return own_flags(values, probe_start, headers, idx, ev, eh, self.distance)
+        return own_flags(state.values, state.probe_start, state.headers, state.idx, ev, eh,
+                         self.distance)
 
-    async def _snapshot(self, values, masks):
+    async def _snapshot(self, values, masks) -> _Snapshot:
         """Round trip 1: MGET the probed buckets; local check (compiled)."""
         from redis.exceptions import RedisError
         n = values.shape[0]
@@ -373,26 +389,26 @@ class RedisIndexStore:
                                            values, self.distance)
         except RedisError as exc:
             raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
-        lens = bucket_lens[probe_bucket]        # per probe: the bucket's length in the snapshot
-        return (values, counts, headers, lens, entries, idx, dist, n_snap, id_snap,
-                buckets, bucket_offsets)
+        return _Snapshot(values, counts, probe_start, headers, bucket_lens[probe_bucket],
+                         entries, idx, dist, n_snap, id_snap, buckets, bucket_offsets)
 
     async def _read_buckets(self, buckets) -> list:
         """``MGET B:n B:id <buckets>``: one atomic command."""
         base = self.base
         if self._resp_tab is not None and _packs_resp(self._client):
             return await self._client.execute_command("MGET", PackedCommand(
-                b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in
-                         ((base + ":n").encode(), (base + ":id").encode())) +
-                self._resp_tab[buckets.astype(np.intp)].tobytes(), 2 + buckets.shape[0]))
+                self._resp_head + self._resp_tab[buckets.astype(np.intp)].tobytes(),
+                2 + buckets.shape[0]))
         return await self._client.mget([base + ":n", base + ":id"] +
                                        self._keys(buckets.tolist()))
 
-    async def _commit(self, state, keys, flags=None, token=b"\0" * 8):
+    async def _commit(self, state: _Snapshot, keys, flags=None, token=b"\0" * 8):
         """Round trip 2: the atomic script for the new ones, the keys of the matches."""
         from redis.exceptions import RedisError, NoScriptError
-        (values, counts, headers, lens, entries, idx, dist, n_snap, id_snap, buckets,
-         bucket_offsets) = state
+        values, counts, headers, lens, idx, dist = (state.values, state.counts, state.headers,
+                                                    state.lens, state.idx, state.dist)
+        entries, n_snap, id_snap = state.entries, state.n_snap, state.id_snap
+        buckets, bucket_offsets = state.buckets, state.bucket_offsets
         n = values.shape[0]
         base = self.base
         is_new = idx < 0

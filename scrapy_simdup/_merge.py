@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _batchscan
-from ._atomic import CorruptFileError, atomic_write_json, fsync_dir, read_json
+from ._atomic import CorruptFileError, atomic_write_json, crc32_file, fsync_dir, read_json
 from ._batchfile import list_batches, read_batch, read_meta, read_urls, unfinished_batches
 from ._batchprobes import probe_masks, probes_for_recall
 from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
@@ -135,17 +135,9 @@ class Collection:
         if not isinstance(crcs, dict):
             return
         for name in names:
-            if name not in crcs:
-                continue
-            crc, left = 0, self._recorded_length(name)
-            with open(self.path / name, "rb") as handle:
-                while left > 0:
-                    data = handle.read(min(left, 1 << 24))
-                    if not data:
-                        break
-                    crc = zlib.crc32(data, crc)
-                    left -= len(data)
-            if left or (crc & 0xFFFFFFFF) != crcs[name]:
+            # (a file shorter than recorded is refused when the collection opens)
+            if name in crcs and crc32_file(self.path / name,
+                                           self._recorded_length(name)) != crcs[name]:
                 raise CorruptFileError(self.path / name, "checksum mismatch: the collection "
                                        "file was changed or damaged after it was written")
 
@@ -528,7 +520,8 @@ def check_output_path(target, option: str) -> None:
         raise ValueError(f"{option} {path}: not writable")
 
 
-def pending_batches(dirs, collection: Collection | None) -> list[Path]:
+def pending_batches(dirs, collection: Collection | None) -> list[tuple[Path, dict]]:
+    """``(header path, header)`` of every batch of ``dirs`` not merged yet."""
     merged = collection.meta["merged"] if collection is not None else {}
     merged_paths = {v.get("path") for v in merged.values() if isinstance(v, dict)}
     out, seen = [], set()
@@ -537,13 +530,14 @@ def pending_batches(dirs, collection: Collection | None) -> list[Path]:
             try:
                 meta = read_meta(p)
             except CorruptFileError:
-                if str(p.resolve()) in merged_paths or str(p.resolve()) in merged:
+                resolved = str(p.resolve())
+                if resolved in merged_paths or resolved in merged:
                     continue    # damaged after it was merged: its data is in the collection
                 raise
             key = _batch_key(p, meta)
             if not _is_merged(p, meta, merged) and key not in seen:  # (a DIR given twice)
                 seen.add(key)
-                out.append(p)
+                out.append((p, meta))
     return out
 
 
@@ -597,8 +591,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         for d in dirs:
             summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
         started = time.perf_counter()
-        pending = pending_batches(dirs, coll)
-        metas = [(p, read_meta(p)) for p in pending]
+        metas = pending_batches(dirs, coll)
         recipe = _single_recipe(coll, metas)
         run_pairs = []
         t = header_bits(chunk_size)

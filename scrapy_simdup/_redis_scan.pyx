@@ -68,6 +68,39 @@ def scan_first_buckets(const uint64_t[::1] entries, const int64_t[::1] bucket_of
     return index, dist
 
 
+cdef struct OwnTable:
+    # this call's own insertions, chained by bucket header (multiplicative hash)
+    int64_t *slot       # per slot: the last entry there, or -1
+    int64_t *nxt        # per entry: the previous entry in its slot, or -1
+    uint64_t *hdr
+    uint64_t *value
+    uint64_t mask
+    int shift
+    Py_ssize_t used
+
+
+cdef inline Py_ssize_t _own_slot(const OwnTable *t, uint64_t hd) noexcept nogil:
+    return <Py_ssize_t>(((hd * 0x9E3779B97F4A7C15ULL) >> t.shift) & t.mask)
+
+
+cdef inline void _own_add(OwnTable *t, uint64_t hd, uint64_t v) noexcept nogil:
+    cdef Py_ssize_t s = _own_slot(t, hd)
+    t.hdr[t.used] = hd
+    t.value[t.used] = v
+    t.nxt[t.used] = t.slot[s]
+    t.slot[s] = t.used
+    t.used += 1
+
+
+cdef inline bint _own_hit(const OwnTable *t, uint64_t hd, uint64_t v, int h) noexcept nogil:
+    cdef int64_t j = t.slot[_own_slot(t, hd)]
+    while j >= 0:
+        if t.hdr[j] == hd and simdup_popcount64(t.value[j] ^ v) <= h:
+            return True
+        j = t.nxt[j]
+    return False
+
+
 def own_flags(const uint64_t[::1] values, const int64_t[::1] probe_start,
               const uint64_t[::1] headers, const int64_t[::1] idx,
               const uint64_t[::1] earlier_values, const uint64_t[::1] earlier_headers, int h):
@@ -77,7 +110,7 @@ def own_flags(const uint64_t[::1] values, const int64_t[::1] probe_start,
     ``earlier_headers``) or a new candidate ``j < c`` of this chunk (``idx[j]
     < 0``; its bucket is its first probe). One pass with a hash table of the
     own insertions by bucket."""
-    cdef Py_ssize_t n = values.shape[0], ne = earlier_values.shape[0], c, p, j, e
+    cdef Py_ssize_t n = values.shape[0], ne = earlier_values.shape[0], c, p, e
     if probe_start.shape[0] != n + 1 or idx.shape[0] != n:
         raise ValueError("probe_start must have len(values) + 1 items, idx len(values)")
     if earlier_headers.shape[0] != ne:
@@ -89,48 +122,32 @@ def own_flags(const uint64_t[::1] values, const int64_t[::1] probe_start,
             raise ValueError("every candidate needs at least one probe (its own bucket)")
     flags = np.zeros(n, dtype=np.uint8)
     cdef uint8_t[::1] fv = flags
-    cdef Py_ssize_t cap = ne + n, nslots = 16
-    cdef int shift = 60         # multiplicative hashing: the top log2(nslots) bits
+    cdef Py_ssize_t cap = max(ne + n, 1), nslots = 16
+    cdef OwnTable t
+    t.shift = 60                # the top log2(nslots) bits of the product
     while nslots < 2 * cap:
         nslots <<= 1
-        shift -= 1
+        t.shift -= 1
     slot_arr = np.full(nslots, -1, dtype=np.int64)
-    next_arr = np.empty(max(cap, 1), dtype=np.int64)
-    hdr_arr = np.empty(max(cap, 1), dtype=np.uint64)
-    val_arr = np.empty(max(cap, 1), dtype=np.uint64)
-    cdef int64_t[::1] slot = slot_arr
-    cdef int64_t[::1] nxt = next_arr
-    cdef uint64_t[::1] ehdr = hdr_arr
-    cdef uint64_t[::1] evalue = val_arr
-    cdef uint64_t mask = nslots - 1, hd, v
-    cdef Py_ssize_t used = 0, s
+    next_arr = np.empty(cap, dtype=np.int64)
+    hdr_arr = np.empty(cap, dtype=np.uint64)
+    val_arr = np.empty(cap, dtype=np.uint64)
+    cdef int64_t[::1] slot_v = slot_arr
+    cdef int64_t[::1] next_v = next_arr
+    cdef uint64_t[::1] hdr_v = hdr_arr
+    cdef uint64_t[::1] val_v = val_arr
+    t.slot, t.nxt, t.hdr, t.value = &slot_v[0], &next_v[0], &hdr_v[0], &val_v[0]
+    t.mask = nslots - 1
+    t.used = 0
     with nogil:
         for e in range(ne):
-            s = <Py_ssize_t>((earlier_headers[e] * 0x9E3779B97F4A7C15ULL) >> shift) & mask
-            ehdr[used] = earlier_headers[e]
-            evalue[used] = earlier_values[e]
-            nxt[used] = slot[s]
-            slot[s] = used
-            used += 1
+            _own_add(&t, earlier_headers[e], earlier_values[e])
         for c in range(n):
-            v = values[c]
-            if used:
+            if t.used:
                 for p in range(probe_start[c], probe_start[c + 1]):
-                    hd = headers[p]
-                    j = slot[<Py_ssize_t>((hd * 0x9E3779B97F4A7C15ULL) >> shift) & mask]
-                    while j >= 0:
-                        if ehdr[j] == hd and simdup_popcount64(evalue[j] ^ v) <= h:
-                            fv[c] = 1
-                            break
-                        j = nxt[j]
-                    if fv[c]:
+                    if _own_hit(&t, headers[p], values[c], h):
+                        fv[c] = 1
                         break
             if idx[c] < 0:          # new: inserted by this chunk's script, before c + 1
-                hd = headers[probe_start[c]]
-                s = <Py_ssize_t>((hd * 0x9E3779B97F4A7C15ULL) >> shift) & mask
-                ehdr[used] = hd
-                evalue[used] = v
-                nxt[used] = slot[s]
-                slot[s] = used
-                used += 1
+                _own_add(&t, headers[probe_start[c]], values[c])
     return flags
