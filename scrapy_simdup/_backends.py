@@ -170,8 +170,13 @@ class MemoryBackend(IndexBackend):
         return len(self.index)
 
 
-def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages") -> IndexBackend:
-    """The backend ``SIMDUP_INDEX`` asks for; ``namespace`` separates pages from items."""
+def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
+                 fingerprint: str | None = None) -> IndexBackend:
+    """The backend ``SIMDUP_INDEX`` asks for; ``namespace`` separates pages from items.
+    ``fingerprint``: the ``Fingerprinter.version`` of the pages it will hold
+    (default: the settings' recipe)."""
+    if fingerprint is None:
+        fingerprint = config.make_fingerprinter().version
     if config.index == "memory":
         backend = MemoryBackend.from_config(config, crawler, namespace)
         if config.dir:  # restore the index saved in SIMDUP_DIR (see _persist)
@@ -179,7 +184,7 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages") -
             restore(backend, namespace_dir(config.dir, namespace), config.on_error,
                     getattr(crawler, "stats", None), "simdup/" if namespace == "pages"
                     else f"simdup/{namespace}/",
-                    fingerprint=config.make_fingerprinter().version)
+                    fingerprint=fingerprint)
         return backend
     try:
         from ._backend_redis import RedisBackend  # noqa: PLC0415 (optional)
@@ -190,13 +195,14 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages") -
 
 
 def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "pages",
-                      backend=None, fingerprint: str | None = None):
+                      backend=None, fingerprint: str | None = None, idf=None):
     """The writer fed every checked fingerprint (``SIMDUP_DIR``), or None.
 
     The middleware calls ``writer.add(value, W, key, match)`` for every page
     checked and ``await writer.close()`` at the end. With a memory ``backend``
     the writer also snapshots its index at every batch flush (see _persist).
-    ``fingerprint`` (``Fingerprinter.version``) is recorded with the snapshot.
+    ``fingerprint`` (``Fingerprinter.version``) is recorded with the snapshot,
+    and ``idf`` (the Fingerprinter's IdfTable, if any) saved beside it.
     """
     if not config.dir:
         return None
@@ -208,4 +214,4 @@ def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "page
         settings={"search": config.search, "distance": config.distance,
                   "fingerprint": fingerprint},
         stats=getattr(crawler, "stats", None),
-        prefix="simdup/" if namespace == "pages" else f"simdup/{namespace}/")
+        prefix="simdup/" if namespace == "pages" else f"simdup/{namespace}/", idf=idf)

@@ -50,16 +50,21 @@ class SimdupComponent:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
+        idf = None
         if config.dir:
-            from ._persist import prepare_directory  # noqa: PLC0415
+            from ._persist import load_idf, namespace_dir, prepare_directory  # noqa: PLC0415
             prepare_directory(config.dir, "SIMDUP_DIR" if crawler.settings.get("SIMDUP_DIR")
                               else "SIMDUP_DIR (JOBDIR/simdup)")
+            if fingerprinter is None and config.feature_options.get("weighting") == "idf":
+                idf = load_idf(namespace_dir(config.dir, self.kind), config.on_error,
+                               self.stats, self.prefix)
         self.fingerprinter = fingerprinter if fingerprinter is not None else \
-            config.make_fingerprinter()
+            config.make_fingerprinter(idf=idf)
         self.backend = backend if backend is not None else make_backend(
-            config, crawler, self.kind)
+            config, crawler, self.kind, fingerprint=self.fingerprinter.version)
         self.writer = make_batch_writer(config, crawler, self.kind, backend=self.backend,
-                                        fingerprint=self.fingerprinter.version)
+                                        fingerprint=self.fingerprinter.version,
+                                        idf=self.fingerprinter.idf)
         self.logstats = _logstats.attach(crawler, config)
         self._skipped_exc = SkippedPage
         self._stopping = False
@@ -112,6 +117,8 @@ class SimdupComponent:
                 self.error(key, "writing to SIMDUP_DIR")
         if match is not None:
             stats.inc_value(self.prefix + "duplicates")
+        elif self.fingerprinter.idf is not None:   # weighting "idf": learn from kept pages
+            self.fingerprinter.learn(fp)
         if self.config.debug:
             logger.debug("Simdup checked %s: simhash %016x, %s", key, value,
                          f"duplicate of {match.duplicate_of} at distance {match.distance}"

@@ -41,6 +41,7 @@ FEATURE_SETTINGS = {
     "SIMDUP_MAX_BYTES": "max_bytes",
     "SIMDUP_ON_TOO_LARGE": "on_too_large",
     "SIMDUP_MAX_TOKENS": "max_tokens",
+    "SIMDUP_IDF_PAGES": "idf_pages",
 }
 
 
@@ -178,6 +179,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_MAX_BYTES": None,
     "SIMDUP_ON_TOO_LARGE": None,
     "SIMDUP_MAX_TOKENS": None,
+    "SIMDUP_IDF_PAGES": None,
     "SIMDUP_ITEM_FIELDS": ("text",),
     "SIMDUP_ITEM_ID_FIELD": "url",
     "SIMDUP_TAG_FIELD": "simdup",
@@ -247,7 +249,7 @@ class SimdupConfig:
             if value is None or value == "":
                 continue
             if name in ("SIMDUP_SHINGLE_SIZE", "SIMDUP_MIN_FEATURES", "SIMDUP_MAX_BYTES",
-                        "SIMDUP_MAX_TOKENS"):
+                        "SIMDUP_MAX_TOKENS", "SIMDUP_IDF_PAGES"):
                 value = _int(name, value, lo=1)
             elif name in ("SIMDUP_CONTENT_XPATH", "SIMDUP_CONTENT_CSS", "SIMDUP_EXTRACT",
                           "SIMDUP_PARSER", "SIMDUP_ON_TOO_LARGE", "SIMDUP_FEATURES",
@@ -277,6 +279,12 @@ class SimdupConfig:
 
         # read by the Redis backend, checked here so a typo fails with any index
         _int("SIMDUP_REDIS_HEADER_BITS", get("SIMDUP_REDIS_HEADER_BITS"), lo=4, hi=24)
+        index = _index("SIMDUP_INDEX", get("SIMDUP_INDEX"))
+        if feature_options.get("weighting") == "idf" and index != "memory":
+            raise ValueError("SIMDUP_WEIGHTING = 'idf' cannot be used with a shared Redis "
+                             "SIMDUP_INDEX: each process would learn its own IDF table, and "
+                             "their fingerprints could not be compared. Use 'logtf' (the "
+                             "default) with Redis.")
 
         directory = get("SIMDUP_DIR")
         if directory is None or directory == "":
@@ -298,7 +306,7 @@ class SimdupConfig:
             item_fields=_str_list("SIMDUP_ITEM_FIELDS", get("SIMDUP_ITEM_FIELDS")),
             item_id_field=item_id_field,
             tag_field=tag_field,
-            index=_index("SIMDUP_INDEX", get("SIMDUP_INDEX")),
+            index=index,
             dir=directory,
             batch_size=_int("SIMDUP_BATCH_SIZE", get("SIMDUP_BATCH_SIZE"), lo=1),
             redis_key=redis_key,
@@ -308,15 +316,16 @@ class SimdupConfig:
             debug=_bool("SIMDUP_DEBUG", get("SIMDUP_DEBUG")),
         )
 
-    def make_fingerprinter(self):
-        """Build the :class:`scrapy_simdup.Fingerprinter` for these settings.
+    def make_fingerprinter(self, idf=None):
+        """Build the :class:`scrapy_simdup.Fingerprinter` for these settings
+        (``idf``: a saved IdfTable to go on with, for ``weighting="idf"``).
 
         The Fingerprinter validates its options; its ``ValueError`` is re-raised
         naming the ``SIMDUP_*`` setting it concerns.
         """
         from . import Fingerprinter  # noqa: PLC0415 (import cycle: the package imports us)
         try:
-            return Fingerprinter(**self.feature_options)
+            return Fingerprinter(**self.feature_options, idf=idf)
         except (TypeError, ValueError) as exc:
             message = str(exc)
             for name, kwarg in FEATURE_SETTINGS.items():

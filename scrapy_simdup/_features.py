@@ -19,7 +19,9 @@ Weights (per distinct feature, always positive):
 
 * ``count``   number of occurrences;
 * ``logtf``   ``1 + ln(count)``;
-* ``binary``  1 (set semantics, like MinHash's Jaccard).
+* ``binary``  1 (set semantics, like MinHash's Jaccard);
+* ``idf``     ``logtf`` times the inverse document frequency learned from the
+  crawl (``_idf.IdfTable``).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ except ImportError:  # not compiled (source checkout without build): NumPy path
 
 FEATURES_VERSION = 1
 FEATURE_SETS = ("shingles", "spots", "structure")
-WEIGHTINGS = ("count", "logtf", "binary")
+WEIGHTINGS = ("count", "logtf", "binary", "idf")
 
 _M = np.uint64(0x9E3779B97F4A7C15)
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
@@ -131,8 +133,9 @@ def spot_hashes(th: np.ndarray, chain: int = 2) -> np.ndarray:
     return fmix64(s)
 
 
-def weigh(hashes: np.ndarray, weighting: str) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct features and their (positive) weights."""
+def weigh(hashes: np.ndarray, weighting: str, idf=None) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct features and their (positive) weights (``idf``: the IdfTable
+    that ``weighting="idf"`` needs)."""
     if hashes.size == 0:
         return hashes, np.empty(0, np.float64)
     if _textfeat is not None:
@@ -145,6 +148,10 @@ def weigh(hashes: np.ndarray, weighting: str) -> tuple[np.ndarray, np.ndarray]:
         w = 1.0 + np.log(counts)
     elif weighting == "binary":
         w = np.ones(uniq.size, np.float64)
+    elif weighting == "idf":
+        if idf is None:
+            raise ValueError("weighting='idf' needs the IdfTable learned from the crawl")
+        w = idf.weights(uniq, counts.astype(np.float64))
     else:
         raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
     return uniq, w

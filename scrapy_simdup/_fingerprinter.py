@@ -5,10 +5,13 @@ Scrapy/parsel do, or reuse ``response.selector.root``) -> main-content text
 (``_extract``) -> tokens (``_tokenize``) -> features + weights
 (``_features``) -> 64-bit weighted simhash in compiled code (``_core``).
 
-Fingerprints are a pure function of the page bytes and the options: no state
-is learned from the crawl, so the same page gives the same ``(value, W)`` in
-every run and on every machine. ``Fingerprinter.version`` names the pipeline
-version; store it with a persisted index and refuse to mix versions.
+Fingerprints are a pure function of the page bytes and the options, so the
+same page gives the same ``(value, W)`` in every run and on every machine.
+The one exception is ``weighting="idf"``, which learns document frequencies
+from the crawl's first pages (``_idf``) and then freezes them; its table is
+stored with the index and named in the version. ``Fingerprinter.version``
+names the pipeline version; store it with a persisted index and refuse to
+mix versions.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
 
 from . import _core
 from ._extract import EXTRACTOR_VERSION, extract_lxml
+from ._idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
 from ._features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS,
                         features_from_token_hashes, text_token_hashes, weigh)
 from ._tokenize import TOKENIZER_VERSION
@@ -83,18 +87,22 @@ class Fingerprint:
     ``value`` (int in [0, 2**64)), ``W`` (float64[64] bit weights, bit ``j`` set
     iff ``W[j] >= 0``), ``n_features`` (distinct features), ``main_found``
     (main-content block found, or the visible-text fallback was used),
-    ``truncated`` (the page was cut at ``max_bytes``/``max_tokens``).
+    ``truncated`` (the page was cut at ``max_bytes``/``max_tokens``),
+    ``features`` (the distinct feature hashes, kept only with
+    ``weighting="idf"`` for ``Fingerprinter.learn``).
     """
 
-    __slots__ = ("value", "W", "n_features", "main_found", "truncated")
+    __slots__ = ("value", "W", "n_features", "main_found", "truncated", "features")
 
     def __init__(self, value: int, W: np.ndarray, n_features: int,
-                 main_found: bool = False, truncated: bool = False):
+                 main_found: bool = False, truncated: bool = False,
+                 features: np.ndarray | None = None):
         self.value = value
         self.W = W
         self.n_features = n_features
         self.main_found = main_found
         self.truncated = truncated
+        self.features = features
 
     def __iter__(self):
         yield self.value
@@ -216,7 +224,9 @@ class Fingerprinter:
 
     ``features``: ``"shingles"`` (default), ``"spots"``, ``"structure"`` or a
     ``+`` combination. ``shingle_size``: words per shingle (default 2).
-    ``weighting``: ``"logtf"`` (default), ``"count"`` or ``"binary"``.
+    ``weighting``: ``"logtf"`` (default), ``"count"``, ``"binary"`` or
+    ``"idf"`` (log-tf times the IDF learned from the first ``idf_pages`` kept
+    pages through :meth:`learn`; ``idf``: a saved ``IdfTable`` to go on with).
     ``extract``: ``"main"`` (main content, visible-text fallback; default) or
     ``"visible"``. ``content_xpath``/``content_css``: a selector whose matches
     are the content (overrides ``extract``; a page where it matches nothing
@@ -233,7 +243,8 @@ class Fingerprinter:
                  content_xpath: str | None = None, content_css: str | None = None,
                  min_features: int = DEFAULT_MIN_FEATURES, parser: str = "lxml",
                  max_bytes: int = DEFAULT_MAX_BYTES, on_too_large: str = "truncate",
-                 max_tokens: int = DEFAULT_MAX_TOKENS):
+                 max_tokens: int = DEFAULT_MAX_TOKENS, idf_pages: int = DEFAULT_LEARN_PAGES,
+                 idf: IdfTable | None = None):
         if not isinstance(features, str) or not features:
             raise ValueError(f"features must be a non-empty str such as 'shingles', got {features!r}")
         sets = tuple(s.strip() for s in features.split("+"))
@@ -244,6 +255,17 @@ class Fingerprinter:
         if isinstance(shingle_size, bool) or not isinstance(shingle_size, int) or not 1 <= shingle_size <= 16:
             raise ValueError(f"shingle_size must be an int in 1..16, got {shingle_size!r}")
         _check_option("weighting", weighting, WEIGHTINGS)
+        if isinstance(idf_pages, bool) or not isinstance(idf_pages, int) \
+                or not 1 <= idf_pages <= MAX_LEARN_PAGES:
+            raise ValueError(f"idf_pages must be an int in 1..{MAX_LEARN_PAGES}, got {idf_pages!r}")
+        if weighting == "idf":
+            if idf is None:
+                idf = IdfTable(idf_pages)
+            elif idf.learn_pages != idf_pages:
+                raise ValueError(f"idf_pages is {idf_pages}, but the saved IDF table learns from "
+                                 f"{idf.learn_pages} pages (set it back, or start a new table)")
+        elif idf is not None:
+            raise ValueError(f"an IDF table needs weighting='idf', got weighting={weighting!r}")
         _check_option("extract", extract, EXTRACT_MODES)
         _check_option("parser", parser, PARSERS)
         _check_option("on_too_large", on_too_large, ("truncate", "skip"))
@@ -292,6 +314,7 @@ class Fingerprinter:
         self.max_bytes = max_bytes
         self.on_too_large = on_too_large
         self.max_tokens = max_tokens
+        self.idf = idf
         self._want_tags = "structure" in self.feature_sets
         self._text_sets = self.feature_sets - {"structure"}
 
@@ -300,8 +323,11 @@ class Fingerprinter:
     @property
     def version(self) -> str:
         """Pipeline version + options: equal strings give equal fingerprints."""
+        weighting = self.weighting
+        if self.idf is not None:     # each table learns its own weights
+            weighting += f"{self.idf.learn_pages}-{self.idf.table_id:016x}"
         return (f"simdup-fp/t{TOKENIZER_VERSION}.x{EXTRACTOR_VERSION}.f{FEATURES_VERSION}"
-                f":{self.features}:k{self.shingle_size}:{self.weighting}:{self.extract}"
+                f":{self.features}:k{self.shingle_size}:{weighting}:{self.extract}"
                 f":{self.content_xpath or ''}:{self.content_css or ''}:{self.parser}")
 
     def options(self) -> dict:
@@ -310,7 +336,8 @@ class Fingerprinter:
                     content_xpath=self.content_xpath, content_css=self.content_css,
                     min_features=self.min_features, parser=self.parser,
                     max_bytes=self.max_bytes, on_too_large=self.on_too_large,
-                    max_tokens=self.max_tokens)
+                    max_tokens=self.max_tokens,
+                    **({"idf_pages": self.idf.learn_pages} if self.idf is not None else {}))
 
     def state(self) -> dict:
         """JSON-serialisable state to store with an index (no learned parameters)."""
@@ -416,7 +443,7 @@ class Fingerprinter:
         if not th.shape[0] and not (self._want_tags and tags):
             raise SkippedPage("empty")
         raw = features_from_token_hashes(th, self.feature_sets, self.shingle_size, tags)
-        hashes, weights = weigh(raw, self.weighting)
+        hashes, weights = weigh(raw, self.weighting, self.idf)
         return hashes, weights, truncated
 
     def _simhash(self, hashes, weights, main_found, truncated) -> Fingerprint:
@@ -424,7 +451,16 @@ class Fingerprinter:
         if n < self.min_features:
             raise SkippedPage("too_few_features", f"{n} < {self.min_features}")
         value, W = _core.simhash_hashes(hashes, weights)
-        return Fingerprint(int(value), W, n, main_found, truncated)
+        return Fingerprint(int(value), W, n, main_found, truncated,
+                           hashes if self.idf is not None else None)
+
+    def learn(self, fingerprint: Fingerprint) -> bool:
+        """Let ``weighting="idf"`` learn from a page the crawl keeps (not a
+        duplicate); True if the table changed (False once it is frozen, or
+        with another weighting)."""
+        if self.idf is None or fingerprint.features is None:
+            return False
+        return self.idf.learn(fingerprint.features)
 
     # ----------------------------------------------------------------- public
 
@@ -530,6 +566,10 @@ def _cached(items: tuple) -> Fingerprinter:
 
 def get_fingerprinter(**options) -> Fingerprinter:
     """A cached Fingerprinter for these options."""
+    if options.get("weighting") == "idf":
+        raise ValueError("weighting='idf' learns from the pages of a crawl, so a one-off "
+                         "fingerprint has no table to use: make a Fingerprinter("
+                         "weighting='idf') and call its learn() with the pages it keeps")
     try:
         return _cached(tuple(sorted(options.items())))
     except TypeError:        # unhashable option value: let the constructor complain

@@ -15,6 +15,11 @@ What is kept (per namespace directory: ``SIMDUP_DIR`` for pages,
     ``distance``, ``fingerprint``: the Fingerprinter recipe, checked on
     restore), ``saved``.
 
+``idf.bin``
+    With ``SIMDUP_WEIGHTING = "idf"``: the IDF table the fingerprints were
+    weighed with (``_idf``), saved before each snapshot commits and loaded
+    at start, so a restart goes on with the same table.
+
 A snapshot is taken at every batch flush and at close, so a ``kill -9`` loses
 at most what was checked since the last flush. Bytes past the recorded
 lengths (an append cut short) are ignored and overwritten; a length or
@@ -35,11 +40,13 @@ import numpy as np
 from ._atomic import CorruptFileError, atomic_write_json, fsync_dir, read_json, remove_stale_temporaries
 from ._batch import BatchWriter
 from ._batchfile import escape_url
+from ._idf import IdfTable
 
 logger = logging.getLogger("scrapy_simdup")
 
 FORMAT = "simdup-index"
 VERSION = 1
+IDF_FILE = "idf.bin"
 
 
 def prepare_directory(directory, setting: str = "SIMDUP_DIR") -> Path:
@@ -180,9 +187,12 @@ class PersistentBatchWriter:
     """
 
     def __init__(self, directory, batch_size: int, backend=None, settings: dict | None = None,
-                 stats=None, prefix: str = "simdup/"):
+                 stats=None, prefix: str = "simdup/", idf: IdfTable | None = None):
         self.directory = Path(directory)
         self.backend = backend
+        self.idf = idf
+        self._idf_saved_pages = idf.pages if idf is not None and \
+            (self.directory / IDF_FILE).exists() else None
         self.settings = settings or {}
         self.stats = stats
         self.prefix = prefix
@@ -209,6 +219,11 @@ class PersistentBatchWriter:
     def snapshot(self) -> None:
         if self.store is None or not self._stored_values:
             return
+        # the table first: a committed index must never lack the table its
+        # fingerprints were weighed with (a newer table only means more learned)
+        if self.idf is not None and self.idf.pages != self._idf_saved_pages:
+            self.idf.save(self.directory / IDF_FILE)
+            self._idf_saved_pages = self.idf.pages
         self.store.append(np.array(self._stored_values, dtype=np.uint64), self._stored_keys,
                           self.settings)
         self._stored_values, self._stored_keys = [], []
@@ -228,6 +243,34 @@ class PersistentBatchWriter:
                 pass                # same directory: the batch error tells it
             raise
         self.snapshot()             # nothing was left to flush
+
+
+def load_idf(directory, on_error: str = "keep", stats=None,
+             prefix: str = "simdup/") -> IdfTable | None:
+    """The IDF table saved in ``directory``, or None (a new crawl).
+
+    A corrupt table is handled like a corrupt index snapshot (see
+    :func:`restore`): with ``on_error="stop"`` a :class:`CorruptFileError`,
+    otherwise it is moved aside *with* the index (whose fingerprints need
+    it) and the crawl starts afresh.
+    """
+    path = Path(directory) / IDF_FILE
+    if not path.exists():
+        return None
+    try:
+        return IdfTable.load(path)
+    except CorruptFileError as exc:
+        if stats is not None:
+            stats.set_value(prefix + "index_corrupt", 1)
+        if on_error == "stop":
+            logger.error("Simdup: the saved IDF table is corrupt: %s (SIMDUP_ON_ERROR=stop)", exc)
+            raise
+        target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        os.replace(path, target)
+        moved = [str(target)] + IndexStore(directory).move_aside()
+        logger.error("Simdup: the saved IDF table is corrupt: %s; moved aside with the index "
+                     "it weighed (%s), starting afresh", exc, ", ".join(moved))
+        return None
 
 
 def restore(backend, directory, on_error: str = "keep", stats=None, prefix: str = "simdup/",

@@ -18,6 +18,7 @@ import pytest
 from http_server import PageServer
 from scrapy_simdup._atomic import CorruptFileError
 from scrapy_simdup._batchfile import list_batches, read_batch
+from scrapy_simdup._idf import IdfTable
 from scrapy_simdup._persist import IndexStore
 
 HERE = Path(__file__).resolve().parent
@@ -240,3 +241,33 @@ def test_index_data_without_its_header_is_corrupt_not_empty(tmp_path):
     assert restore(None, tmp_path, on_error="keep") == 0
     assert list(tmp_path.glob("index.values.corrupt-*"))
     assert not IndexStore(tmp_path).exists()
+
+
+def test_idf_table_is_saved_and_a_restart_goes_on_with_it(site, tmp_path):
+    d = tmp_path / "simdup"
+    extra = {"SIMDUP_WEIGHTING": "idf", "SIMDUP_IDF_PAGES": 15}
+    first = _crawl(tmp_path, site, d, extra, name="first")
+    assert first["error"] is None and first["stats"].get("simdup/duplicates", 0) == 0
+    table = IdfTable.load(d / "idf.bin")
+    assert table.frozen and table.pages == 15
+    assert f"{table.table_id:016x}" in IndexStore(d).meta["fingerprint"]
+    second = _crawl(tmp_path, site, d, extra, name="second")
+    assert second["error"] is None
+    assert second["stats"].get("simdup/index_restored") == N_PAGES
+    # every page is recognised: those checked after the table froze at distance 0,
+    # the 15 it learned from within a few bits (each was weighed by the table so far)
+    distances = sorted(r["distance"] for r in second["dropped"])
+    assert len(distances) == N_PAGES
+    assert distances.count(0) >= N_PAGES - 15 and distances[-1] <= 9
+    assert IdfTable.load(d / "idf.bin").table_id == table.table_id
+    # a damaged table goes aside together with the index it weighed (SIMDUP_ON_ERROR=keep)
+    data = bytearray((d / "idf.bin").read_bytes())
+    data[4000] ^= 0x10
+    (d / "idf.bin").write_bytes(bytes(data))
+    third = _crawl(tmp_path, site, d, extra, name="third")
+    assert third["error"] is None and third["stats"].get("simdup/index_corrupt") == 1
+    assert third["stats"].get("simdup/duplicates", 0) == 0
+    assert any("idf.bin" in line and "checksum" in line for line in third["log"])
+    assert "Traceback" not in third["stderr"]
+    assert list(d.glob("idf.bin.corrupt-*")) and list(d.glob("index.values.corrupt-*"))
+    assert IdfTable.load(d / "idf.bin").table_id != table.table_id
