@@ -260,17 +260,26 @@ def load_idf(directory, on_error: str = "keep", stats=None,
     try:
         return IdfTable.load(path)
     except CorruptFileError as exc:
-        if stats is not None:
-            stats.set_value(prefix + "index_corrupt", 1)
-        if on_error == "stop":
-            logger.error("Simdup: the saved IDF table is corrupt: %s (SIMDUP_ON_ERROR=stop)", exc)
-            raise
-        target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-        os.replace(path, target)
-        moved = [str(target)] + IndexStore(directory).move_aside()
-        logger.error("Simdup: the saved IDF table is corrupt: %s; moved aside with the index "
-                     "it weighed (%s), starting afresh", exc, ", ".join(moved))
+        def move_aside():
+            target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+            os.replace(path, target)
+            return [str(target)] + IndexStore(directory).move_aside()
+        _saved_file_corrupt(exc, "IDF table (and the index it weighed)", on_error, stats,
+                            prefix, move_aside)
         return None
+
+
+def _saved_file_corrupt(exc, what: str, on_error: str, stats, prefix: str, move_aside) -> None:
+    """A saved file is corrupt: counted, then raised (``on_error="stop"``) or
+    moved aside with ``move_aside()`` and logged by name (no traceback)."""
+    if stats is not None:
+        stats.set_value(prefix + "index_corrupt", 1)
+    if on_error == "stop":
+        logger.error("Simdup: the saved %s is corrupt: %s (SIMDUP_ON_ERROR=stop)", what, exc)
+        raise exc
+    moved = move_aside()
+    logger.error("Simdup: the saved %s is corrupt: %s; moved aside (%s), starting with an "
+                 "empty index", what, exc, ", ".join(moved))
 
 
 def restore(backend, directory, on_error: str = "keep", stats=None, prefix: str = "simdup/",
@@ -298,14 +307,7 @@ def restore(backend, directory, on_error: str = "keep", stats=None, prefix: str 
     try:
         values, keys = store.load()
     except CorruptFileError as exc:
-        if stats is not None:
-            stats.set_value(prefix + "index_corrupt", 1)
-        if on_error == "stop":
-            logger.error("Simdup: the saved index is corrupt: %s (SIMDUP_ON_ERROR=stop)", exc)
-            raise
-        moved = store.move_aside()
-        logger.error("Simdup: the saved index is corrupt: %s; moved aside (%s), starting with "
-                     "an empty index", exc, ", ".join(moved))
+        _saved_file_corrupt(exc, "index", on_error, stats, prefix, store.move_aside)
         return 0
     if len(values):
         ids = backend.index.add(values)

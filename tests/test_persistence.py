@@ -271,3 +271,19 @@ def test_idf_table_is_saved_and_a_restart_goes_on_with_it(site, tmp_path):
     assert "Traceback" not in third["stderr"]
     assert list(d.glob("idf.bin.corrupt-*")) and list(d.glob("index.values.corrupt-*"))
     assert IdfTable.load(d / "idf.bin").table_id != table.table_id
+
+
+def test_load_idf_corrupt_table_stops_or_goes_aside_with_the_index(tmp_path):
+    from scrapy_simdup._persist import load_idf
+    assert load_idf(tmp_path) is None                  # a new crawl
+    table = IdfTable(learn_pages=3, bits=10)
+    table.save(tmp_path / "idf.bin")
+    IndexStore(tmp_path).append(np.array([5, 6], dtype=np.uint64), ["a", "b"])
+    assert load_idf(tmp_path).table_id == table.table_id
+    (tmp_path / "idf.bin").write_bytes((tmp_path / "idf.bin").read_bytes()[:-1])
+    with pytest.raises(CorruptFileError, match="idf.bin.*truncated"):
+        load_idf(tmp_path, on_error="stop")
+    assert (tmp_path / "idf.bin").exists() and (tmp_path / "index.json").exists()   # untouched
+    assert load_idf(tmp_path, on_error="keep") is None
+    assert not (tmp_path / "idf.bin").exists() and not IndexStore(tmp_path).exists()
+    assert list(tmp_path.glob("idf.bin.corrupt-*")) and list(tmp_path.glob("index.json.corrupt-*"))
