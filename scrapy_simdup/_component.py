@@ -110,6 +110,10 @@ class SimdupComponent:
         probes = self.backend.probes
         if probes is not None:
             stats.set_value(self.prefix + "probes", probes)
+        if match is None and self.fingerprinter.idf is not None:
+            # weighting "idf": learn from kept pages, before the writer may
+            # snapshot the index with this page in it
+            self.fingerprinter.learn(fp)
         if self.writer is not None:
             try:
                 self.writer.add(value, W, key, match)
@@ -117,8 +121,6 @@ class SimdupComponent:
                 self.error(key, "writing to SIMDUP_DIR")
         if match is not None:
             stats.inc_value(self.prefix + "duplicates")
-        elif self.fingerprinter.idf is not None:   # weighting "idf": learn from kept pages
-            self.fingerprinter.learn(fp)
         if self.config.debug:
             logger.debug("Simdup checked %s: simhash %016x, %s", key, value,
                          f"duplicate of {match.duplicate_of} at distance {match.distance}"

@@ -256,6 +256,9 @@ class SimdupConfig:
                           "SIMDUP_WEIGHTING"):
                 value = _opt_str(name, value)
             feature_options[kwarg] = value
+        if "idf_pages" in feature_options and feature_options.get("weighting") != "idf":
+            logger.warning("SIMDUP_IDF_PAGES has no effect without SIMDUP_WEIGHTING = 'idf'")
+            del feature_options["idf_pages"]
         if "content_xpath" in feature_options and "content_css" in feature_options:
             raise ValueError("SIMDUP_CONTENT_XPATH and SIMDUP_CONTENT_CSS are exclusive: "
                              "set only one of them")

@@ -255,10 +255,11 @@ class Fingerprinter:
         if isinstance(shingle_size, bool) or not isinstance(shingle_size, int) or not 1 <= shingle_size <= 16:
             raise ValueError(f"shingle_size must be an int in 1..16, got {shingle_size!r}")
         _check_option("weighting", weighting, WEIGHTINGS)
-        if isinstance(idf_pages, bool) or not isinstance(idf_pages, int) \
-                or not 1 <= idf_pages <= MAX_LEARN_PAGES:
-            raise ValueError(f"idf_pages must be an int in 1..{MAX_LEARN_PAGES}, got {idf_pages!r}")
         if weighting == "idf":
+            if isinstance(idf_pages, bool) or not isinstance(idf_pages, int) \
+                    or not 1 <= idf_pages <= MAX_LEARN_PAGES:
+                raise ValueError(f"idf_pages must be an int in 1..{MAX_LEARN_PAGES}, "
+                                 f"got {idf_pages!r}")
             if idf is None:
                 idf = IdfTable(idf_pages)
             elif idf.learn_pages != idf_pages:

@@ -15,10 +15,14 @@ What is kept (per namespace directory: ``SIMDUP_DIR`` for pages,
     ``distance``, ``fingerprint``: the Fingerprinter recipe, checked on
     restore), ``saved``.
 
-``idf.bin``
+``idf-<pages>.bin``
     With ``SIMDUP_WEIGHTING = "idf"``: the IDF table the fingerprints were
-    weighed with (``_idf``), saved before each snapshot commits and loaded
-    at start, so a restart goes on with the same table.
+    weighed with (``_idf``), one file per state it was committed in. A new
+    table is saved at start-up (``idf-00000.bin``, so its id is on disk
+    before any batch names it); while it learns, each snapshot saves the
+    table first and ``index.json`` names it (``idf_file``), so the index and
+    the table always commit together and a restart goes on with exactly the
+    committed table (older and uncommitted generations are removed).
 
 A snapshot is taken at every batch flush and at close, so a ``kill -9`` loses
 at most what was checked since the last flush. Bytes past the recorded
@@ -46,7 +50,11 @@ logger = logging.getLogger("scrapy_simdup")
 
 FORMAT = "simdup-index"
 VERSION = 1
-IDF_FILE = "idf.bin"
+IDF_GLOB = "idf-*.bin"
+
+
+def idf_file_name(table: IdfTable) -> str:
+    return f"idf-{table.pages:05d}.bin"
 
 
 def prepare_directory(directory, setting: str = "SIMDUP_DIR") -> Path:
@@ -191,9 +199,13 @@ class PersistentBatchWriter:
         self.directory = Path(directory)
         self.backend = backend
         self.idf = idf
-        self._idf_saved_pages = idf.pages if idf is not None and \
-            (self.directory / IDF_FILE).exists() else None
         self.settings = settings or {}
+        if idf is not None:
+            # the table's id goes to disk before any batch file names it
+            name = idf_file_name(idf)
+            if not (self.directory / name).exists():
+                idf.save(self.directory / name)
+            self.settings = {**self.settings, "idf_file": name}
         self.stats = stats
         self.prefix = prefix
         self.store = IndexStore(self.directory) if backend is not None else None
@@ -219,13 +231,17 @@ class PersistentBatchWriter:
     def snapshot(self) -> None:
         if self.store is None or not self._stored_values:
             return
-        # the table first: a committed index must never lack the table its
-        # fingerprints were weighed with (a newer table only means more learned)
-        if self.idf is not None and self.idf.pages != self._idf_saved_pages:
-            self.idf.save(self.directory / IDF_FILE)
-            self._idf_saved_pages = self.idf.pages
+        # the table first, then the index that names it: a kill between the two
+        # leaves the previous commit (index and table) in force
+        old_idf = self.settings.get("idf_file")
+        if self.idf is not None and idf_file_name(self.idf) != old_idf:
+            name = idf_file_name(self.idf)
+            self.idf.save(self.directory / name)
+            self.settings = {**self.settings, "idf_file": name}
         self.store.append(np.array(self._stored_values, dtype=np.uint64), self._stored_keys,
                           self.settings)
+        if self.idf is not None and self.settings["idf_file"] != old_idf:
+            _remove_idf_files(self.directory, keep=self.settings["idf_file"])
         self._stored_values, self._stored_keys = [], []
 
     def flush(self) -> None:
@@ -245,28 +261,65 @@ class PersistentBatchWriter:
         self.snapshot()             # nothing was left to flush
 
 
+def _remove_idf_files(directory: Path, keep: str | None) -> None:
+    for path in directory.glob(IDF_GLOB):
+        if path.name != keep:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+
 def load_idf(directory, on_error: str = "keep", stats=None,
              prefix: str = "simdup/") -> IdfTable | None:
-    """The IDF table saved in ``directory``, or None (a new crawl).
+    """The IDF table committed in ``directory``, or None (a new crawl).
 
-    A corrupt table is handled like a corrupt index snapshot (see
-    :func:`restore`): with ``on_error="stop"`` a :class:`CorruptFileError`,
-    otherwise it is moved aside *with* the index (whose fingerprints need
-    it) and the crawl starts afresh.
+    The table is the one ``index.json`` names, or before the first snapshot
+    the one saved at start-up; other generations (a kill before their
+    snapshot committed) are removed. A named table that is missing or
+    corrupt cannot be rebuilt, and every batch file and the collection in
+    the directory were weighed with it: with ``on_error="stop"`` that is a
+    :class:`CorruptFileError`, otherwise all of them are moved into a
+    ``corrupt-<time>/`` subdirectory (still a directory ``simdup merge`` can
+    merge on its own) and the crawl starts afresh.
     """
-    path = Path(directory) / IDF_FILE
-    if not path.exists():
-        return None
+    directory = Path(directory)
     try:
-        return IdfTable.load(path)
-    except CorruptFileError as exc:
-        def move_aside():
-            target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-            os.replace(path, target)
-            return [str(target)] + IndexStore(directory).move_aside()
-        _saved_file_corrupt(exc, "IDF table (and the index it weighed)", on_error, stats,
-                            prefix, move_aside)
+        name = read_json(directory / "index.json").get("idf_file")
+    except CorruptFileError:        # no index yet, or a damaged one (restore reports it)
+        name = None
+    generations = sorted(p.name for p in directory.glob(IDF_GLOB))
+    if name is None and generations:
+        name = generations[0]
+    if name is None:
         return None
+    path = directory / str(name)
+    try:
+        if not path.is_file():
+            raise CorruptFileError(path, "the IDF table the saved index was weighed with is "
+                                         "missing")
+        table = IdfTable.load(path)
+    except CorruptFileError as exc:
+        _saved_file_corrupt(exc, "IDF table (the index and batches need it)", on_error, stats,
+                            prefix, lambda: _move_state_aside(directory))
+        return None
+    _remove_idf_files(directory, keep=path.name)
+    return table
+
+
+def _move_state_aside(directory: Path) -> list[str]:
+    """Move the index, IDF tables, batch files and collection of ``directory``
+    into a new ``corrupt-<time>/`` subdirectory; returns what was moved."""
+    target = directory / f"corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+    target.mkdir()
+    moved = []
+    for pattern in ("index.*", IDF_GLOB, "batch-*", "collection"):
+        for path in sorted(directory.glob(pattern)):
+            os.replace(path, target / path.name)
+            moved.append(path.name)
+    fsync_dir(target)
+    fsync_dir(directory)
+    return [f"{target}/: {', '.join(moved)}"]
 
 
 def _saved_file_corrupt(exc, what: str, on_error: str, stats, prefix: str, move_aside) -> None:

@@ -149,12 +149,16 @@ def test_idf_options_are_checked():
     assert not fp.learn(fp.fingerprint_text(" ".join(f"word{i}" for i in range(40))))
 
 
-def test_idf_settings_are_checked():
+def test_idf_settings_are_checked(caplog):
     config = SimdupConfig.from_settings({"SIMDUP_WEIGHTING": "idf", "SIMDUP_IDF_PAGES": 50})
     fp = config.make_fingerprinter()
     assert fp.idf.learn_pages == 50
     with pytest.raises(ValueError, match="SIMDUP_IDF_PAGES"):
         SimdupConfig.from_settings({"SIMDUP_IDF_PAGES": "many"})
+    # set without idf weighting: it does nothing, and says so
+    with caplog.at_level("WARNING"):
+        fp = SimdupConfig.from_settings({"SIMDUP_IDF_PAGES": 70000}).make_fingerprinter()
+    assert fp.idf is None and "SIMDUP_IDF_PAGES has no effect" in caplog.text
     with pytest.raises(ValueError, match="SIMDUP_IDF_PAGES"):
         SimdupConfig.from_settings({"SIMDUP_WEIGHTING": "idf",
                                     "SIMDUP_IDF_PAGES": 100000}).make_fingerprinter()

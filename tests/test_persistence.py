@@ -248,9 +248,11 @@ def test_idf_table_is_saved_and_a_restart_goes_on_with_it(site, tmp_path):
     extra = {"SIMDUP_WEIGHTING": "idf", "SIMDUP_IDF_PAGES": 15}
     first = _crawl(tmp_path, site, d, extra, name="first")
     assert first["error"] is None and first["stats"].get("simdup/duplicates", 0) == 0
-    table = IdfTable.load(d / "idf.bin")
+    assert [p.name for p in d.glob("idf-*.bin")] == ["idf-00015.bin"]
+    table = IdfTable.load(d / "idf-00015.bin")
     assert table.frozen and table.pages == 15
-    assert f"{table.table_id:016x}" in IndexStore(d).meta["fingerprint"]
+    meta = IndexStore(d).meta
+    assert meta["idf_file"] == "idf-00015.bin" and f"{table.table_id:016x}" in meta["fingerprint"]
     second = _crawl(tmp_path, site, d, extra, name="second")
     assert second["error"] is None
     assert second["stats"].get("simdup/index_restored") == N_PAGES
@@ -258,32 +260,92 @@ def test_idf_table_is_saved_and_a_restart_goes_on_with_it(site, tmp_path):
     # the 15 it learned from within a few bits (each was weighed by the table so far)
     distances = sorted(r["distance"] for r in second["dropped"])
     assert len(distances) == N_PAGES
-    assert distances.count(0) >= N_PAGES - 15 and distances[-1] <= 9
-    assert IdfTable.load(d / "idf.bin").table_id == table.table_id
-    # a damaged table goes aside together with the index it weighed (SIMDUP_ON_ERROR=keep)
-    data = bytearray((d / "idf.bin").read_bytes())
+    assert distances.count(0) >= N_PAGES - 15 and distances[-1] <= 3
+    assert IdfTable.load(d / "idf-00015.bin").table_id == table.table_id
+    # a damaged table cannot be rebuilt and every batch was weighed with it: with
+    # SIMDUP_ON_ERROR=keep the whole state goes into corrupt-<time>/ and the crawl starts afresh
+    data = bytearray((d / "idf-00015.bin").read_bytes())
     data[4000] ^= 0x10
-    (d / "idf.bin").write_bytes(bytes(data))
+    (d / "idf-00015.bin").write_bytes(bytes(data))
     third = _crawl(tmp_path, site, d, extra, name="third")
     assert third["error"] is None and third["stats"].get("simdup/index_corrupt") == 1
     assert third["stats"].get("simdup/duplicates", 0) == 0
-    assert any("idf.bin" in line and "checksum" in line for line in third["log"])
+    assert any("idf-00015.bin" in line and "checksum" in line for line in third["log"])
     assert "Traceback" not in third["stderr"]
-    assert list(d.glob("idf.bin.corrupt-*")) and list(d.glob("index.values.corrupt-*"))
-    assert IdfTable.load(d / "idf.bin").table_id != table.table_id
+    (aside,) = d.glob("corrupt-*")
+    assert (aside / "index.json").exists() and len(list_batches(aside)) == 2 * N_PAGES // 5
+    assert IdfTable.load(next(d.glob("idf-*.bin"))).table_id != table.table_id
+    # both directories still merge, each with its own table's fingerprints
+    for directory, expected in ((d, N_PAGES), (aside, 2 * N_PAGES)):
+        out = subprocess.run([sys.executable, "-m", "scrapy_simdup._cli", "merge",
+                              str(directory), "--json"], capture_output=True, text=True,
+                             env=_env(), timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["fingerprints"] == expected
+
+
+def test_idf_table_commits_with_the_index(site, tmp_path):
+    """While it learns, the saved table holds exactly the kept pages of the
+    saved index; a missing table is reported like a corrupt one."""
+    d = tmp_path / "simdup"
+    extra = {"SIMDUP_WEIGHTING": "idf", "SIMDUP_IDF_PAGES": 100}
+    first = _crawl(tmp_path, site, d, extra, name="first")
+    assert first["error"] is None
+    assert [p.name for p in d.glob("idf-*.bin")] == [f"idf-{N_PAGES:05d}.bin"]
+    assert IdfTable.load(d / f"idf-{N_PAGES:05d}.bin").pages == len(IndexStore(d).load()[0])
+    (d / f"idf-{N_PAGES:05d}.bin").unlink()
+    again = _crawl(tmp_path, site, d, {**extra, "SIMDUP_ON_ERROR": "stop"}, name="again")
+    assert again["error"] and "idf-00040.bin" in again["error"] and "missing" in again["error"]
+
+
+def test_a_kill_between_table_and_index_commits_keeps_the_previous_pair(tmp_path):
+    from scrapy_simdup._persist import PersistentBatchWriter, load_idf
+
+    class Backend:          # what the writer needs of a memory backend to snapshot
+        pass
+    table = IdfTable(learn_pages=50, bits=10)
+    writer = PersistentBatchWriter(tmp_path, batch_size=3, backend=Backend(), idf=table)
+    writer.store = IndexStore(tmp_path)
+    assert (tmp_path / "idf-00000.bin").exists()          # the id is on disk at once
+    W = np.ones(64)
+    for i in range(3):
+        table.learn(np.array([i << 54], np.uint64))
+        writer.add(i + 1, W, f"u{i}", None)               # third add flushes + snapshots
+    assert IndexStore(tmp_path).meta["idf_file"] == "idf-00003.bin"
+    assert [p.name for p in tmp_path.glob("idf-*.bin")] == ["idf-00003.bin"]
+
+    def killed(*args, **kwargs):
+        raise OSError("killed before the index committed")
+    writer.store.append = killed
+    for i in range(3, 6):
+        table.learn(np.array([i << 54], np.uint64))
+        try:
+            writer.add(i + 1, W, f"u{i}", None)
+        except OSError:
+            pass
+    assert (tmp_path / "idf-00006.bin").exists()          # saved, never committed
+    back = load_idf(tmp_path)
+    assert back.pages == 3 == len(IndexStore(tmp_path).load()[0])
+    assert [p.name for p in tmp_path.glob("idf-*.bin")] == ["idf-00003.bin"]
 
 
 def test_load_idf_corrupt_table_stops_or_goes_aside_with_the_index(tmp_path):
     from scrapy_simdup._persist import load_idf
     assert load_idf(tmp_path) is None                  # a new crawl
     table = IdfTable(learn_pages=3, bits=10)
-    table.save(tmp_path / "idf.bin")
-    IndexStore(tmp_path).append(np.array([5, 6], dtype=np.uint64), ["a", "b"])
+    path = tmp_path / "idf-00000.bin"
+    table.save(path)
+    IndexStore(tmp_path).append(np.array([5, 6], dtype=np.uint64), ["a", "b"],
+                                {"idf_file": path.name})
+    (tmp_path / "idf-00002.bin").write_bytes(b"never committed")
     assert load_idf(tmp_path).table_id == table.table_id
-    (tmp_path / "idf.bin").write_bytes((tmp_path / "idf.bin").read_bytes()[:-1])
-    with pytest.raises(CorruptFileError, match="idf.bin.*truncated"):
+    assert not (tmp_path / "idf-00002.bin").exists()      # a stale generation is removed
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.raises(CorruptFileError, match="idf-00000.bin.*truncated"):
         load_idf(tmp_path, on_error="stop")
-    assert (tmp_path / "idf.bin").exists() and (tmp_path / "index.json").exists()   # untouched
+    assert path.exists() and (tmp_path / "index.json").exists()      # untouched
     assert load_idf(tmp_path, on_error="keep") is None
-    assert not (tmp_path / "idf.bin").exists() and not IndexStore(tmp_path).exists()
-    assert list(tmp_path.glob("idf.bin.corrupt-*")) and list(tmp_path.glob("index.json.corrupt-*"))
+    assert not path.exists() and not IndexStore(tmp_path).exists()
+    (aside,) = tmp_path.glob("corrupt-*")
+    assert sorted(p.name for p in aside.iterdir()) == [
+        "idf-00000.bin", "index.json", "index.keys", "index.values"]
