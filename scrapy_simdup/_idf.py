@@ -25,7 +25,7 @@ so fingerprints made with different tables are never mixed (a restart with
 ``SIMDUP_DIR`` loads the same table; ``simdup merge`` refuses batches of two
 crawls that learned separately).
 
-File format (``idf.bin``, little-endian, written atomically): a 48-byte header
+File format (``idf-<pages>.bin`` in ``SIMDUP_DIR``, see ``_persist``; little-endian, written atomically): a 48-byte header
 ``magic b"SIMDUPDF"``, ``u4 format version``, ``u4 bits``, ``u8 pages``,
 ``u8 learn_pages``, ``u8 table_id``, ``u4 CRC-32 of the counts``, ``u4 0``;
 then ``u2[2**bits]`` document counts.
