@@ -48,14 +48,14 @@ def _distance(text: str) -> int:
 def add_merge_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``simdup merge`` (shared with ``scrapy simdup merge``)."""
     parser.add_argument("--collection", metavar="PATH",
-                       help="the collection directory (default: DIR/collection of the first DIR)")
+                       help="the collection directory (by default DIR/collection of the first DIR)")
     parser.add_argument("--distance", type=_distance, default=None, metavar="H",
-                       help=f"Hamming distance threshold (default: the crawls' SIMDUP_DISTANCE "
+                       help=f"Hamming distance threshold (by default the crawls' SIMDUP_DISTANCE "
                        f"as recorded in their batch files, else {DEFAULT_DISTANCE}; `scrapy "
                        f"simdup merge` reads the project's SIMDUP_DISTANCE)")
     probes = parser.add_mutually_exclusive_group()
     probes.add_argument("--probes", type=int, metavar="K",
-                        help="flipped headers probed per fingerprint (default: enough for "
+                        help="flipped headers probed per fingerprint (by default enough for "
                         "98%% recall by the calibrated volatility model, else 20)")
     probes.add_argument("--recall", type=_recall, metavar="R",
                         help="target recall; the probe count comes from the calibrated "
@@ -78,7 +78,7 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-verify", action="store_true",
                        help="skip the checksum verification of batch and collection data")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="progress bar on stderr (default: when stderr is a terminal)")
+                       help="progress bar on stderr (by default when stderr is a terminal)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -103,7 +103,7 @@ def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.A
     stats = sub.add_parser("stats", help="what the directories and the collection hold")
     stats.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR")
     stats.add_argument("--collection", metavar="PATH",
-                       help="the collection directory (default: DIR/collection of the first DIR)")
+                       help="the collection directory (by default DIR/collection of the first DIR)")
     stats.add_argument("--json", action="store_true", help="print JSON")
     return parser
 

@@ -31,7 +31,7 @@ import re
 
 from lxml import etree
 
-EXTRACTOR_VERSION = 1
+EXTRACTOR_VERSION = 2   # 2: block sizes count visible (non-space) characters
 
 # Never visible: always skipped.
 INVISIBLE_TAGS = frozenset(
@@ -65,6 +65,13 @@ _NEVER_UNLIKELY = frozenset(("html", "body", "article", "main"))
 _label_cache: dict = {}
 
 
+def visible_len(text: str) -> int:
+    """Characters that are not white space: what block and link sizes count,
+    so that re-indenting a page (or BeautifulSoup's whitespace handling)
+    does not change which block is the main content."""
+    return len("".join(text.split()))
+
+
 def unlikely_label(label: str) -> bool:
     """Does a ``class``/``id`` label say boilerplate (and not content)?"""
     hit = _label_cache.get(label)
@@ -93,7 +100,7 @@ class BlockBuilder:
     def __init__(self, mode: str = "main", want_tags: bool = False):
         self.mode = mode
         self.texts: list[str] = []      # block texts
-        self.nchars: list[int] = []     # stripped chars per block
+        self.nchars: list[int] = []     # visible (non-space) chars per block
         self.lchars: list[int] = []     # link chars per block
         self.owner: list[int] = []      # container id per block
         self.parent: list[int] = [-1]   # container parent (container 0 = root)
@@ -144,7 +151,7 @@ class BlockBuilder:
             self.parts.append(text)
             self.part_chars += n
             if self.link_depth:
-                self.link_chars += n
+                self.link_chars += visible_len(text)
 
     def finish(self) -> None:
         """An element ends (after its subtree, before its tail)."""
@@ -161,7 +168,7 @@ class BlockBuilder:
         if not self.parts:
             return
         text = "".join(self.parts)
-        n = len(text.strip())
+        n = visible_len(text)
         if n:
             self.texts.append(text)
             self.nchars.append(n)
@@ -353,7 +360,7 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
                 push_kind(2)
                 if tag in blocks and parts:
                     text = "".join(parts)
-                    n = len(text.strip())
+                    n = visible_len(text)
                     if n:
                         texts.append(text)
                         nchars.append(n)
@@ -377,7 +384,7 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
             if unlikely or tag in blocks:
                 if parts:
                     text = "".join(parts)
-                    n = len(text.strip())
+                    n = visible_len(text)
                     if n:
                         texts.append(text)
                         nchars.append(n)
@@ -400,13 +407,13 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
             if t:
                 parts.append(t)
                 if link_depth:
-                    link_chars += len(t)
+                    link_chars += visible_len(t)
         elif event == "end":
             kind = pop_kind()
             if kind == 1:
                 if parts:
                     text = "".join(parts)
-                    n = len(text.strip())
+                    n = visible_len(text)
                     if n:
                         texts.append(text)
                         nchars.append(n)
@@ -423,16 +430,16 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
                 if t:
                     parts.append(t)
                     if link_depth:
-                        link_chars += len(t)
+                        link_chars += visible_len(t)
         else:                                  # comment / PI: only its tail is text
             t = el.tail
             if t:
                 parts.append(t)
                 if link_depth:
-                    link_chars += len(t)
+                    link_chars += visible_len(t)
     if parts:
         text = "".join(parts)
-        n = len(text.strip())
+        n = visible_len(text)
         if n:
             texts.append(text)
             nchars.append(n)

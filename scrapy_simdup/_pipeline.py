@@ -15,10 +15,16 @@ logger = logging.getLogger("scrapy_simdup")
 
 
 class NearDuplicateItem(DropItem):
-    """Raised for a dropped near-duplicate item (``SIMDUP_ACTION = "drop"``)."""
+    """Raised for a dropped near-duplicate item (``SIMDUP_ACTION = "drop"``).
+
+    Scrapy logs it at DEBUG, like a dropped near-duplicate response (every
+    drop is counted in ``simdup/items/dropped``), instead of a WARNING line
+    per duplicate.
+    """
 
     def __init__(self, key: str, duplicate_of: str, distance: int, simhash: int) -> None:
         super().__init__(f"near-duplicate of {duplicate_of} (distance {distance}): {key}")
+        self.log_level = "DEBUG"     # read by Scrapy's LogFormatter.dropped
         self.key = key
         self.duplicate_of = duplicate_of
         self.distance = distance

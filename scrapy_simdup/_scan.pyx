@@ -116,24 +116,38 @@ cdef inline xmlNode *_walked_from(xmlNode *node) noexcept:
     return node
 
 
-cdef inline Py_ssize_t _utf8_chars(const char *s, Py_ssize_t n) noexcept:
-    """Code points in valid UTF-8: bytes that are not continuation bytes."""
-    cdef Py_ssize_t i, count = 0
-    for i in range(n):
-        count += (<unsigned char>s[i] & 0xC0) != 0x80
+cdef Py_ssize_t _utf8_visible(const char *s, Py_ssize_t n) noexcept:
+    """Code points of valid UTF-8 that are not white space (``visible_len``)."""
+    cdef Py_ssize_t i = 0, count = 0
+    cdef unsigned char c
+    cdef Py_UCS4 cp
+    while i < n:
+        c = <unsigned char>s[i]
+        if c < 0x80:
+            cp = c
+            i += 1
+        elif c < 0xE0:
+            cp = ((c & 0x1F) << 6) | (<unsigned char>s[i + 1] & 0x3F) if i + 1 < n else 0xFFFD
+            i += 2
+        elif c < 0xF0:
+            cp = (((c & 0x0F) << 12) | ((<unsigned char>s[i + 1] & 0x3F) << 6)
+                  | (<unsigned char>s[i + 2] & 0x3F)) if i + 2 < n else 0xFFFD
+            i += 3
+        else:
+            cp = 0xFFFD     # 4-byte sequences are never white space
+            i += 4
+        count += not Py_UNICODE_ISSPACE(cp)
     return count
 
 
-cdef Py_ssize_t _stripped_len(str text):
-    """len(text.strip()) without building the stripped copy."""
+cdef Py_ssize_t _visible_len(str text):
+    """``visible_len(text)``: characters that are not white space."""
     cdef int kind = PyUnicode_KIND(text)
     cdef void *data = PyUnicode_DATA(text)
-    cdef Py_ssize_t i = 0, j = PyUnicode_GET_LENGTH(text)
-    while i < j and Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i)):
-        i += 1
-    while j > i and Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, j - 1)):
-        j -= 1
-    return j - i
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(text), count = 0
+    for i in range(n):
+        count += not Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i))
+    return count
 
 
 cdef class _Scanner:
@@ -166,7 +180,7 @@ cdef class _Scanner:
                     if n:
                         _bytes_add(&self.text, <const char *>node.content, n)
                         if self.link_depth:
-                            self.link_chars += _utf8_chars(<const char *>node.content, n)
+                            self.link_chars += _utf8_visible(<const char *>node.content, n)
             elif node.type != tree.XML_XINCLUDE_START and node.type != tree.XML_XINCLUDE_END:
                 break
             node = node.next
@@ -178,7 +192,7 @@ cdef class _Scanner:
         if self.text.size == 0:
             return 0
         text = PyUnicode_DecodeUTF8(self.text.data, self.text.size, "replace")
-        n = _stripped_len(text)
+        n = _visible_len(text)
         if n:
             self.texts.append(text)
             self.nchars.append(n)

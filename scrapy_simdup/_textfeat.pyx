@@ -104,9 +104,7 @@ def token_hashes(str text):
                 if not is_word(c):
                     break
                 if is_nospace(c):
-                    if b > run_b:
-                        h[count] = simdup_murmur3_64(utf8 + run_b, b - run_b, 0)
-                        count += 1
+                    count += _emit_run(utf8, run_b, b, &h[count])
                     h[count] = simdup_murmur3_64(utf8 + b, utf8_len(c), 0)
                     count += 1
                     b += utf8_len(c)
@@ -120,10 +118,22 @@ def token_hashes(str text):
                 b += 1
                 continue
             break
-        if b > run_b:
-            h[count] = simdup_murmur3_64(utf8 + run_b, b - run_b, 0)
-            count += 1
+        count += _emit_run(utf8, run_b, b, &h[count])
     return out[:count]
+
+
+cdef inline Py_ssize_t _emit_run(const char *utf8, Py_ssize_t lo, Py_ssize_t hi,
+                                 uint64_t *out) noexcept:
+    """Hash the run ``utf8[lo:hi]`` into ``out``, without the apostrophes a
+    cut at a no-space character left at its ends; 1 if a token was made."""
+    while lo < hi and utf8[lo] == 39:
+        lo += 1
+    while hi > lo and utf8[hi - 1] == 39:
+        hi -= 1
+    if hi == lo:
+        return 0
+    out[0] = simdup_murmur3_64(utf8 + lo, hi - lo, 0)
+    return 1
 
 
 def text_features(const uint64_t[::1] th, Py_ssize_t shingle_size, bint shingles, bint spots,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-TOKENIZER_VERSION = 1
+TOKENIZER_VERSION = 2   # 2: no apostrophe left at a cut before/after a no-space character
 
 _TOKEN = re.compile(r"\w+(?:'\w+)*")
 _NOSPACE = re.compile(
@@ -140,13 +140,16 @@ def split_tokens(text: str) -> list[str]:
         if _NOSPACE.search(tok) is None:
             out.append(tok)
             continue
-        # split runs of no-space scripts into characters, keep other runs whole
+        # split runs of no-space scripts into characters, keep other runs
+        # whole (less the apostrophes the cut leaves at their ends)
         start = 0
         for m in _NOSPACE.finditer(tok):
-            if m.start() > start:
-                out.append(tok[start:m.start()])
+            piece = tok[start:m.start()].strip("'")
+            if piece:
+                out.append(piece)
             out.append(m.group())
             start = m.end()
-        if start < len(tok):
-            out.append(tok[start:])
+        piece = tok[start:].strip("'")
+        if piece:
+            out.append(piece)
     return out

@@ -269,16 +269,28 @@ def test_module_functions_cache_their_fingerprinter():
 def test_bs4_parser_and_soup_give_the_same_fingerprint(pages):
     from bs4 import BeautifulSoup
     lx, bs = Fingerprinter(), Fingerprinter(parser="bs4")
-    same = 0
     for html in pages:
         a, b = lx.fingerprint_html(html), bs.fingerprint_html(html)
-        same += a == b
-        assert hamming(a.value, b.value) <= 8
+        # block sizes count visible characters, so BeautifulSoup's handling
+        # of whitespace-only strings changes nothing (all 543 shared pages)
+        assert a == b
         soup = BeautifulSoup(HtmlResponse("https://e.com/", body=html).text, "lxml")
         assert bs.fingerprint_soup(soup) == b
-    assert same >= len(pages) - 2
     assert bs.fingerprint_response(HtmlResponse("https://e.com/", body=pages[0])) == \
         bs.fingerprint_html(pages[0])
+
+
+def test_reindenting_a_page_does_not_change_its_fingerprint(pages):
+    """Copies of a page re-indented by a mirror, a CDN or a CMS re-render
+    differ only in the white space between tags (at least one character of
+    it stays: between inline elements it separates words)."""
+    import re
+    f = Fingerprinter()
+    for html in pages:
+        squeezed = re.sub(rb">[ \t\r\n]+<", b">\n<", html)
+        spread = re.sub(rb">[ \t\r\n]+<", b">\n            <", html)
+        assert f.fingerprint_html(squeezed) == f.fingerprint_html(html) == \
+            f.fingerprint_html(spread)
 
 
 def test_near_duplicates_are_closer_than_unrelated_pages():

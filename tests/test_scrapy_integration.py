@@ -242,6 +242,8 @@ def test_item_pipeline_drops_duplicate_items(site, tmp_path):
     for drop in result["dropped"]:
         assert drop["type"] == "NearDuplicateItem"
         assert site.clusters[_name(drop["url"])] == site.clusters[_name(drop["duplicate_of"])]
+    # dropped near-duplicates are counted, and logged at DEBUG (not a WARNING each)
+    assert not [line for line in result["log"] if "Dropped" in line], result["log"][:3]
 
 
 def test_item_pipeline_tags_a_field(site, tmp_path):
