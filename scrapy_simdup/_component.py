@@ -11,7 +11,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from . import _logstats
-from ._backends import Match, make_backend, make_batch_writer
+from ._atomic import CorruptFileError
+from ._backends import Match, MemoryBackend, make_backend, make_batch_writer
 from ._config import SimdupConfig
 
 logger = logging.getLogger("scrapy_simdup")
@@ -50,6 +51,27 @@ class SimdupComponent:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
+        #: the crawl's close reason when the component refuses to work
+        #: (a corrupt saved index with SIMDUP_ON_ERROR = "stop")
+        self.refused: str | None = None
+        try:
+            self._open(config, crawler, fingerprinter, backend)
+        except CorruptFileError:
+            if config.on_error != "stop":
+                raise
+            # already logged by file name; stop the crawl without a traceback
+            # and without letting a page through unchecked
+            self.refused = "simdup_corrupt_index"
+            self.fingerprinter = config.make_fingerprinter()
+            self.backend = MemoryBackend.from_config(config, crawler, self.kind)
+            self.writer = None
+            crawler.signals.connect(self._refuse, signal=signals.spider_opened)
+        self.logstats = _logstats.attach(crawler, config)
+        self._skipped_exc = SkippedPage
+        self._stopping = False
+        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
+
+    def _open(self, config, crawler, fingerprinter, backend) -> None:
         idf = None
         if config.dir:
             from ._persist import load_idf, namespace_dir, prepare_directory  # noqa: PLC0415
@@ -65,10 +87,10 @@ class SimdupComponent:
         self.writer = make_batch_writer(config, crawler, self.kind, backend=self.backend,
                                         fingerprint=self.fingerprinter.version,
                                         idf=self.fingerprinter.idf)
-        self.logstats = _logstats.attach(crawler, config)
-        self._skipped_exc = SkippedPage
-        self._stopping = False
-        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
+
+    def _refuse(self, spider) -> None:
+        self._stopping = True
+        self._close_spider(self.refused)
 
     @classmethod
     def from_crawler(cls, crawler):

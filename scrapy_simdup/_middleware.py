@@ -44,6 +44,8 @@ class SimdupDownloaderMiddleware(SimdupComponent):
 
     async def process_response(self, request, response, spider=None):
         url = response.url
+        if self.refused:     # the crawl is being stopped: no page goes through unchecked
+            raise IgnoreRequest(f"scrapy-simdup refused to check pages ({self.refused})")
         if request.meta.get("dont_simdup"):
             verdict = self.skip("dont_simdup", url)
         elif not isinstance(response, HtmlResponse):

@@ -62,6 +62,8 @@ class SimdupPipeline(SimdupComponent):
         self._warned_tag = False
 
     async def process_item(self, item, spider=None):
+        if self.refused:     # the crawl is being stopped: no item goes through unchecked
+            raise DropItem(f"scrapy-simdup refused to check items ({self.refused})")
         adapter = ItemAdapter(item)
         n = next(self._counter)
         key = None

@@ -211,6 +211,21 @@ def test_corrupt_index_is_reported_by_name(site, tmp_path):
     assert len(IndexStore(d).load()[0]) == N_PAGES
 
 
+def test_corrupt_index_with_stop_ends_the_crawl_without_a_traceback(site, tmp_path):
+    d = tmp_path / "simdup"
+    _crawl(tmp_path, site, d, name="first")
+    data = bytearray((d / "index.values").read_bytes())
+    data[3] ^= 0x55
+    (d / "index.values").write_bytes(bytes(data))
+    stopped = _crawl(tmp_path, site, d, {"SIMDUP_ON_ERROR": "stop"}, name="stopped")
+    assert stopped["error"] is None
+    assert stopped["stats"].get("finish_reason") == "simdup_corrupt_index"
+    assert not stopped["responses"]                 # no page reached the spider unchecked
+    assert any("index.values" in line and "corrupt" in line for line in stopped["log"])
+    assert "Traceback" not in stopped["stderr"]
+    assert (d / "index.values").read_bytes() == bytes(data)     # left as it was
+
+
 def test_index_store_append_and_truncated_tail(tmp_path):
     store = IndexStore(tmp_path)
     store.append(np.array([1, 2, 3], dtype=np.uint64), ["a", "b", "c"])
@@ -295,7 +310,10 @@ def test_idf_table_commits_with_the_index(site, tmp_path):
     assert IdfTable.load(d / f"idf-{N_PAGES:05d}.bin").pages == len(IndexStore(d).load()[0])
     (d / f"idf-{N_PAGES:05d}.bin").unlink()
     again = _crawl(tmp_path, site, d, {**extra, "SIMDUP_ON_ERROR": "stop"}, name="again")
-    assert again["error"] and "idf-00040.bin" in again["error"] and "missing" in again["error"]
+    assert again["error"] is None and not again["responses"]
+    assert again["stats"].get("finish_reason") == "simdup_corrupt_index"
+    assert any("idf-00040.bin" in line and "missing" in line for line in again["log"])
+    assert "Traceback" not in again["stderr"]
 
 
 def test_a_kill_between_table_and_index_commits_keeps_the_previous_pair(tmp_path):
