@@ -414,7 +414,9 @@ def main(argv=None):
     def key(cfg):
         kb = best_under_precision(results[cfg]["tune"], H)
         page = results[cfg]["tune"][0][kb]
-        return (admissible(results[cfg]["tune"], H, kb), round(page[2], 3), pref[cfg[2]], -cfg[1])
+        # last tie-break: the smaller min_features (fewer pages skipped)
+        return (admissible(results[cfg]["tune"], H, kb), round(page[2], 3), pref[cfg[2]], -cfg[1],
+                -cfg[4])
 
     # min_features: tuned for the best configuration only
     top = max(results, key=key)

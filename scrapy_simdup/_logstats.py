@@ -108,7 +108,7 @@ class SimdupLogStats:
         for kind, prefix in (("pages", "simdup/"), ("items", "simdup/items/")):
             checked = get(prefix + "checked", 0)
             skipped = _skipped(self.stats, prefix + "skipped/")
-            if not checked and not skipped and kind == "items":
+            if not checked and not skipped:     # e.g. the pipeline alone: no pages part
                 continue
             duplicates = get(prefix + "duplicates", 0)
             mean_probes, lookup_us, fp_us = self._means(kind)

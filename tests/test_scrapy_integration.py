@@ -244,6 +244,9 @@ def test_item_pipeline_drops_duplicate_items(site, tmp_path):
         assert site.clusters[_name(drop["url"])] == site.clusters[_name(drop["duplicate_of"])]
     # dropped near-duplicates are counted, and logged at DEBUG (not a WARNING each)
     assert not [line for line in result["log"] if "Dropped" in line], result["log"][:3]
+    # the pipeline alone: the close summary has an items part only
+    (summary,) = [line for line in result["log"] if "Simdup summary" in line]
+    assert "Simdup summary: items: checked" in summary and "pages:" not in summary
 
 
 def test_item_pipeline_tags_a_field(site, tmp_path):
