@@ -48,6 +48,7 @@ class BatchWriter:
         self._cq: list = []
         self._wrms: list = []
         self._urls: list = []
+        self._online: dict = {}            # distance -> records the online index matched
         self.flushed_batches = 0
         self.flushed_records = 0
         self._seq, self._next_id = self._scan_existing()
@@ -77,8 +78,11 @@ class BatchWriter:
         """The record id the next appended fingerprint gets."""
         return self._next_id + len(self._values)
 
-    def append(self, value, W, url) -> int:
-        """Add one checked fingerprint; returns its record id. Flushes when the batch is full."""
+    def append(self, value, W, url, duplicate_distance: int | None = None) -> int:
+        """Add one checked fingerprint; returns its record id. Flushes when the batch is full.
+
+        ``duplicate_distance``: the distance of the near-duplicate the online
+        index found for it (None: new), counted in the batch header."""
         if self._closed:
             raise RuntimeError("BatchWriter is closed")
         value = int(value)
@@ -94,6 +98,9 @@ class BatchWriter:
         self._cq.append(cq)
         self._wrms.append(wrms)
         self._urls.append(url)
+        if duplicate_distance is not None:
+            d = int(duplicate_distance)
+            self._online[d] = self._online.get(d, 0) + 1
         if len(self._values) >= self._flush_at:
             self.flush()
         return record_id
@@ -121,7 +128,7 @@ class BatchWriter:
         name = f"batch-{self._seq + 1:08d}-{os.getpid()}"
         try:
             path = write_batch(self.directory, name, records, self._urls, self.fingerprint,
-                               self.distance)
+                               self.distance, self._online)
         except OSError as exc:
             # keep the records; try again after another batch (not at every record)
             self._flush_at = n + self.batch_size
@@ -132,6 +139,7 @@ class BatchWriter:
         self._flush_at = self.batch_size
         self._next_id += n
         self._values, self._cq, self._wrms, self._urls = [], [], [], []
+        self._online = {}
         self.flushed_batches += 1
         self.flushed_records += n
         for callback in self.on_flush:

@@ -98,12 +98,15 @@ class Batch:
 
 
 def write_batch(directory, name: str, records: np.ndarray, urls,
-                fingerprint: str | None = None, distance: int | None = None) -> Path:
+                fingerprint: str | None = None, distance: int | None = None,
+                online_duplicates: dict | None = None) -> Path:
     """Write one batch atomically; returns the path of its ``.json`` header.
 
     ``fingerprint`` (``Fingerprinter.version``) names the recipe the values
     were made with; ``simdup merge`` refuses to mix recipes. ``distance``: the
-    crawl's SIMDUP_DISTANCE (``simdup merge``'s default)."""
+    crawl's SIMDUP_DISTANCE (``simdup merge``'s default). ``online_duplicates``:
+    ``{distance: count}`` of the records the crawl's online index found a
+    near-duplicate for (``simdup stats``)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     records = np.ascontiguousarray(records)
@@ -136,6 +139,9 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
         meta["fingerprint"] = fingerprint
     if distance is not None:
         meta["distance"] = int(distance)
+    if online_duplicates is not None:
+        meta["online_duplicates"] = {str(int(d)): int(c)
+                                     for d, c in sorted(online_duplicates.items())}
     json_path = directory / f"{name}.json"
     atomic_write_json(json_path, meta)
     return json_path

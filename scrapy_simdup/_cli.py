@@ -195,6 +195,11 @@ def run_stats(args, out=sys.stdout) -> int:
                 out.write(f"  online index:   {idx['count']:,} fingerprints saved "
                           f"(search {idx.get('search', '?')}, distance "
                           f"{idx.get('distance', '?')})\n")
+        if d["fingerprints"]:
+            out.write(f"  near-duplicates the crawl found online: {d['online_duplicates']:,} "
+                      f"of {d['fingerprints']:,} checked\n")
+            for line in _histogram_lines(d["online_histogram"]):
+                out.write("  " + line + "\n")
         for path in d["unfinished"]:
             out.write(f"  unfinished batch (interrupted flush, ignored): {path}\n")
         for problem in d["corrupt"]:

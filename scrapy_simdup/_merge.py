@@ -782,6 +782,7 @@ def stats(dirs, collection=None) -> dict:
             raise ValueError(f"{d}: not a directory")
         entry = {"path": str(d), "batches": 0, "fingerprints": 0, "pending_batches": 0,
                  "pending_fingerprints": 0, "unfinished": [], "corrupt": [],
+                 "online_duplicates": 0, "online_histogram": {},
                  "bytes": sum(p.stat().st_size for p in d.rglob("*") if p.is_file())}
         merged = coll.meta["merged"] if coll is not None else {}
         for p in list_batches(d):
@@ -797,6 +798,12 @@ def stats(dirs, collection=None) -> dict:
                 continue
             entry["batches"] += 1
             entry["fingerprints"] += meta["count"]
+            online = meta.get("online_duplicates")
+            if isinstance(online, dict):      # batches written before it was recorded: none
+                for dist, count in online.items():
+                    hist = entry["online_histogram"]
+                    hist[str(dist)] = hist.get(str(dist), 0) + int(count)
+                    entry["online_duplicates"] += int(count)
             if not _is_merged(p, meta, merged):
                 entry["pending_batches"] += 1
                 entry["pending_fingerprints"] += meta["count"]
@@ -807,6 +814,8 @@ def stats(dirs, collection=None) -> dict:
                 entry["index"] = read_json(index_meta, "index snapshot header")
             except CorruptFileError as exc:
                 entry["corrupt"].append(str(exc))
+        entry["online_histogram"] = dict(sorted(entry["online_histogram"].items(),
+                                                key=lambda kv: int(kv[0])))
         out["directories"].append(entry)
     if coll is not None:
         coll.verify_files(("pairs.bin",))

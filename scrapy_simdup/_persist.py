@@ -219,7 +219,8 @@ class PersistentBatchWriter:
         if self.store is not None and match is None:   # the backend stored it
             self._stored_values.append(int(value))
             self._stored_keys.append(str(key))
-        self.batches.append(value, W, key)             # may flush (and snapshot)
+        self.batches.append(value, W, key,             # may flush (and snapshot)
+                            match.distance if match is not None else None)
 
     def _on_flush(self, path) -> None:
         self.snapshot()

@@ -108,6 +108,14 @@ def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["fingerprints"] == 2 * N_PAGES and summary["duplicates"] == N_PAGES
+    # `simdup stats` also tells what the crawls found online, from the batch headers
+    out = subprocess.run([sys.executable, "-m", "scrapy_simdup._cli", "stats", str(d), "--json"],
+                         capture_output=True, text=True, env=_env(), timeout=120)
+    (entry,) = json.loads(out.stdout)["directories"]
+    assert entry["online_duplicates"] == N_PAGES and entry["online_histogram"] == {"0": N_PAGES}
+    out = subprocess.run([sys.executable, "-m", "scrapy_simdup._cli", "stats", str(d)],
+                         capture_output=True, text=True, env=_env(), timeout=120)
+    assert f"found online: {N_PAGES} of {2 * N_PAGES} checked" in out.stdout, out.stdout
 
 
 def test_unwritable_dir_mid_crawl_keeps_pages_and_fingerprints(site, tmp_path):
