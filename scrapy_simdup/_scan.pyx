@@ -124,8 +124,9 @@ cdef Py_ssize_t _utf8_visible(const char *s, Py_ssize_t n) noexcept:
     while i < n:
         c = <unsigned char>s[i]
         if c < 0x80:
-            cp = c
+            count += not _SPACE_LATIN1[c]
             i += 1
+            continue
         elif c < 0xE0:
             cp = ((c & 0x1F) << 6) | (<unsigned char>s[i + 1] & 0x3F) if i + 1 < n else 0xFFFD
             i += 2
@@ -145,9 +146,21 @@ cdef Py_ssize_t _visible_len(str text):
     cdef int kind = PyUnicode_KIND(text)
     cdef void *data = PyUnicode_DATA(text)
     cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(text), count = 0
+    cdef const unsigned char *latin1
+    if kind == 1:           # Latin-1 storage (most pages): a byte test per character
+        latin1 = <const unsigned char *>data
+        for i in range(n):
+            count += not _SPACE_LATIN1[latin1[i]]
+        return count
     for i in range(n):
         count += not Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i))
     return count
+
+
+# Py_UNICODE_ISSPACE for the code points 0..255
+cdef bint _SPACE_LATIN1[256]
+for _c in range(256):
+    _SPACE_LATIN1[_c] = chr(_c).isspace()
 
 
 cdef class _Scanner:

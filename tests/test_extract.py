@@ -66,7 +66,7 @@ def test_main_text_agrees_with_reference_article_bodies():
     for r in records:
         text, found, _ = extract_lxml(parse_html_text(decode_html(r.html)), "main")
         scores.append(_token_f1(text, r.main_text))
-    # measured: median ~0.98, mean ~0.93 over all 181 pages
+    # measured over all 181 pages: median 0.962, mean 0.926 (this sample: every 4th)
     assert statistics.median(scores) >= 0.93
     assert statistics.mean(scores) >= 0.85
     visible = [_token_f1(extract_lxml(parse_html_text(decode_html(r.html)), "visible")[0],

@@ -30,6 +30,10 @@ def _same(root):
 
 
 HTML_CASES = {
+    "white space of every kind (block and link sizes count visible characters)": (
+        "<body><p>a\u00a0b\u2003c\u3000d\x1c e\u0085f \t\n g</p>"
+        "<div><a href=x>\u00a0li\u3000nk\u2028 \U0001F600</a> t\u00e9xt \u4e2d\u6587</div>"
+        "<p>\u00a0\u3000 \u2003</p></body>"),
     "comments and PIs": (
         "<html><body><div>one <!-- c --> two<?pi x?> three</div>"
         "<p>para <a href=x>link <!-- in --> text</a> tail</p></body></html>"),
