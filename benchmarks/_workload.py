@@ -7,7 +7,7 @@ between a page and its edited variant follow the volatile bits, as on the web.
 Documents
   * *real seeds*: the visible text (lxml ``text_content()``, scripts and styles
     dropped) of the pages in ``/work/shared/data``, split into sentences;
-    ``split()`` of ``benchmarks/_data.py`` decides the half (tune = calibration,
+    ``split()`` of ``example_project/news/sitedata.py`` (``benchmarks._data``) decides the half (tune = calibration,
     report = benchmark).
   * *synthetic*: a site template (boilerplate sentences shared by all pages of
     a site: navigation, footer) plus body sentences of 6..30 words drawn from a

@@ -2,9 +2,9 @@
 
 ``build_site()`` takes real news pages and makes the variants the web makes
 (syndicated copies in other sites' templates, re-headlined, trimmed, with a
-paragraph added or comments changed, reader-mode copies) with
-``benchmarks/_data.py``; ``SiteServer`` serves them on 127.0.0.1 with a home
-page and one listing page per section. Every page knows its cluster: pages of
+paragraph added or comments changed, reader-mode copies) with ``sitedata``
+(which the benchmarks and tests use too); ``SiteServer`` serves them on
+127.0.0.1 with a home page and one listing page per section. Every page knows its cluster: pages of
 one cluster are the known near-duplicates.
 
 The pages are the example's own copy of part of the article-extraction
@@ -21,14 +21,12 @@ import itertools
 import os
 import random
 import re
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data"
 DATASETS = ("article-extraction-benchmark", "readability-test-pages", "trafilatura-cache")
 
@@ -49,9 +47,7 @@ def build_site(records: int | None = None, half: str = "report", seed: int = 0):
     ``half``: "report" (default; the hold-out half the project reports on),
     "tune" or "all"; ``records``: use only the first N records of it.
     """
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from benchmarks._data import build_near_duplicate_site, load_all, split
+    from .sitedata import build_near_duplicate_site, load_all, split
 
     loaded = load_all(data_dir())
     if half != "all":
