@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,20 +21,23 @@ EXAMPLE = ROOT / "example_project"
 pytestmark = pytest.mark.slow
 
 
-def _env(**extra):
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")]), **extra}
-
-
 @pytest.fixture(scope="module")
 def crawl(tmp_path_factory):
-    report = tmp_path_factory.mktemp("example") / "report.json"
+    base = tmp_path_factory.mktemp("example")
+    report = base / "report.json"
+    # a copy of the project, with only the scrapy_simdup package importable
+    # besides the environment: the example must not need the rest of the checkout
+    project = base / "example_project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", ".scrapy"))
+    (base / "pkgs").mkdir()
+    (base / "pkgs" / "scrapy_simdup").symlink_to(ROOT / "scrapy_simdup")
+    env = {**os.environ, "PYTHONPATH": str(base / "pkgs")}
     proc = subprocess.run(
         [sys.executable, "-m", "scrapy", "crawl", "news",  # the whole "report" half
          "-a", f"report={report}", "-s", "SIMDUP_LOG_INTERVAL=1",
          # one request at a time: a deterministic crawl order, so a stable recall
          "-s", "CONCURRENT_REQUESTS=1"],
-        cwd=EXAMPLE, capture_output=True, text=True, timeout=300, env=_env())
+        cwd=project, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(report.read_text()), proc.stderr
 
@@ -66,6 +70,7 @@ def test_recall(crawl):
 def test_missing_data_fails_with_a_clear_message(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "news"], cwd=EXAMPLE,
                           capture_output=True, text=True, timeout=120,
-                          env=_env(SIMDUP_DATA=str(tmp_path / "nowhere")))
+                          env={**os.environ, "PYTHONPATH": str(ROOT),
+                               "SIMDUP_DATA": str(tmp_path / "nowhere")})
     assert proc.returncode != 0
     assert "no page data in" in proc.stderr and "SIMDUP_DATA" in proc.stderr
