@@ -42,11 +42,17 @@ cdef extern from "_vosh.h" nogil:
     long vosh_total(int t, int h)
 
 
+ctypedef fused mask_t:
+    uint32_t
+    uint64_t
+
+
 cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
                           const double[::1] table, bint use_cq, int t, int h, int k,
-                          uint64_t[:, ::1] mv, int32_t[::1] nv) noexcept nogil:
+                          mask_t[:, ::1] mv, int32_t[::1] nv) noexcept nogil:
     """VOSH over every row; the row's log-odds come from ``lw`` or from
-    ``table[cq]``. Returns -1 if the heap storage is too small."""
+    ``table[cq]``. ``uint32`` masks keep the top 32 bits (``t <= 32``: all a
+    flip set touches). Returns -1 if the heap storage is too small."""
     cdef Py_ssize_t m = mv.shape[0]
     cdef long cap = h + 2 * (k + 2) + 2
     cdef vosh_node *heap = <vosh_node *>malloc(cap * sizeof(vosh_node))
@@ -76,7 +82,10 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
         got = 0
         vosh_next(&g, &mk, &size)   # the empty set
         while got < k and vosh_next(&g, &mk, &size) > 0:
-            mv[i, got] = mk
+            if mask_t is uint32_t:
+                mv[i, got] = <uint32_t>(mk >> 32)
+            else:
+                mv[i, got] = mk
             got += 1
         nv[i] = got
     free(heap)
@@ -120,26 +129,36 @@ def batch_flip_masks(const double[:, ::1] lw, int h, int k):
     return masks, nprobes
 
 
-def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, int h, int k):
+def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, int h, int k,
+                        bint high32=False):
     """:func:`batch_flip_masks` with the log-odds of bit ``63 - c`` of element
     ``i`` given as ``table[cq[i, c]]`` (the batch files' quantised weights and
-    the volatility model tabulated per code), for ``c < t``."""
+    the volatility model tabulated per code), for ``c < t``. ``high32``: the
+    masks as ``uint32`` (their top 32 bits, the only ones a flip set of
+    ``t <= 32`` header bits touches): half the memory of a batch's masks."""
     if table.shape[0] != 256:
         raise ValueError("table must have 256 entries")
     if cq.shape[1] < t:
         raise ValueError(f"cq has {cq.shape[1]} columns, t = {t}")
     k = _check_flip_args(t, h, k)
     cdef Py_ssize_t m = cq.shape[0]
-    masks = np.zeros((m, k), dtype=np.uint64)
+    masks = np.zeros((m, k), dtype=np.uint32 if high32 else np.uint64)
     nprobes = np.zeros(m, dtype=np.int32)
     if k == 0 or m == 0:
         return masks, nprobes
-    cdef uint64_t[:, ::1] mv = masks
+    cdef uint64_t[:, ::1] mv
+    cdef uint32_t[:, ::1] mv32
     cdef int32_t[::1] nv = nprobes
     cdef double[:, ::1] no_lw = np.zeros((1, 1))
     cdef int rc
-    with nogil:
-        rc = _flip_masks_rows(no_lw, cq, table, True, t, h, k, mv, nv)
+    if high32:
+        mv32 = masks
+        with nogil:
+            rc = _flip_masks_rows(no_lw, cq, table, True, t, h, k, mv32, nv)
+    else:
+        mv = masks
+        with nogil:
+            rc = _flip_masks_rows(no_lw, cq, table, True, t, h, k, mv, nv)
     if rc != 0:
         raise MemoryError("batch_flip_masks_cq: out of memory")
     return masks, nprobes
@@ -283,7 +302,7 @@ def scan_chunk(const uint64_t[::1] chunk, const int64_t[::1] offsets, int t,
 cdef uint64_t LOW32 = 0xFFFFFFFFu
 
 
-def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
+def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
                 const int32_t[::1] nprobes, int t):
     """Invert the probes of a batch: for every header ``b``, the elements that probe it.
 
@@ -291,7 +310,8 @@ def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
     elements probing header ``b`` are ``entries[offsets[b]:offsets[b + 1]]``,
     each packed as ``(low 32 bits of the element's value) << 32 | element
     index`` (each element probes its own header plus ``nprobes[i]`` flipped
-    ones). Built once per batch by a counting sort, so that matching a sorted
+    ones). ``masks``: uint64 XOR masks, or uint32 ones holding their top 32
+    bits (``batch_flip_masks_cq(high32=True)``). Built once per batch by a counting sort, so that matching a sorted
     chunk is a merge of two header-ordered streams instead of ``m * k`` random
     bucket visits, and the low bits carried along filter candidates without
     touching ``q_values``.
@@ -312,13 +332,15 @@ def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
     cdef int p, np_i
     cdef uint64_t x, entry
     cdef int64_t total = 0, b
+    # uint32 masks are the top 32 bits: (x ^ (f << 32)) >> shift == (x >> shift) ^ (f >> (32 - t))
+    cdef int fshift = (shift - 32) if mask_t is uint32_t else shift
     with nogil:
         for i in range(m):
             x = q_values[i]
             np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
             off[(x >> shift) + 1] += 1
             for p in range(np_i):
-                off[((x ^ masks[i, p]) >> shift) + 1] += 1
+                off[((x >> shift) ^ (<uint64_t>masks[i, p] >> fshift)) + 1] += 1
             total += np_i + 1
         for b in range(nb):
             off[b + 1] += off[b]
@@ -335,7 +357,7 @@ def probe_table(const uint64_t[::1] q_values, const uint64_t[:, ::1] masks,
             ev[fv[b]] = entry
             fv[b] += 1
             for p in range(np_i):
-                b = <int64_t>((x ^ masks[i, p]) >> shift)
+                b = <int64_t>((x >> shift) ^ (<uint64_t>masks[i, p] >> fshift))
                 ev[fv[b]] = entry
                 fv[b] += 1
     return offsets, entries

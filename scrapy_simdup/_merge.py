@@ -292,7 +292,7 @@ class PSMBatchMatcher:
         self.t = t
         self.h = distance
         self.first = first
-        masks, nprobes = probe_masks(q_cq, t, distance, probes)
+        masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=True)
         self.offsets, self.entries = _batchscan.probe_table(self.values, masks, nprobes, t)
         del masks
         self._active_at_compaction = len(self.values)

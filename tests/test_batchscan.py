@@ -56,6 +56,10 @@ def test_scan_and_join_equal_reference(case):
     got = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, active.copy(), False)
     assert set(zip(*(a.tolist() for a in got))) == want
     po, pe = _batchscan.probe_table(q, probes, nprobes, t)
+    # the same table from uint32 masks (top 32 bits), as merge builds it
+    po32, pe32 = _batchscan.probe_table(q, (probes >> np.uint64(32)).astype(np.uint32),
+                                        nprobes, t)
+    assert np.array_equal(po32, po) and np.array_equal(pe32, pe)
     elems = (pe & np.uint64(0xFFFFFFFF)).astype(np.int64)
     assert np.array_equal(pe >> np.uint64(32), q[elems] & np.uint64(0xFFFFFFFF))
     for b in range(len(po) - 1):       # every element listed under each header it probes
@@ -107,6 +111,10 @@ def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
     masks2, n2 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
     masks3, n3 = _batchscan.batch_flip_masks(np.ascontiguousarray(table[cq[:, :t]]), h, k)
     assert np.array_equal(masks2, masks3) and np.array_equal(n2, n3)
+    # uint32 masks (the top 32 bits, what merge keeps) are the same sets
+    masks4, n4 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, True)
+    assert masks4.dtype == np.uint32 and np.array_equal(n4, n2)
+    assert np.array_equal(masks4.astype(np.uint64) << np.uint64(32), masks2)
 
 
 def test_bad_arguments_are_value_errors():
