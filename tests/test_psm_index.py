@@ -201,6 +201,27 @@ def test_corrupt_and_truncated_files(tmp_path):
     assert issubclass(CorruptIndexError, ValueError)
 
 
+def test_damaged_bucket_offsets_are_refused_even_without_verify(tmp_path):
+    """The query loops trust the offsets: a damaged one used to read out of
+    bounds (segfault) with verify=False."""
+    idx = PSMIndex(distance=3, model=MODEL)
+    idx.add(np.random.default_rng(0).integers(0, 2**63, 5000, dtype=np.uint64))
+    path = tmp_path / "idx.psm"
+    idx.save(path)
+    n, t = len(idx), idx.header_bits
+    data = bytearray(path.read_bytes())
+    off_start = len(data) - 4 * ((1 << t) + 1) - (-(4 * ((1 << t) + 1)) % 64)
+    base = np.frombuffer(bytes(data[off_start:off_start + 4 * ((1 << t) + 1)]), "<u4")
+    assert base[0] == 0 and base[-1] == n          # found the offsets
+    for k, value in ((10, 0x7FFFFFFF), (10, int(base[12])), (1 << (t - 1), 0)):
+        bad = bytearray(data)
+        bad[off_start + 4 * k:off_start + 4 * k + 4] = int(value).to_bytes(4, "little")
+        target = tmp_path / "bad.psm"
+        target.write_bytes(bytes(bad))
+        with pytest.raises(CorruptIndexError, match="bucket"):
+            PSMIndex.load(target, verify=False)
+
+
 @pytest.mark.parametrize("kwargs, word", [
     (dict(distance=-1), "distance"), (dict(distance=17), "distance"),
     (dict(header_bits=0), "header_bits"), (dict(header_bits=31), "header_bits"),
