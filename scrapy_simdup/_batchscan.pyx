@@ -102,6 +102,12 @@ def _check_flip_args(int t, int h, int k):
     return min(k, vosh_total(t, h) - 1)
 
 
+def flip_set_count(int t, int h):
+    """Non-empty flip sets VOSH can give with ``t`` header bits at distance ``h``."""
+    _check_flip_args(t, h, 0)
+    return vosh_total(t, h) - 1
+
+
 def batch_flip_masks(const double[:, ::1] lw, int h, int k):
     """The ``k`` most likely header flip sets of every row, by VOSH.
 

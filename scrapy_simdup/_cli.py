@@ -45,6 +45,17 @@ def _distance(text: str) -> int:
     return value
 
 
+def _probes(text: str) -> int:
+    from ._merge import MAX_MERGE_PROBES  # noqa: PLC0415 (keep start-up light)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_MERGE_PROBES:
+        raise argparse.ArgumentTypeError(f"expected 0..{MAX_MERGE_PROBES} probes, got {value}")
+    return value
+
+
 def add_merge_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``simdup merge`` (shared with ``scrapy simdup merge``)."""
     parser.add_argument("--collection", metavar="PATH",
@@ -54,7 +65,7 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
                        f"as recorded in their batch files, else {DEFAULT_DISTANCE}; `scrapy "
                        f"simdup merge` reads the project's SIMDUP_DISTANCE)")
     probes = parser.add_mutually_exclusive_group()
-    probes.add_argument("--probes", type=int, metavar="K",
+    probes.add_argument("--probes", type=_probes, metavar="K",
                         help="flipped headers probed per fingerprint (by default enough for "
                         "98%% recall by the calibrated volatility model, else 20)")
     probes.add_argument("--recall", type=_recall, metavar="R",
@@ -125,30 +136,18 @@ def _histogram_lines(hist: dict) -> list[str]:
 
 
 def run_merge(args, out=sys.stdout) -> int:
-    from ._batchprobes import probes_for_recall  # noqa: PLC0415 (keep start-up light)
-    from ._merge import DEFAULT_PROBES, crawl_distance, header_bits, merge  # noqa: PLC0415
+    from ._merge import crawl_distance, merge  # noqa: PLC0415 (keep start-up light)
 
-    probes = args.probes
     if args.distance is None:   # the crawls' own SIMDUP_DISTANCE, as recorded with them
         args.distance = crawl_distance(args.dirs)
         if args.distance is None:
             args.distance = DEFAULT_DISTANCE
-    note = None
-    if probes is not None and probes < 0:
-        raise ValueError(f"--probes must be >= 0, got {probes}")
-    if args.recall is not None:
-        probes = probes_for_recall(args.recall, header_bits(args.batch_size), args.distance)
-        if probes is None:
-            probes = DEFAULT_PROBES
-            note = (f"the volatility model has no probe calibration for recall {args.recall}"
-                    f" at this size: using {probes} probes")
-    summary = merge(args.dirs, args.collection, distance=args.distance, probes=probes,
+    summary = merge(args.dirs, args.collection, distance=args.distance, probes=args.probes,
+                    recall=args.recall,
                     first=not args.all, exact=args.exact, chunk_size=args.batch_size,
                     pairs_out=args.pairs, clusters_out=args.clusters, progress=args.progress,
                     verify=not args.no_verify)
     info = summary.as_dict()
-    if note:
-        info["note"] = note
     if args.json:
         out.write(json.dumps(info, indent=1) + "\n")
         return 0
@@ -167,8 +166,6 @@ def run_merge(args, out=sys.stdout) -> int:
         out.write(line + "\n")
     for path in summary.skipped_unfinished:
         out.write(f"  skipped unfinished batch (no header, interrupted flush): {path}\n")
-    if note:
-        out.write(f"  note: {note}\n")
     if args.pairs:
         out.write(f"  pairs written to {args.pairs}\n")
     if args.clusters:

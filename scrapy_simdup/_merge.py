@@ -98,6 +98,9 @@ class Collection:
                 raise CorruptFileError(self.meta_path, f"field {key!r} is missing or invalid")
         if not isinstance(meta.get("runs"), list) or not isinstance(meta.get("merged"), dict):
             raise CorruptFileError(self.meta_path, "fields 'runs'/'merged' are missing or invalid")
+        if not all(isinstance(r, dict) and isinstance(r.get("count"), int) and r["count"] >= 0
+                   for r in meta["runs"]):
+            raise CorruptFileError(self.meta_path, "a run entry is missing or invalid")
         if sum(r["count"] for r in meta["runs"]) != meta["count"]:
             raise CorruptFileError(self.meta_path, "run lengths do not add up to the count")
         return meta
@@ -159,14 +162,22 @@ class Collection:
     def lock(self):
         """An exclusive lock on the collection (one merge at a time); raises
         ValueError if another process holds it."""
+        return self.lock_directory(self.path)
+
+    @staticmethod
+    def lock_directory(path):
+        """:meth:`lock` before the header is read or created (``merge`` takes
+        it first, so a merge never works on a header another one replaced)."""
         import fcntl  # noqa: PLC0415
 
-        handle = open(self.path / ".lock", "w")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        handle = open(path / ".lock", "w")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             handle.close()
-            raise ValueError(f"{self.path}: another merge is running on this collection") from None
+            raise ValueError(f"{path}: another merge is running on this collection") from None
         return handle
 
     def chunks(self, chunk_size: int, verify: bool = True):
@@ -273,8 +284,32 @@ def default_probes(distance: int, chunk_size: int) -> int:
     """Flipped probes per fingerprint when none are asked for: enough for
     ``DEFAULT_MERGE_RECALL`` by the calibrated volatility model (it grows with
     the distance), else ``DEFAULT_PROBES``."""
-    k = probes_for_recall(DEFAULT_MERGE_RECALL, header_bits(chunk_size), distance)
-    return DEFAULT_PROBES if k is None else k
+    return merge_probes(distance, header_bits(chunk_size))
+
+
+#: the most flipped probes per fingerprint a merge builds a probe table for
+#: (the table holds m * (k + 1) entries); beyond, exact search is the tool
+MAX_MERGE_PROBES = 4096
+
+
+def merge_probes(distance: int, t: int, recall: float | None = None) -> int:
+    """Flipped probes per fingerprint for a target ``recall`` (None: the
+    default target, falling back to ``DEFAULT_PROBES`` without a calibration)
+    with ``t`` header bits. A recall the model can only promise with every
+    flip set (1.0, or beyond its calibration) gets every flip set when there
+    are at most ``MAX_MERGE_PROBES``, else a ValueError that points to
+    ``--exact``."""
+    k = probes_for_recall(DEFAULT_MERGE_RECALL if recall is None else recall, t, distance)
+    if k is not None:
+        return k
+    if recall is None:
+        return DEFAULT_PROBES
+    every = _batchscan.flip_set_count(t, distance)
+    if every > MAX_MERGE_PROBES:
+        raise ValueError(f"recall {recall} needs every flip set of {t} header bits at distance "
+                         f"{distance} ({every:,} probes per fingerprint): use --exact for "
+                         f"complete results, or a lower --recall")
+    return every
 
 
 class PSMBatchMatcher:
@@ -542,6 +577,7 @@ def pending_batches(dirs, collection: Collection | None) -> list[tuple[Path, dic
 
 
 def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: int | None = None,
+          recall: float | None = None,
           first: bool = True, exact: bool = False, chunk_size: int = DEFAULT_CHUNK,
           pairs_out=None, clusters_out=None, progress: bool | None = None,
           verify: bool = True, tables: int | None = None,
@@ -570,18 +606,26 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     if isinstance(distance, bool) or not isinstance(distance, int) \
             or not 0 <= distance <= MAX_DISTANCE:
         raise ValueError(f"distance must be an int in 0..{MAX_DISTANCE}, got {distance!r}")
-    if probes is None:
-        probes = default_probes(distance, chunk_size)
-    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
+    if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int)
+                               or probes < 0):
         raise ValueError(f"probes must be a non-negative int, got {probes!r}")
+    if recall is not None and probes is not None:
+        raise ValueError("probes and recall are exclusive")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     if collection is None and not any(list_batches(d) for d in dirs) \
             and not (dirs[0] / "collection" / "collection.json").exists():
         raise ValueError(f"no batch files in {', '.join(map(str, dirs))} (is it a SIMDUP_DIR?)")
-    coll = Collection(collection if collection is not None else dirs[0] / "collection", create=True)
-    lock = coll.lock()
+    cpath = Path(collection) if collection is not None else dirs[0] / "collection"
+    lock = Collection.lock_directory(cpath)
     try:
+        coll = Collection(cpath, create=True)
+        pending = pending_batches(dirs, coll)
+        # header bits from what will really be read (chunks of at most the
+        # collection after this merge), not from a huge requested chunk_size
+        t = header_bits(min(chunk_size, max(1, coll.count + sum(m["count"] for _, m in pending))))
+        if probes is None and not exact:
+            probes = merge_probes(distance, t, recall)
         if verify:      # the pairs before appending; the URL files when they are read
             coll.verify_files(("pairs.bin",) if pairs_out is None and clusters_out is None
                               else _SIDE_FILES)
@@ -591,10 +635,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         for d in dirs:
             summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
         started = time.perf_counter()
-        metas = pending_batches(dirs, coll)
+        metas = pending
         recipe = _single_recipe(coll, metas)
         run_pairs = []
-        t = header_bits(chunk_size)
         # group pending batches into Q's of at most chunk_size fingerprints
         groups, cur, cur_n = [], [], 0
         for p, m in metas:

@@ -238,3 +238,54 @@ def test_one_merge_at_a_time(corpus, tmp_path):
     finally:
         held.close()
     assert merge([d], tmp_path / "coll").fingerprints == 50
+
+
+def test_the_lock_comes_before_the_collection_header(corpus, tmp_path):
+    """A merge must not read (or create) the header another merge may be
+    about to replace: it waits for nothing and touches nothing while locked."""
+    d = tmp_path / "crawl"
+    _write(d, corpus[:50])
+    held = Collection.lock_directory(tmp_path / "coll")
+    try:
+        with pytest.raises(ValueError, match="another merge"):
+            merge([d], tmp_path / "coll")
+        assert not (tmp_path / "coll" / "collection.json").exists()
+    finally:
+        held.close()
+    assert merge([d], tmp_path / "coll").fingerprints == 50
+
+
+def test_recall_one_probes_every_flip_set_and_sizes_follow_the_data(corpus, tmp_path,
+                                                                     monkeypatch):
+    d = tmp_path / "crawl"
+    _write(d, corpus)
+    exact = merge([d], tmp_path / "exact", distance=H, exact=True, first=False, commit=False)
+    # a huge chunk size must not size the tables: the header bits follow the data
+    full = merge([d], tmp_path / "full", distance=H, recall=1.0, first=False, commit=False,
+                 chunk_size=1 << 40)
+    from scrapy_simdup._batchscan import flip_set_count
+    from scrapy_simdup._merge import header_bits
+    t = header_bits(len(corpus))
+    assert full.probes == flip_set_count(t, H)          # every flip set, not a fallback
+    got = {(int(a), int(b)) for a, b in zip(full.pairs_array["id"],
+                                           full.pairs_array["duplicate_of"])}
+    want = {(int(a), int(b)) for a, b in zip(exact.pairs_array["id"],
+                                            exact.pairs_array["duplicate_of"])}
+    assert got == want
+    # where every flip set is too many, a clear error points to --exact
+    import scrapy_simdup._merge as merge_module
+    monkeypatch.setattr(merge_module, "MAX_MERGE_PROBES", full.probes - 1)
+    with pytest.raises(ValueError, match="--exact"):
+        merge([d], tmp_path / "wide", distance=H, recall=1.0, commit=False)
+
+
+def test_a_damaged_run_entry_is_a_corrupt_file_error(corpus, tmp_path):
+    d = tmp_path / "crawl"
+    _write(d, corpus[:50])
+    merge([d], tmp_path / "coll")
+    meta_path = tmp_path / "coll" / "collection.json"
+    meta = json.loads(meta_path.read_text())
+    for runs in (["x"], [{"start": 0}], [{"count": "50"}]):
+        meta_path.write_text(json.dumps({**meta, "runs": runs}))
+        with pytest.raises(CorruptFileError, match="run entry"):
+            Collection(tmp_path / "coll")
