@@ -166,8 +166,14 @@ def run_merge(args, out=sys.stdout) -> int:
         out.write(line + "\n")
     for path in summary.skipped_unfinished:
         out.write(f"  skipped unfinished batch (no header, interrupted flush): {path}\n")
+    earlier = summary.earlier_unreported_pairs
     if args.pairs:
-        out.write(f"  pairs written to {args.pairs}\n")
+        out.write(f"  pairs written to {args.pairs}"
+                  + (f" (with {earlier:,} pairs of an earlier merge that was interrupted "
+                     f"before writing its --pairs file)" if earlier else "") + "\n")
+    elif earlier:
+        out.write(f"  note: {earlier:,} pairs of an earlier merge that was interrupted were "
+                  f"never written to a --pairs file; the next merge with --pairs writes them\n")
     if args.clusters:
         out.write(f"  clusters written to {args.clusters}\n")
     return 0

@@ -33,19 +33,22 @@ element looked up in them), the reference for recall.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import sys
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from . import _batchscan
-from ._atomic import CorruptFileError, atomic_write_json, crc32_file, fsync_dir, read_json
+from ._atomic import (CorruptFileError, atomic_write, atomic_write_json, crc32_file, fsync_dir,
+                      read_json)
 from ._batchfile import list_batches, read_batch, read_meta, read_urls, unfinished_batches
 from ._batchprobes import probe_masks, probes_for_recall
 from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
@@ -218,11 +221,19 @@ class Collection:
         del idx
         return out
 
-    def pairs(self) -> np.ndarray:
-        n = self.meta["pairs"]
-        if n == 0:
+    def pairs(self, start: int = 0) -> np.ndarray:
+        """The committed pairs from the ``start``-th on."""
+        n = self.meta["pairs"] - start
+        if n <= 0:
             return np.zeros(0, dtype=PAIR_DTYPE)
-        return np.fromfile(self.path / "pairs.bin", dtype=PAIR_DTYPE, count=n)
+        return np.fromfile(self.path / "pairs.bin", dtype=PAIR_DTYPE, count=n,
+                           offset=start * PAIR_DTYPE.itemsize)
+
+    def set_meta(self, **fields) -> None:
+        """Change header fields (None removes one) and commit the header."""
+        meta = {k: v for k, v in {**self.meta, **fields}.items() if v is not None}
+        atomic_write_json(self.meta_path, meta)
+        self.meta = meta
 
     def _append(self, name: str, offset: int, data: bytes) -> None:
         with open(self.path / name, "r+b") as handle:
@@ -448,6 +459,9 @@ class MergeSummary:
     distance_histogram: dict = field(default_factory=dict)
     seconds: float = 0.0
     skipped_unfinished: list = field(default_factory=list)
+    #: pairs committed by an earlier merge that never finished writing its
+    #: --pairs file: written with this run's (--pairs) or still pending
+    earlier_unreported_pairs: int = 0
     pairs_array: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -541,11 +555,15 @@ def crawl_distance(dirs) -> int | None:
     return next(iter(found), None)
 
 
-def check_output_path(target, option: str) -> None:
-    """Fail before merging, not after, when an output file cannot be written."""
+def check_output_path(target, option: str, collection=None) -> None:
+    """Fail before merging, not after, when an output file cannot be written
+    (or would land in the ``collection`` directory, over its own files)."""
     if target is None or hasattr(target, "write"):
         return
     path = Path(target)
+    if collection is not None and path.resolve().parent == Path(collection).resolve():
+        raise ValueError(f"{option} {path}: inside the collection directory; write it "
+                         f"somewhere else")
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise ValueError(f"{option} {path}: is a directory")
@@ -601,8 +619,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     for d in dirs:
         if not d.is_dir():
             raise ValueError(f"{d}: not a directory")
-    check_output_path(pairs_out, "--pairs")
-    check_output_path(clusters_out, "--clusters")
+    cpath = Path(collection) if collection is not None else dirs[0] / "collection"
+    check_output_path(pairs_out, "--pairs", cpath)
+    check_output_path(clusters_out, "--clusters", cpath)
     if isinstance(distance, bool) or not isinstance(distance, int) \
             or not 0 <= distance <= MAX_DISTANCE:
         raise ValueError(f"distance must be an int in 0..{MAX_DISTANCE}, got {distance!r}")
@@ -616,7 +635,6 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     if collection is None and not any(list_batches(d) for d in dirs) \
             and not (dirs[0] / "collection" / "collection.json").exists():
         raise ValueError(f"no batch files in {', '.join(map(str, dirs))} (is it a SIMDUP_DIR?)")
-    cpath = Path(collection) if collection is not None else dirs[0] / "collection"
     lock = Collection.lock_directory(cpath)
     try:
         coll = Collection(cpath, create=True)
@@ -632,6 +650,18 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + ("(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
                                collection_before=coll.count)
+        # --pairs is written at the end, groups commit one by one: the header
+        # remembers the first pair not yet written to a --pairs file, so the
+        # pairs of a merge killed before its output was written come out with
+        # the next --pairs instead of being lost
+        unreported = coll.meta.get("pairs_unreported_from")
+        if not (isinstance(unreported, int) and 0 <= unreported <= coll.meta["pairs"]):
+            unreported = None
+        summary.earlier_unreported_pairs = 0 if unreported is None \
+            else coll.meta["pairs"] - unreported
+        if pairs_out is not None and commit and unreported is None:
+            unreported = coll.meta["pairs"]
+            coll.set_meta(pairs_unreported_from=unreported)
         for d in dirs:
             summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
         started = time.perf_counter()
@@ -728,7 +758,11 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         hist = np.bincount(all_run["distance"], minlength=distance + 1) if len(all_run) else []
         summary.distance_histogram = {str(i): int(c) for i, c in enumerate(hist) if c}
         if pairs_out is not None:
-            write_pairs(coll, all_run, pairs_out)
+            if commit:
+                write_pairs(coll, coll.pairs(unreported), pairs_out)
+                coll.set_meta(pairs_unreported_from=None)
+            else:
+                write_pairs(coll, all_run, pairs_out)
         if clusters_out is not None:
             write_clusters(coll, coll.pairs(), clusters_out)
         return summary
@@ -739,16 +773,26 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
 # ----------------------------------------------------------------------------- outputs
 
 
-def _open_out(target):
+@contextmanager
+def _output(target):
+    """A text handle for ``target`` (a path or an open file). A path is
+    written to a temporary file beside it, fsynced and renamed over it, so a
+    merge killed while writing leaves no half file."""
     if hasattr(target, "write"):
-        return target, False
-    return open(target, "w", encoding="utf-8"), True
+        yield target
+        return
+    with atomic_write(target, "wb") as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", newline="\n", write_through=False)
+        try:
+            yield text
+            text.flush()
+        finally:
+            text.detach()
 
 
 def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
     """JSON Lines ``{"url", "duplicate_of", "distance"}``, one per pair."""
-    handle, close = _open_out(target)
-    try:
+    with _output(target) as handle:
         step = 100_000
         for s in range(0, len(pairs), step):
             part = pairs[s:s + step]
@@ -757,9 +801,6 @@ def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
             for u, v, d in zip(a, b, part["distance"].tolist()):
                 handle.write(json.dumps({"url": u, "duplicate_of": v, "distance": d},
                                         ensure_ascii=False) + "\n")
-    finally:
-        if close:
-            handle.close()
     return len(pairs)
 
 
@@ -796,16 +837,12 @@ def write_clusters(coll: Collection, pairs: np.ndarray, target) -> int:
     The representative is the earliest record (lowest collection id) of the cluster.
     """
     groups = components(None, pairs["id"], pairs["duplicate_of"])
-    handle, close = _open_out(target)
-    try:
+    with _output(target) as handle:
         for root in sorted(groups):
             members = groups[root]
             urls = coll.urls(members)
             handle.write(json.dumps({"representative": urls[0], "size": len(members),
                                      "urls": urls}, ensure_ascii=False) + "\n")
-    finally:
-        if close:
-            handle.close()
     return len(groups)
 
 

@@ -289,3 +289,37 @@ def test_a_damaged_run_entry_is_a_corrupt_file_error(corpus, tmp_path):
         meta_path.write_text(json.dumps({**meta, "runs": runs}))
         with pytest.raises(CorruptFileError, match="run entry"):
             Collection(tmp_path / "coll")
+
+
+def test_pairs_of_an_interrupted_merge_are_not_lost(corpus, tmp_path, monkeypatch):
+    """The groups commit as they go, --pairs is written at the end: a merge
+    killed in between used to lose those pairs from every --pairs output."""
+    d = tmp_path / "crawl"
+    _write(d, corpus)
+    out = tmp_path / "pairs.jsonl"
+    real_urls = Collection.urls
+    calls = []
+
+    def dies_while_writing(self, ids):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("killed while writing --pairs")
+        return real_urls(self, ids)
+    monkeypatch.setattr(Collection, "urls", dies_while_writing)
+    with pytest.raises(RuntimeError):
+        merge([d], tmp_path / "coll", distance=H, chunk_size=256, pairs_out=out)
+    monkeypatch.setattr(Collection, "urls", real_urls)
+    assert not out.exists()                          # no half-written file
+    committed = Collection(tmp_path / "coll").meta["pairs"]
+    assert committed > 0 and stats([d], tmp_path / "coll")["directories"][0][
+        "pending_batches"] == 0
+    # nothing left to merge: the next --pairs run writes the pairs never written
+    again = merge([d], tmp_path / "coll", distance=H, pairs_out=out)
+    rows, _ = _read_pairs(out)
+    assert again.fingerprints == 0 and again.earlier_unreported_pairs == committed == len(rows)
+    # once written, they are not written again
+    merge([d], tmp_path / "coll", distance=H, pairs_out=tmp_path / "later.jsonl")
+    assert (tmp_path / "later.jsonl").read_text() == ""
+    # an output over the collection's own files is refused before merging
+    with pytest.raises(ValueError, match="inside the collection"):
+        merge([d], tmp_path / "coll", pairs_out=tmp_path / "coll" / "pairs.bin")
