@@ -132,7 +132,8 @@ class RedisIndexStore:
         # MGET's first two arguments, B:n and B:id, packed once
         self._resp_head = b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in
                                    ((base + ":n").encode(), (base + ":id").encode()))
-        self._id_new = uuid.uuid4().hex
+        # 32 hex digits, then what CHECK_AND_INSERT checks against the index
+        self._id_new = f"{uuid.uuid4().hex}{header_bits:02d}{fingerprint or ''}"
         opts = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0,
                 "health_check_interval": 30, "retry_on_timeout": False}
         opts.update(params or {})
@@ -465,6 +466,12 @@ class RedisIndexStore:
                     elif isinstance(replies[i], Exception):
                         raise replies[i]
         except RedisError as exc:
+            if "SIMDUP_SETTINGS" in str(exc):
+                raise RedisIndexError(
+                    f"the index at {base!r} ({_safe_url(self.url)}) was re-created with other "
+                    f"settings than this process's ({str(exc).split('SIMDUP_SETTINGS ', 1)[1]}"
+                    f"): its fingerprints cannot be compared with this process's; restart "
+                    f"the crawls with the same settings") from exc
             raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
         out: list = [None] * n
         r = 0

@@ -90,6 +90,26 @@ end
 local nkey, logkey, idkey = base .. ':n', base .. ':log', base .. ':id'
 local uprefix = base .. ':u:'
 local bprefix = base .. ':b:'
+-- the writer's settings ride in its id (32 hex digits, 2 digits of header
+-- bits, the fingerprint recipe): an index Redis lost and that is re-created
+-- here records them again, and a writer whose settings differ from the
+-- index's is refused instead of mixing incomparable fingerprints
+local t_mine, fp_mine = tonumber(string.sub(id_new, 33, 34)), string.sub(id_new, 35)
+local tkey, fkey = base .. ':t', base .. ':fingerprint'
+local t_now = redis.call('GET', tkey)
+if not t_now then
+  redis.call('SET', tkey, tostring(t_mine))
+elseif tonumber(t_now) ~= t_mine then
+  return redis.error_reply('SIMDUP_SETTINGS header bits ' .. t_now)
+end
+if fp_mine ~= '' then
+  local fp_now = redis.call('GET', fkey)
+  if not fp_now then
+    redis.call('SET', fkey, fp_mine)
+  elseif fp_now ~= fp_mine then
+    return redis.error_reply('SIMDUP_SETTINGS fingerprint ' .. fp_now)
+  end
+end
 local id_now = redis.call('GET', idkey)
 if not id_now then
   redis.call('SET', idkey, id_new)

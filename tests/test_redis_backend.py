@@ -327,6 +327,48 @@ def test_processes_with_other_feature_settings_are_refused(redis_server):
         _backend(redis_server.url, SIMDUP_REDIS_KEY=key, SIMDUP_SHINGLE_SIZE=2)
 
 
+def test_an_index_redis_lost_is_recreated_with_its_settings(redis_server):
+    """After a Redis restart without persistence (or FLUSHDB) the first
+    insertion re-creates the index: it records the writer's header bits and
+    recipe again, so a process with other settings is still refused, at
+    start-up or at its next insertion."""
+    import redis
+
+    async def run():
+        base = f"lost:{time.monotonic_ns()}"
+        a = await RedisIndexStore(redis_server.url, base, header_bits=8, distance=3,
+                                  fingerprint="recipe-A").connect()
+        b = await RedisIndexStore(redis_server.url, base, header_bits=8, distance=3,
+                                  fingerprint="recipe-A").connect()
+        client = redis.Redis.from_url(redis_server.url)
+        try:
+            masks = header_masks(8, [0, 1])
+            await a.check_and_add_many(np.array([1 << 60], np.uint64), [masks], ["a"])
+            for key in client.scan_iter(match=base + "*"):     # Redis lost the index
+                client.delete(key)
+            await a.check_and_add_many(np.array([2 << 60], np.uint64), [masks], ["a2"])
+            assert client.get(base + ":t") == b"8"
+            assert client.get(base + ":fingerprint") == b"recipe-A"
+            other = RedisIndexStore(redis_server.url, base, header_bits=8, distance=3,
+                                    fingerprint="recipe-B")
+            with pytest.raises(ValueError, match="recipe-A"):
+                other.check_server()
+            # a writer that started before the loss, with other settings than the
+            # index re-created since, is refused at its next insertion
+            for key in client.scan_iter(match=base + "*"):
+                client.delete(key)
+            c = await RedisIndexStore(redis_server.url, base, header_bits=9, distance=3,
+                                      fingerprint="recipe-A").connect()
+            with pytest.raises(RedisIndexError, match="re-created with other settings"):
+                await b.check_and_add_many(np.array([3 << 60], np.uint64), [masks], ["b"])
+            await c.close()
+        finally:
+            client.close()
+            await a.close()
+            await b.close()
+    asyncio.run(run())
+
+
 def test_bad_input(redis_server):
     with pytest.raises(ValueError, match="SIMDUP_INDEX"):
         RedisIndexStore("http://x", "k")
