@@ -25,6 +25,7 @@ bits mean a near-duplicate's header is more often among the first probes.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import deque
 import logging
 import math
@@ -580,11 +581,11 @@ def _text(v):
 
 
 def _safe_url(url: str) -> str:
-    """The URL without a password."""
+    """The URL without a password (``user:pass@`` or a ``password=`` query)."""
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
-        return scheme + "://***@" + rest.split("@", 1)[1]
-    return url
+        url = scheme + "://***@" + rest.rsplit("@", 1)[1]
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
 
 
 # -- the backend the Scrapy glue uses ---------------------------------------------

@@ -51,17 +51,21 @@ class SimdupComponent:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
-        #: the crawl's close reason when the component refuses to work
-        #: (a corrupt saved index with SIMDUP_ON_ERROR = "stop")
+        #: the crawl's close reason when the component refuses to work (a
+        #: corrupt saved index with SIMDUP_ON_ERROR = "stop", Redis unreachable)
         self.refused: str | None = None
         try:
             self._open(config, crawler, fingerprinter, backend)
-        except CorruptFileError:
-            if config.on_error != "stop":
-                raise
-            # already logged by file name; stop the crawl without a traceback
-            # and without letting a page through unchecked
-            self.refused = "simdup_corrupt_index"
+        except (CorruptFileError, ConnectionError) as exc:
+            if isinstance(exc, CorruptFileError):
+                if config.on_error != "stop":
+                    raise
+                self.refused = "simdup_corrupt_index"    # already logged by file name
+            else:   # the shared index cannot be reached (RedisIndexError)
+                self.refused = "simdup_index_unavailable"
+                logger.error("Simdup: %s; the crawl stops (%s)", exc, self.refused)
+            # stop the crawl without a traceback and without letting a page
+            # through unchecked
             self.fingerprinter = config.make_fingerprinter()
             self.backend = MemoryBackend.from_config(config, crawler, self.kind)
             self.writer = None

@@ -778,3 +778,11 @@ def test_a_script_missing_from_the_cache_is_loaded_and_the_insert_runs_once(redi
         client.close()
         await store.close()
     run(go())
+
+
+def test_passwords_never_appear_in_messages():
+    from scrapy_simdup._backend_redis import _safe_url
+    assert _safe_url("redis://user:pw@h:6379/0") == "redis://***@h:6379/0"
+    assert _safe_url("redis://:a@b@h/0") == "redis://***@h/0"
+    assert _safe_url("redis://h:6379/0?password=pw&db=2") == "redis://h:6379/0?password=***&db=2"
+    assert _safe_url("unix:///tmp/r.sock?db=1&Password=pw") == "unix:///tmp/r.sock?db=1&Password=***"

@@ -162,7 +162,7 @@ def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
         assert len(result["responses"]) < len(names)
 
 
-def test_redis_unreachable_at_startup_fails_the_crawl(tmp_path):
+def test_redis_unreachable_at_startup_stops_the_crawl(tmp_path):
     from redis_server import free_port
     url = f"redis://127.0.0.1:{free_port()}/0"
     with PageServer({"a": b"<html><body><p>text</p></body></html>"}) as server:
@@ -171,6 +171,9 @@ def test_redis_unreachable_at_startup_fails_the_crawl(tmp_path):
             [server.url("/page/a")])
         out, err = proc.communicate(timeout=120)
     result = json.loads(result_path.read_text())
-    assert result["error"] is not None and "SIMDUP_INDEX" in result["error"], result["error"]
-    assert url in result["error"]
+    # one error line naming the setting and the URL, a finish reason, no traceback
+    assert result["error"] is None, result["error"]
+    assert result["stats"].get("finish_reason") == "simdup_index_unavailable"
+    assert any("SIMDUP_INDEX" in line and url in line for line in result["log"]), result["log"]
+    assert "Traceback" not in err
     assert result["responses"] == []
