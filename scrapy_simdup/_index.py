@@ -94,6 +94,8 @@ def _as_ids(ids, n: int, start: int) -> np.ndarray:
     arr = np.ascontiguousarray(arr.astype(np.int64, copy=False))
     if arr.ndim != 1 or arr.shape[0] != n:
         raise ValueError(f"ids must have one entry per value ({n}), got shape {arr.shape}")
+    if arr.size and arr.min() < 0:
+        raise ValueError("ids must be >= 0 (query_many answers -1 for 'no match')")
     return arr
 
 
@@ -132,8 +134,12 @@ def flip_masks(W, header_bits: int, distance: int, max_probes=None, model=None):
     """
     header_bits = _check_header_bits(header_bits)
     distance = _check_distance(distance)
-    if max_probes is not None and (isinstance(max_probes, bool) or int(max_probes) < 1):
-        raise ValueError(f"max_probes must be >= 1 or None, got {max_probes!r}")
+    if max_probes is not None and (isinstance(max_probes, bool)
+                                   or not isinstance(max_probes, (int, np.integer))
+                                   or max_probes < 1):
+        raise ValueError(f"max_probes must be an int >= 1 or None, got {max_probes!r}")
+    if max_probes is not None:
+        max_probes = min(int(max_probes), 1 << 62)
     model = VolatilityModel.default() if model is None else model
     if not isinstance(model, VolatilityModel):
         raise TypeError(f"model must be a VolatilityModel, got {type(model).__name__}")
@@ -365,6 +371,9 @@ if _BPHSCore is not None:
             if lookup not in ("offsets", "binary"):
                 raise ValueError(f"lookup must be 'offsets' or 'binary', got {lookup!r}")
             self.binary = lookup == "binary"
+            if tables is not None and (isinstance(tables, bool)
+                                       or not isinstance(tables, (int, np.integer))):
+                raise TypeError(f"tables must be an int, got {tables!r}")
             from math import comb
             if blocks is not None:
                 if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)):

@@ -438,10 +438,12 @@ cdef class PSMCore:
         if value is None:
             self._maxk = -1
         else:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"max_probes must be an int >= 1 or None, got {value!r}")
             v = int(value)
             if v < 1:
                 raise ValueError(f"max_probes must be >= 1 or None, got {value!r}")
-            self._maxk = v
+            self._maxk = min(v, 1 << 62)    # more than every flip set is every flip set
 
     def __len__(self):
         return self.n_main + self.n_buf
@@ -734,6 +736,10 @@ cdef class PSMCore:
         cdef uint64_t x
         cdef const double *wp = NULL
         cdef const double[::1] wv
+        if type(value) is not int and (isinstance(value, bool) or
+                                       not isinstance(value, np.integer)):
+            # (a float or a bool would be truncated by the C conversion)
+            raise ValueError(f"value must be an int in [0, 2**64), got {value!r}")
         try:
             x = value
         except (OverflowError, TypeError):

@@ -261,4 +261,19 @@ def test_bad_query_arguments():
         idx.add([1, 2], ids=[1])
     with pytest.raises(TypeError, match="values"):
         idx.add(np.array([1.5]))
+    # a float or a bool would be truncated: refused like in BPHSIndex
+    for value in (1.9, True, float(2**60 + 1)):
+        with pytest.raises(ValueError, match="value"):
+            idx.query(value)
+    assert idx.query(np.uint64(1), first=False) == idx.query(1, first=False) != []
+    # -1 is query_many's "no match": not an id
+    with pytest.raises(ValueError, match="ids must be >= 0"):
+        idx.add([7], ids=[-1])
+    for probes in (2.5, "7", True):
+        with pytest.raises(ValueError, match="max_probes"):
+            idx.max_probes = probes
+    idx.max_probes = 2**70                     # more than every flip set: every flip set
+    assert idx.query(1, [0.5] * 64, first=False) == [(0, 0), (2, 1), (1, 2)]
+    with pytest.raises(TypeError, match="tables"):
+        BPHSIndex(3, tables="4")
     assert idx.query(1, [0.5] * 64, first=False) == [(0, 0), (2, 1), (1, 2)]
