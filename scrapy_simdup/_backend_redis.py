@@ -195,12 +195,19 @@ class RedisIndexStore:
                                   f"{exc}") from exc
         finally:
             client.close()
-        self.last_size = int(n or 0)
-        if int(stored_t) != self.header_bits:
+        try:
+            stored_t = int(stored_t)
+            self.last_size = int(n or 0)
+        except (TypeError, ValueError):
+            raise ValueError(f"SIMDUP_REDIS_KEY: {self.base!r} already holds keys that are not "
+                             f"a scrapy-simdup index ({self.base}:t = {stored_t!r}, "
+                             f"{self.base}:n = {n!r}); use another SIMDUP_REDIS_KEY") from None
+        if stored_t != self.header_bits:
             raise ValueError(f"SIMDUP_REDIS_HEADER_BITS = {self.header_bits} but the index at "
-                             f"{self.base!r} was created with {int(stored_t)} header bits; use "
-                             f"{int(stored_t)} or another SIMDUP_REDIS_KEY")
-        stored_fp = stored_fp.decode() if isinstance(stored_fp, bytes) else stored_fp
+                             f"{self.base!r} was created with {stored_t} header bits; use "
+                             f"{stored_t} or another SIMDUP_REDIS_KEY")
+        stored_fp = stored_fp.decode("utf-8", "replace") if isinstance(stored_fp, bytes) \
+            else stored_fp
         if self.fingerprint and stored_fp and stored_fp != self.fingerprint:
             raise ValueError(f"the index at {self.base!r} (SIMDUP_INDEX) holds fingerprints made "
                              f"with {stored_fp!r}, this crawl makes {self.fingerprint!r}; they "

@@ -780,6 +780,23 @@ def test_a_script_missing_from_the_cache_is_loaded_and_the_insert_runs_once(redi
     run(go())
 
 
+def test_a_key_prefix_holding_other_data_is_a_clear_error(redis_server):
+    import redis
+    base = f"foreign:{time.monotonic_ns()}"
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        client.set(base + ":t", "hello")
+        with pytest.raises(ValueError, match="not a scrapy-simdup index"):
+            RedisIndexStore(redis_server.url, base, header_bits=8).check_server()
+        client.set(base + ":t", "8")
+        client.set(base + ":fingerprint", b"\xff\xfe binary")
+        with pytest.raises(ValueError, match="cannot be compared"):
+            RedisIndexStore(redis_server.url, base, header_bits=8,
+                            fingerprint="recipe").check_server()
+    finally:
+        client.close()
+
+
 def test_passwords_never_appear_in_messages():
     from scrapy_simdup._backend_redis import _safe_url
     assert _safe_url("redis://user:pw@h:6379/0") == "redis://***@h:6379/0"
