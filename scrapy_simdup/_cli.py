@@ -15,14 +15,19 @@ from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
 _DEFAULT_CHUNK = 1 << 20
 
 
-def _positive_int(text: str) -> int:
+def _int_in(text: str, lo: int, hi: int | None, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    if value < lo or (hi is not None and value > hi):
+        bounds = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+        raise argparse.ArgumentTypeError(f"expected {what} {bounds}, got {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _int_in(text, 1, None, "an integer")
 
 
 def _recall(text: str) -> float:
@@ -36,24 +41,12 @@ def _recall(text: str) -> float:
 
 
 def _distance(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= value <= MAX_DISTANCE:
-        raise argparse.ArgumentTypeError(f"expected a distance in 0..{MAX_DISTANCE}, got {value}")
-    return value
+    return _int_in(text, 0, MAX_DISTANCE, "a distance")
 
 
 def _probes(text: str) -> int:
     from ._merge import MAX_MERGE_PROBES  # noqa: PLC0415 (keep start-up light)
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= value <= MAX_MERGE_PROBES:
-        raise argparse.ArgumentTypeError(f"expected 0..{MAX_MERGE_PROBES} probes, got {value}")
-    return value
+    return _int_in(text, 0, MAX_MERGE_PROBES, "a probe count")
 
 
 def add_merge_options(parser: argparse.ArgumentParser) -> None:
