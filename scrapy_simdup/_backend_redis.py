@@ -190,6 +190,13 @@ class RedisIndexStore:
             stored_t, n, stored_fp = pipe.execute()[-3:]
             self._sha = client.script_load(CHECK_AND_INSERT)
             self._keys_sha = client.script_load(KEYS_AT)
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at "
+                                      f"{_safe_url(self.url)}: {exc}") from exc
+            raise ValueError(f"SIMDUP_REDIS_KEY: {self.base!r} already holds keys that are not "
+                             f"a scrapy-simdup index ({exc}); use another SIMDUP_REDIS_KEY"
+                             ) from None
         except redis.RedisError as exc:
             raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at {_safe_url(self.url)}: "
                                   f"{exc}") from exc
@@ -210,7 +217,8 @@ class RedisIndexStore:
             else stored_fp
         if self.fingerprint and stored_fp and stored_fp != self.fingerprint:
             raise ValueError(f"the index at {self.base!r} (SIMDUP_INDEX) holds fingerprints made "
-                             f"with {stored_fp!r}, this crawl makes {self.fingerprint!r}; they "
+                             f"with {_short(stored_fp)!r}, this crawl makes "
+                             f"{_short(self.fingerprint)!r}; they "
                              f"cannot be compared: use the same feature settings in every "
                              f"process, or another SIMDUP_REDIS_KEY")
         return self
@@ -475,11 +483,12 @@ class RedisIndexStore:
                         raise replies[i]
         except RedisError as exc:
             if "SIMDUP_SETTINGS" in str(exc):
+                theirs = _short(str(exc).split("SIMDUP_SETTINGS ", 1)[1])
                 raise RedisIndexError(
                     f"the index at {base!r} ({_safe_url(self.url)}) was re-created with other "
-                    f"settings than this process's ({str(exc).split('SIMDUP_SETTINGS ', 1)[1]}"
-                    f"): its fingerprints cannot be compared with this process's; restart "
-                    f"the crawls with the same settings") from exc
+                    f"settings than this process's ({theirs}): its fingerprints cannot be "
+                    f"compared with this process's; restart the crawls with the same "
+                    f"settings") from exc
             raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
         out: list = [None] * n
         r = 0
@@ -585,6 +594,12 @@ def _text(v):
     if v is None or v == b"":
         return None
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """``text`` cut for a message (a recipe holds the user's content XPath)."""
+    text = text.replace("\x00", "\\0")
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 def _safe_url(url: str) -> str:

@@ -63,7 +63,9 @@ class SimdupComponent:
                 self.refused = "simdup_corrupt_index"    # already logged by file name
             else:   # the shared index cannot be reached (RedisIndexError)
                 self.refused = "simdup_index_unavailable"
-                logger.error("Simdup: %s; the crawl stops (%s)", exc, self.refused)
+                if not getattr(crawler, "_simdup_refusal_logged", False):   # once, not per component
+                    crawler._simdup_refusal_logged = True
+                    logger.error("Simdup: %s; the crawl stops (%s)", exc, self.refused)
             # stop the crawl without a traceback and without letting a page
             # through unchecked
             self.fingerprinter = config.make_fingerprinter()

@@ -37,6 +37,7 @@ import io
 import json
 import math
 import os
+import stat
 import sys
 import time
 import zlib
@@ -221,9 +222,9 @@ class Collection:
         del idx
         return out
 
-    def pairs(self, start: int = 0) -> np.ndarray:
-        """The committed pairs from the ``start``-th on."""
-        n = self.meta["pairs"] - start
+    def pairs(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The committed pairs ``start`` to ``stop`` (default: all)."""
+        n = min(self.meta["pairs"], self.meta["pairs"] if stop is None else stop) - start
         if n <= 0:
             return np.zeros(0, dtype=PAIR_DTYPE)
         return np.fromfile(self.path / "pairs.bin", dtype=PAIR_DTYPE, count=n,
@@ -244,9 +245,10 @@ class Collection:
             os.fsync(handle.fileno())
 
     def append(self, sorted_q: np.ndarray, urls: list[str], pairs: np.ndarray,
-               merged: dict, recipe: str | None = None) -> None:
+               merged: dict, recipe: str | None = None, extra: dict | None = None) -> None:
         """Append a sorted run with its URLs and pairs; commit by rewriting the header.
-        ``recipe``: the fingerprint recipe of the run (kept in the header)."""
+        ``recipe``: the fingerprint recipe of the run (kept in the header);
+        ``extra``: more header fields committed with the run."""
         data = np.ascontiguousarray(sorted_q, dtype=H_DTYPE).tobytes()
         self._append("H.bin", self.count * H_DTYPE.itemsize, data)
         encoded = [u.encode("utf-8", "surrogateescape") for u in urls]
@@ -269,6 +271,7 @@ class Collection:
         meta["merged"] = {**self.meta["merged"], **merged}
         if recipe:
             meta["fingerprint"] = recipe
+        meta.update(extra or {})
         meta["updated"] = time.time()
         atomic_write_json(self.meta_path, meta)
         self.meta = meta
@@ -555,6 +558,18 @@ def crawl_distance(dirs) -> int | None:
     return next(iter(found), None)
 
 
+def _unreported_ranges(coll: Collection) -> list[list[int]]:
+    """The ``[start, stop)`` ranges of pairs.bin that a --pairs merge
+    committed but never wrote to its file (see ``merge``)."""
+    ranges = coll.meta.get("pairs_unreported")
+    if not isinstance(ranges, list):
+        return []
+    total = coll.meta["pairs"]
+    return [[int(r[0]), int(r[1])] for r in ranges
+            if isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)
+            and 0 <= r[0] <= r[1] <= total]
+
+
 def check_output_path(target, option: str, collection=None) -> None:
     """Fail before merging, not after, when an output file cannot be written
     (or would land in the ``collection`` directory, over its own files)."""
@@ -650,18 +665,14 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + ("(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
                                collection_before=coll.count)
-        # --pairs is written at the end, groups commit one by one: the header
-        # remembers the first pair not yet written to a --pairs file, so the
-        # pairs of a merge killed before its output was written come out with
-        # the next --pairs instead of being lost
-        unreported = coll.meta.get("pairs_unreported_from")
-        if not (isinstance(unreported, int) and 0 <= unreported <= coll.meta["pairs"]):
-            unreported = None
-        summary.earlier_unreported_pairs = 0 if unreported is None \
-            else coll.meta["pairs"] - unreported
-        if pairs_out is not None and commit and unreported is None:
-            unreported = coll.meta["pairs"]
-            coll.set_meta(pairs_unreported_from=unreported)
+        # --pairs is written at the end, groups commit one by one: each group
+        # of a --pairs merge commits, with its run, the ranges of pairs.bin
+        # not yet written to a --pairs file, so the pairs of a --pairs merge
+        # killed before writing its file come out with the next --pairs merge
+        # (merges without --pairs leave the ranges alone)
+        earlier = _unreported_ranges(coll)
+        summary.earlier_unreported_pairs = sum(b - a for a, b in earlier)
+        own_from = None     # where this merge's pairs start in pairs.bin
         for d in dirs:
             summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
         started = time.perf_counter()
@@ -742,9 +753,14 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             run["id"] = gids[order]
             if commit:
                 urls = [u for b in batches for u in read_urls(b, verify=verify)]
+                extra = None
+                if pairs_out is not None:
+                    own_from = coll.meta["pairs"] if own_from is None else own_from
+                    extra = {"pairs_unreported": earlier + [
+                        [own_from, coll.meta["pairs"] + len(pairs)]]}
                 coll.append(run, urls, pairs, {_batch_key(b.path, b.meta): {
                     "count": len(b), "crc32": b.meta["npy_crc32"],
-                    "path": str(b.path.resolve())} for b in batches}, recipe)
+                    "path": str(b.path.resolve())} for b in batches}, recipe, extra)
             run_pairs.append(pairs)
             summary.batches += len(batches)
             summary.fingerprints += m
@@ -759,8 +775,12 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         summary.distance_histogram = {str(i): int(c) for i, c in enumerate(hist) if c}
         if pairs_out is not None:
             if commit:
-                write_pairs(coll, coll.pairs(unreported), pairs_out)
-                coll.set_meta(pairs_unreported_from=None)
+                ranges = earlier + ([[own_from, coll.meta["pairs"]]] if own_from is not None
+                                    else [])
+                write_pairs(coll, np.concatenate(
+                    [coll.pairs(a, b) for a, b in ranges] or [all_run[:0]]), pairs_out)
+                if "pairs_unreported" in coll.meta:
+                    coll.set_meta(pairs_unreported=None)
             else:
                 write_pairs(coll, all_run, pairs_out)
         if clusters_out is not None:
@@ -775,13 +795,31 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
 
 @contextmanager
 def _output(target):
-    """A text handle for ``target`` (a path or an open file). A path is
-    written to a temporary file beside it, fsynced and renamed over it, so a
-    merge killed while writing leaves no half file."""
+    """A text handle for ``target`` (a path or an open file). A regular file
+    (new or existing, through symlinks) is written to a temporary file beside
+    it and renamed over it, with the old file's mode or the umask's, so a
+    merge killed while writing leaves no half file; a FIFO, a device or
+    ``/dev/stdout`` is written directly."""
     if hasattr(target, "write"):
         yield target
         return
-    with atomic_write(target, "wb") as raw:
+    path = os.path.realpath(target)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+            yield handle
+        return
+    if st is not None:
+        mode = stat.S_IMODE(st.st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    with atomic_write(path, "wb") as raw:
+        os.fchmod(raw.fileno(), mode)
         text = io.TextIOWrapper(raw, encoding="utf-8", newline="\n", write_through=False)
         try:
             yield text

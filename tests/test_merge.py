@@ -323,3 +323,66 @@ def test_pairs_of_an_interrupted_merge_are_not_lost(corpus, tmp_path, monkeypatc
     # an output over the collection's own files is refused before merging
     with pytest.raises(ValueError, match="inside the collection"):
         merge([d], tmp_path / "coll", pairs_out=tmp_path / "coll" / "pairs.bin")
+
+
+def test_unreported_pairs_are_exactly_those_of_the_interrupted_merge(corpus, tmp_path,
+                                                                     monkeypatch):
+    """Only what a --pairs merge committed is owed to a later --pairs file:
+    not the pairs of merges without --pairs, nor anything when the --pairs
+    merge failed before committing."""
+    a, b, c = (tmp_path / n for n in "abc")
+    _write(a, corpus[:200])
+    _write(b, corpus[200:400])
+    _write(c, corpus[400:])
+    coll = tmp_path / "coll"
+    # fails before committing anything: nothing is owed
+    real_append = Collection.append
+
+    def dies(self, *args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Collection, "append", dies)
+    with pytest.raises(KeyboardInterrupt):
+        merge([a], coll, distance=H, pairs_out=tmp_path / "p0.jsonl")
+    monkeypatch.setattr(Collection, "append", real_append)
+    assert "pairs_unreported" not in Collection(coll).meta
+    # a --pairs merge killed after committing, then a plain merge, then --pairs
+    real_write = merge.__globals__["write_pairs"]
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setitem(merge.__globals__, "write_pairs", killed)
+    with pytest.raises(KeyboardInterrupt):
+        merge([a], coll, distance=H, chunk_size=64, pairs_out=tmp_path / "p1.jsonl")
+    monkeypatch.setitem(merge.__globals__, "write_pairs", real_write)
+    owed = Collection(coll).meta["pairs"]
+    plain = merge([a, b], coll, distance=H)
+    assert plain.earlier_unreported_pairs == owed
+    last = merge([a, b, c], coll, distance=H, pairs_out=tmp_path / "p2.jsonl")
+    rows, _ = _read_pairs(tmp_path / "p2.jsonl")
+    assert last.earlier_unreported_pairs == owed
+    assert len(rows) == owed + last.pairs                # not the plain merge's pairs
+    assert "pairs_unreported" not in Collection(coll).meta
+
+
+def test_pairs_go_through_symlinks_and_to_fifos(corpus, tmp_path):
+    import stat
+    import threading
+    d = tmp_path / "crawl"
+    _write(d, corpus[:300])
+    real = tmp_path / "real.jsonl"
+    real.write_text("old\n")
+    real.chmod(0o644)
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to(real)
+    merge([d], tmp_path / "coll", distance=H, pairs_out=link)
+    assert link.is_symlink() and real.read_text().count("\n") > 0
+    assert "old" not in real.read_text() and stat.S_IMODE(real.stat().st_mode) == 0o644
+    fifo = tmp_path / "pairs.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(Path(fifo).read_text()))
+    reader.start()
+    _write(tmp_path / "more", corpus[300:400])
+    merge([tmp_path / "more"], tmp_path / "coll", distance=H, pairs_out=fifo)
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got

@@ -793,6 +793,17 @@ def test_a_key_prefix_holding_other_data_is_a_clear_error(redis_server):
         with pytest.raises(ValueError, match="cannot be compared"):
             RedisIndexStore(redis_server.url, base, header_bits=8,
                             fingerprint="recipe").check_server()
+        # a long recipe (a content XPath is part of it) is cut in the message
+        client.set(base + ":fingerprint", "x" * 100_000)
+        with pytest.raises(ValueError, match="100000 characters") as err:
+            RedisIndexStore(redis_server.url, base, header_bits=8,
+                            fingerprint="recipe").check_server()
+        assert len(str(err.value)) < 1000
+        # another Redis type under the prefix: the key setting, not "Redis unavailable"
+        other = f"foreign-hash:{time.monotonic_ns()}"
+        client.hset(other + ":t", "a", "b")
+        with pytest.raises(ValueError, match="SIMDUP_REDIS_KEY"):
+            RedisIndexStore(redis_server.url, other, header_bits=8).check_server()
     finally:
         client.close()
 
