@@ -803,15 +803,15 @@ def _output(target):
     if hasattr(target, "write"):
         yield target
         return
-    path = os.path.realpath(target)
     try:
-        st = os.stat(path)
+        st = os.stat(target)       # through symlinks (/dev/stdout -> a pipe)
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        with open(target, "w", encoding="utf-8", newline="\n") as handle:
             yield handle
         return
+    path = os.path.realpath(target)   # replace the file a symlink points to
     if st is not None:
         mode = stat.S_IMODE(st.st_mode)
     else:

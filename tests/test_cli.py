@@ -203,3 +203,12 @@ def test_a_batch_header_damaged_after_its_merge_does_not_block_later_merges(craw
     out = _run(_simdup() + ["merge", str(crawl), "--json"])
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["fingerprints"] == 1
+
+
+def test_pairs_to_dev_stdout(crawl, tmp_path):
+    """--pairs /dev/stdout writes through the pipe (not a temp file beside it)."""
+    out = _run(_simdup() + ["merge", str(crawl), "--pairs", "/dev/stdout"])
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert rows and all(set(r) == {"url", "duplicate_of", "distance"} for r in rows)
+    assert Path("/dev/stdout").is_symlink() or not Path("/dev/stdout").is_file()
