@@ -175,8 +175,6 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
     """The backend ``SIMDUP_INDEX`` asks for; ``namespace`` separates pages from items.
     ``fingerprint``: the ``Fingerprinter.version`` of the pages it will hold
     (default: the settings' recipe)."""
-    if fingerprint is None:
-        fingerprint = config.make_fingerprinter().version
     if config.index == "memory":
         backend = MemoryBackend.from_config(config, crawler, namespace)
         if config.dir:  # restore the index saved in SIMDUP_DIR (see _persist)
@@ -184,7 +182,7 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
             restore(backend, namespace_dir(config.dir, namespace), config.on_error,
                     getattr(crawler, "stats", None), "simdup/" if namespace == "pages"
                     else f"simdup/{namespace}/",
-                    fingerprint=fingerprint)
+                    fingerprint=fingerprint or config.make_fingerprinter().version)
         return backend
     try:
         from ._backend_redis import RedisBackend  # noqa: PLC0415 (optional)
