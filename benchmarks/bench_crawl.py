@@ -11,8 +11,13 @@ Modes: ``off`` (no plugin), ``on`` (``ADDONS`` one-liner, ``SIMDUP_ACTION =
 "tag"``: every page still reaches the spider, so both crawls do the same
 spider work and the difference is the plugin's cost) and ``on-drop`` (the
 default action: duplicates never reach the spider; cheaper per page, shown for
-information). Crawls alternate off/on and the minimum over ``--repeat`` runs
-is kept, to damp the noise of a shared machine.
+information). A fourth mode, ``tree-only``, runs no plugin but a downloader
+middleware that only builds ``response.selector`` at the plugin's position,
+which the spider then reuses: it measures what moving the page's parse from
+the callback to a downloader middleware costs by itself (the features issue
+asks the plugin to reuse that tree instead of parsing twice). Crawls alternate
+and the minimum over ``--repeat`` runs is kept, to damp the noise of a shared
+machine.
 
     python benchmarks/bench_crawl.py            # all pages, 3 repeats
     python benchmarks/bench_crawl.py --quick    # 300 pages, 1 repeat
@@ -44,10 +49,22 @@ def child(args) -> None:
     settings = {"LOG_LEVEL": "WARNING", "TELNETCONSOLE_ENABLED": False, "LOGSTATS_INTERVAL": 0,
                 "ROBOTSTXT_OBEY": False, "CONCURRENT_REQUESTS": 16,
                 "CONCURRENT_REQUESTS_PER_DOMAIN": 16, "DOWNLOAD_DELAY": 0}
-    if args.child != "off":
+    if args.child in ("on", "on-drop"):
         settings.update({"ADDONS": {"scrapy_simdup.Addon": 0}, "SIMDUP_LOG_INTERVAL": 0,
                          "SIMDUP_ACTION": "tag" if args.child == "on" else "drop",
                          "ITEM_PIPELINES": {"scrapy_simdup.SimdupPipeline": None}})
+    if args.child == "tree-only":
+        from scrapy.http import HtmlResponse
+
+        from scrapy_simdup._addon import MIDDLEWARE_PRIORITY
+
+        class TreeOnlyMiddleware:
+            def process_response(self, request, response):
+                if isinstance(response, HtmlResponse):
+                    response.selector    # parse now; the spider reuses the cached tree
+                return response
+
+        settings["DOWNLOADER_MIDDLEWARES"] = {TreeOnlyMiddleware: MIDDLEWARE_PRIORITY}
     marks = {}
 
     class BenchSpider(scrapy.Spider):
@@ -107,7 +124,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="300 pages, 1 repeat")
     parser.add_argument("--pages", type=int, default=None, help="crawl the first N pages")
     parser.add_argument("--repeat", type=int, default=None)
-    parser.add_argument("--child", choices=("off", "on", "on-drop"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("off", "on", "on-drop", "tree-only"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--urls", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -141,10 +159,11 @@ def main() -> None:
         json.dump(urls, f)
         urls_path = f.name
     best: dict[str, dict] = {}
-    all_runs: dict[str, list[float]] = {"off": [], "on": [], "on-drop": []}
+    modes = ("off", "on", "on-drop", "tree-only")
+    all_runs: dict[str, list[float]] = {mode: [] for mode in modes}
     try:
         for r in range(repeat):
-            for mode in ("off", "on", "on-drop"):
+            for mode in modes:
                 res = run_child(mode, urls_path)
                 per_page = res["cpu"] / max(res["pages"], 1)
                 print(f"  run {r + 1} {mode:8s} pages {res['pages']:5d}  cpu {res['cpu']:7.2f} s  "
@@ -156,7 +175,7 @@ def main() -> None:
     finally:
         server.close()
         os.unlink(urls_path)
-    off, on, drop = best["off"], best["on"], best["on-drop"]
+    off, on, drop, tree = best["off"], best["on"], best["on-drop"], best["tree-only"]
     ratio = on["per_page"] / off["per_page"]
     print()
     print(f"CPU time per page (min of {repeat}), crawler process only:")
@@ -170,16 +189,22 @@ def main() -> None:
     print(f"ratio on/off (tag, same spider work): {ratio:.3f}  "
           f"(target <= 1.15: {'OK' if ratio <= 1.15 else 'MISSED'})")
     print(f"ratio on/off (drop, per downloaded page): {drop_per_page / off['per_page']:.3f}")
+    print(f"tree-only (no plugin; a middleware builds the tree the spider reuses): "
+          f"{1e3 * tree['per_page']:.3f} ms/page, ratio to off {tree['per_page'] / off['per_page']:.3f}: "
+          f"the share of the tag-mode ratio that comes from parsing before the callback")
     # Runs of one round are back to back, so a round's on/off ratio shares the
     # machine's state of the moment; the median over rounds is the figure least
     # moved by a slow or fast phase of this shared machine.
     tag_pairs = [on_cpu / off_cpu for on_cpu, off_cpu in zip(all_runs["on"], all_runs["off"])]
     drop_pairs = [d / off_cpu for d, off_cpu in zip(all_runs["on-drop"], all_runs["off"])]
+    tree_pairs = [t / off_cpu for t, off_cpu in zip(all_runs["tree-only"], all_runs["off"])]
     print("per-round ratios (on/off of the same round): tag "
           + ", ".join(f"{r:.3f}" for r in tag_pairs) + "; drop "
-          + ", ".join(f"{r:.3f}" for r in drop_pairs))
+          + ", ".join(f"{r:.3f}" for r in drop_pairs) + "; tree-only "
+          + ", ".join(f"{r:.3f}" for r in tree_pairs))
     print(f"median of the per-round ratios: tag {statistics.median(tag_pairs):.3f}, "
-          f"drop {statistics.median(drop_pairs):.3f}  (target <= 1.15)")
+          f"drop {statistics.median(drop_pairs):.3f}, tree-only {statistics.median(tree_pairs):.3f}"
+          f"  (target <= 1.15)")
     if on.get("fp") is not None:
         print(f"inside the middleware (tag run, per checked page): fingerprint "
               f"{1e3 * on['fp']:.3f} ms (includes building the lxml tree the spider then "

@@ -405,7 +405,7 @@ class RedisIndexStore:
             idx, dist = scan_first_buckets(entries, bucket_offsets, probe_bucket, probe_start,
                                            values, self.distance)
         except RedisError as exc:
-            raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
+            raise self._failed(exc) from exc
         return _Snapshot(values, counts, probe_start, headers, bucket_lens[probe_bucket],
                          entries, idx, dist, n_snap, id_snap, buckets, bucket_offsets)
 
@@ -489,7 +489,7 @@ class RedisIndexStore:
                     f"settings than this process's ({theirs}): its fingerprints cannot be "
                     f"compared with this process's; restart the crawls with the same "
                     f"settings") from exc
-            raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
+            raise self._failed(exc) from exc
         out: list = [None] * n
         r = 0
         inserted = 0
@@ -508,12 +508,22 @@ class RedisIndexStore:
                 out[i] = StoreMatch(v, int(dist[i]), _text(found_keys[k]))
         return out
 
+    def _failed(self, exc) -> RedisIndexError:
+        """The error for a Redis command that failed mid-crawl (another type of
+        key under the prefix is named, like at start-up)."""
+        if "WRONGTYPE" in str(exc):
+            return RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: a key under "
+                                   f"SIMDUP_REDIS_KEY {self.base!r} was replaced by a key of "
+                                   f"another type ({exc}); is the prefix shared with something "
+                                   f"else?")
+        return RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}")
+
     async def size(self) -> int:
         from redis.exceptions import RedisError
         try:
             return int(await self._client.get(self.base + ":n") or 0)
         except RedisError as exc:
-            raise RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}") from exc
+            raise self._failed(exc) from exc
 
     async def clear(self):
         """Delete the whole index (all buckets and bookkeeping keys)."""

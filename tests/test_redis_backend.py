@@ -369,6 +369,30 @@ def test_an_index_redis_lost_is_recreated_with_its_settings(redis_server):
     asyncio.run(run())
 
 
+def test_a_key_replaced_mid_crawl_is_named(redis_server):
+    """Another type of key put under the prefix while a crawl runs: the
+    error names SIMDUP_REDIS_KEY and the prefix, not only Redis's WRONGTYPE."""
+    import redis
+
+    async def run():
+        base = f"replaced:{time.monotonic_ns()}"
+        store = await RedisIndexStore(redis_server.url, base, header_bits=8, distance=3).connect()
+        client = redis.Redis.from_url(redis_server.url)
+        try:
+            masks = header_masks(8, [0, 1])
+            await store.check_and_add_many(np.array([1 << 60], np.uint64), [masks], ["a"])
+            client.delete(base + ":n")
+            client.hset(base + ":n", "x", "y")
+            with pytest.raises(RedisIndexError, match=f"SIMDUP_REDIS_KEY '{base}'"):
+                await store.check_and_add_many(np.array([2 << 60], np.uint64), [masks], ["b"])
+            with pytest.raises(RedisIndexError, match="SIMDUP_REDIS_KEY"):
+                await store.size()
+        finally:
+            client.close()
+            await store.close()
+    asyncio.run(run())
+
+
 def test_bad_input(redis_server):
     with pytest.raises(ValueError, match="SIMDUP_INDEX"):
         RedisIndexStore("http://x", "k")
