@@ -23,6 +23,7 @@ extensions = [
         extra_compile_args=compile_args,
         # _scan walks lxml's libxml2 nodes through lxml's public C API
         include_dirs=lxml.get_include(),
+        depends=sorted(glob.glob(os.path.join("scrapy_simdup", "*.h"))),
     )
     for path in sorted(glob.glob(os.path.join("scrapy_simdup", "*.pyx")))
 ]

@@ -30,42 +30,14 @@ cdef enum:
     MAX_G = 24
 
 
-cdef struct resvec:
-    int64_t *q
-    int64_t *ids
-    uint8_t *d
-    Py_ssize_t n, cap
-
-
-cdef int res_push(resvec *r, int64_t q, int64_t id_, int d) noexcept nogil:
-    cdef Py_ssize_t nc
-    cdef void *p
-    if r.n == r.cap:
-        nc = 64 if r.cap == 0 else 2 * r.cap
-        p = realloc(r.q, nc * sizeof(int64_t))
-        if p == NULL:
-            return -1
-        r.q = <int64_t *>p
-        p = realloc(r.ids, nc * sizeof(int64_t))
-        if p == NULL:
-            return -1
-        r.ids = <int64_t *>p
-        p = realloc(r.d, nc * sizeof(uint8_t))
-        if p == NULL:
-            return -1
-        r.d = <uint8_t *>p
-        r.cap = nc
-    r.q[r.n] = q
-    r.ids[r.n] = id_
-    r.d[r.n] = <uint8_t>d
-    r.n += 1
-    return 0
-
-
-cdef void res_free(resvec *r) noexcept nogil:
-    free(r.q); free(r.ids); free(r.d)
-    r.q = NULL; r.ids = NULL; r.d = NULL
-    r.n = 0; r.cap = 0
+cdef extern from "_resvec.h" nogil:
+    ctypedef struct resvec:
+        int64_t *q
+        int64_t *ids
+        uint8_t *d
+        Py_ssize_t n, cap
+    int res_push(resvec *r, int64_t q, int64_t id_, int d)
+    void res_free(resvec *r)
 
 
 cdef inline int auto_bits(Py_ssize_t n) noexcept nogil:

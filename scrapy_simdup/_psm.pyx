@@ -18,7 +18,7 @@ path; the query entry points here validate their own (W shape, NaN) in C so a
 single ``query`` stays a few microseconds.
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t, int8_t
-from libc.stdlib cimport malloc, realloc, free
+from libc.stdlib cimport malloc, free
 from libc.math cimport fabs, sqrt, log, isfinite
 
 import numpy as np
@@ -296,42 +296,14 @@ def ranks_of(_Model model, const double[:, ::1] W, const uint64_t[::1] a,
 
 
 # ------------------------------------------------------------ result vector
-cdef struct resvec:
-    int64_t *q
-    int64_t *ids
-    uint8_t *d
-    Py_ssize_t n, cap
-
-
-cdef int res_push(resvec *r, int64_t q, int64_t id_, int d) noexcept nogil:
-    cdef Py_ssize_t nc
-    cdef void *p
-    if r.n == r.cap:
-        nc = 64 if r.cap == 0 else 2 * r.cap
-        p = realloc(r.q, nc * sizeof(int64_t))
-        if p == NULL:
-            return -1
-        r.q = <int64_t *>p
-        p = realloc(r.ids, nc * sizeof(int64_t))
-        if p == NULL:
-            return -1
-        r.ids = <int64_t *>p
-        p = realloc(r.d, nc * sizeof(uint8_t))
-        if p == NULL:
-            return -1
-        r.d = <uint8_t *>p
-        r.cap = nc
-    r.q[r.n] = q
-    r.ids[r.n] = id_
-    r.d[r.n] = <uint8_t>d
-    r.n += 1
-    return 0
-
-
-cdef void res_free(resvec *r) noexcept nogil:
-    free(r.q); free(r.ids); free(r.d)
-    r.q = NULL; r.ids = NULL; r.d = NULL
-    r.n = 0; r.cap = 0
+cdef extern from "_resvec.h" nogil:
+    ctypedef struct resvec:
+        int64_t *q
+        int64_t *ids
+        uint8_t *d
+        Py_ssize_t n, cap
+    int res_push(resvec *r, int64_t q, int64_t id_, int d)
+    void res_free(resvec *r)
 
 
 cdef inline int auto_header_bits(Py_ssize_t n) noexcept nogil:
