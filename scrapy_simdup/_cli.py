@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from ._atomic import CorruptFileError
@@ -56,7 +57,8 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--distance", type=_distance, default=None, metavar="H",
                        help=f"Hamming distance threshold (by default the crawls' SIMDUP_DISTANCE "
                        f"as recorded in their batch files, else {DEFAULT_DISTANCE}; `scrapy "
-                       f"simdup merge` reads the project's SIMDUP_DISTANCE)")
+                       f"simdup merge` falls back on the project's SIMDUP_DISTANCE, and "
+                       f"takes `-s SIMDUP_DISTANCE=H` as this option)")
     probes = parser.add_mutually_exclusive_group()
     probes.add_argument("--probes", type=_probes, metavar="K",
                         help="flipped headers probed per fingerprint (by default enough for "
@@ -133,8 +135,8 @@ def run_merge(args, out=sys.stdout) -> int:
 
     if args.distance is None:   # the crawls' own SIMDUP_DISTANCE, as recorded with them
         args.distance = crawl_distance(args.dirs)
-        if args.distance is None:
-            args.distance = DEFAULT_DISTANCE
+        if args.distance is None:   # (`scrapy simdup merge`: the project's setting)
+            args.distance = getattr(args, "fallback_distance", None) or DEFAULT_DISTANCE
     summary = merge(args.dirs, args.collection, distance=args.distance, probes=args.probes,
                     recall=args.recall,
                     first=not args.all, exact=args.exact, chunk_size=args.batch_size,
@@ -224,9 +226,17 @@ def main(argv=None, prog: str = "simdup") -> int:
 
 def dispatch(parser: argparse.ArgumentParser, args) -> int:
     try:
-        if args.command == "merge":
-            return run_merge(args)
-        return run_stats(args)
+        code = run_merge(args) if args.command == "merge" else run_stats(args)
+        sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # the reader went away (`simdup stats DIR | head -1`): stop quietly,
+        # like a tool killed by SIGPIPE; stdout goes to /dev/null so that
+        # the interpreter's final flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
     except CorruptFileError as exc:
         sys.stderr.write(f"{parser.prog}: error: corrupt or unreadable file: {exc}\n")
         return 2

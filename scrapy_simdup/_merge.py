@@ -37,6 +37,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import sys
 import time
@@ -793,15 +794,45 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
 # ----------------------------------------------------------------------------- outputs
 
 
+_OWN_FD = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+
+
+def _own_descriptor(target) -> int | None:
+    """The open descriptor that ``/dev/stdout``, ``/dev/stderr``,
+    ``/dev/fd/N`` or ``/proc/self/fd/N`` names, if it is open."""
+    path = os.path.normpath(os.fspath(target))
+    fd = {"/dev/stdout": 1, "/dev/stderr": 2}.get(path)
+    if fd is None:
+        match = _OWN_FD.fullmatch(path)
+        fd = int(match.group(1)) if match else None
+    if fd is None:
+        return None
+    try:
+        os.fstat(fd)
+    except OSError:
+        return None
+    return fd
+
+
 @contextmanager
 def _output(target):
     """A text handle for ``target`` (a path or an open file). A regular file
     (new or existing, through symlinks) is written to a temporary file beside
     it and renamed over it, with the old file's mode or the umask's, so a
-    merge killed while writing leaves no half file; a FIFO, a device or
-    ``/dev/stdout`` is written directly."""
+    merge killed while writing leaves no half file; a FIFO or a device is
+    written directly, and ``/dev/stdout``, ``/dev/stderr`` or ``/dev/fd/N``
+    through the descriptor this process already holds (at its offset: a
+    shell's ``> file`` or ``>> file`` is continued, not truncated or replaced)."""
     if hasattr(target, "write"):
         yield target
+        return
+    fd = _own_descriptor(target)
+    if fd is not None:
+        for stream in (sys.stdout, sys.stderr):     # keep what was printed first, first
+            if stream is not None:
+                stream.flush()
+        with open(os.dup(fd), "w", encoding="utf-8", newline="\n") as handle:
+            yield handle
         return
     try:
         st = os.stat(target)       # through symlinks (/dev/stdout -> a pipe)

@@ -98,10 +98,32 @@ def test_scrapy_command_reads_simdup_dir_from_the_project(crawl, tmp_path):
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["method"] == "bphs" and summary["fingerprints"] == 60
-    assert summary["distance"] == 5                    # the project's SIMDUP_DISTANCE
+    assert summary["distance"] == 5     # no distance recorded: the project's SIMDUP_DISTANCE
     assert summary["duplicates"] == 40                 # two of each three are duplicates
     out = _run(scrapy + ["simdup", "stats"], cwd=project)
     assert out.returncode == 0 and "fingerprints:" in out.stdout
+    out = _run(scrapy + ["simdup", "stats", "--exact", "--pairs", "x.jsonl"], cwd=project)
+    assert out.returncode != 0 and "--exact, --pairs: merge options" in out.stdout + out.stderr
+    assert not (project / "x.jsonl").exists()
+
+
+def test_scrapy_command_merges_at_the_distance_the_crawl_recorded(tmp_path):
+    """Like `simdup merge`: the batches' distance wins over the project's
+    SIMDUP_DISTANCE; `-s SIMDUP_DISTANCE=H` overrides it like --distance."""
+    d = tmp_path / "crawl"
+    rng = np.random.default_rng(5)
+    with BatchWriter(d, batch_size=10, distance=9) as w:     # crawled with -s SIMDUP_DISTANCE=9
+        for i in range(20):
+            value, W = simhash([f"w{int(x)}" for x in rng.integers(0, 10_000, 200)])
+            w.append(value, W, f"https://example.com/{i}")
+    project, scrapy = _project(tmp_path, f"SIMDUP_DIR = {str(d)!r}\nSIMDUP_DISTANCE = 12\n")
+    out = _run(scrapy + ["simdup", "merge", "--exact", "--json"], cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["distance"] == 9
+    out = _run(scrapy + ["simdup", "merge", "--exact", "--json", "-s", "SIMDUP_DISTANCE=7"],
+               cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["distance"] == 7
     out = _run(scrapy + ["simdup"], cwd=project)
     assert out.returncode != 0 and "merge or stats" in (out.stdout + out.stderr)
     # other scrapy commands still work with the command registered
@@ -191,6 +213,39 @@ def test_stats_reports_a_batch_whose_data_is_gone(crawl):
     out = _run(_simdup() + ["stats", str(crawl)])
     assert out.returncode == 0 and "CORRUPT" in out.stdout and "batch data missing" in out.stdout
     assert "2 batches (" in out.stdout
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_pairs_to_dev_stdout_redirected_to_a_file(crawl, tmp_path, append):
+    """``simdup merge --pairs /dev/stdout > out`` (or ``>> out``): the pairs and
+    the summary both land in the file, after what it held; the file is not
+    replaced (the shell's descriptor would then write into a deleted file)."""
+    out_file = tmp_path / "out.txt"
+    out_file.write_text("PRE\n")
+    with open(out_file, "a" if append else "w") as stdout:
+        done = subprocess.run(_simdup() + ["merge", str(crawl), "--pairs", "/dev/stdout"],
+                              stdout=stdout, stderr=subprocess.PIPE, text=True, env=_env(),
+                              timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = out_file.read_text().splitlines()
+    assert (lines[0] == "PRE") == append
+    rows = [json.loads(line) for line in lines if line.startswith("{")]
+    assert len(rows) == 40          # 20 clusters of 3: two later pages each
+    assert any(line.startswith("simdup merge") for line in lines)
+    assert lines.index(next(line for line in lines if line.startswith("{"))) < \
+        lines.index(next(line for line in lines if line.startswith("simdup merge")))
+
+
+@pytest.mark.parametrize("command", ["stats", "merge"])
+def test_a_reader_that_goes_away_is_not_an_error(crawl, command):
+    """`simdup stats DIR | head -1`: the closed pipe ends the command quietly
+    (exit 141, like SIGPIPE), without an error message or a traceback."""
+    proc = subprocess.Popen(_simdup() + [command, str(crawl)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env())
+    proc.stdout.close()             # the reader is gone before anything is written
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err
+    assert err == b""
 
 
 def test_a_batch_header_damaged_after_its_merge_does_not_block_later_merges(crawl):

@@ -36,6 +36,20 @@ class Command(ScrapyCommand):
 
         add_merge_options(parser)
 
+    @staticmethod
+    def _refuse_merge_options(opts: argparse.Namespace) -> None:
+        """``stats`` takes DIRs, --collection and --json: a merge option given
+        to it is an error (the script's parser refuses them too)."""
+        from scrapy_simdup._cli import add_merge_options  # noqa: PLC0415
+
+        merge_only = argparse.ArgumentParser(add_help=False)
+        add_merge_options(merge_only)
+        given = [action.option_strings[0] for action in merge_only._actions
+                 if action.dest not in ("collection", "json")
+                 and getattr(opts, action.dest, action.default) != action.default]
+        if given:
+            raise UsageError(f"{', '.join(given)}: merge options, not for stats")
+
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy_simdup._cli import dispatch  # noqa: PLC0415
 
@@ -54,15 +68,25 @@ class Command(ScrapyCommand):
                 raise UsageError("no DIR given and the SIMDUP_DIR setting is not set")
             dirs = [os.fspath(directory)]
         opts.dirs = dirs
-        if getattr(opts, "distance", None) is None and self.settings \
+        if args[0] == "stats":
+            self._refuse_merge_options(opts)
+        elif getattr(opts, "distance", None) is None and self.settings \
                 and self.settings.get("SIMDUP_DISTANCE") is not None:
+            from scrapy.settings import SETTINGS_PRIORITIES  # noqa: PLC0415
+
             from scrapy_simdup._config import SimdupConfig  # noqa: PLC0415
 
-            # the distance the project crawls with (a bad value: the settings' error)
+            # like `simdup merge`, the distance the crawls recorded wins; the
+            # project's SIMDUP_DISTANCE is the fallback, `-s SIMDUP_DISTANCE=H`
+            # an override like --distance (a bad value: the settings' error)
             try:
-                opts.distance = SimdupConfig.from_settings(self.settings).distance
+                distance = SimdupConfig.from_settings(self.settings).distance
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
+            if self.settings.getpriority("SIMDUP_DISTANCE") >= SETTINGS_PRIORITIES["cmdline"]:
+                opts.distance = distance
+            else:
+                opts.fallback_distance = distance
         parser = argparse.ArgumentParser(prog=f"scrapy simdup {args[0]}")
         self.exitcode = dispatch(parser, opts)
         sys.stdout.flush()
