@@ -109,7 +109,7 @@ class SimdupComponent:
     def skip(self, reason: str, key: str) -> Verdict:
         self.stats.inc_value(f"{self.prefix}skipped/{reason}")
         if self.config.debug:
-            logger.debug("Simdup skipped %s: %s", key, reason,
+            logger.debug("Simdup skipped %s %s: %s", self.kind[:-1], key, reason,
                          extra={"spider": self.crawler.spider})
         return Verdict(skipped=reason)
 
@@ -150,7 +150,7 @@ class SimdupComponent:
         if match is not None:
             stats.inc_value(self.prefix + "duplicates")
         if self.config.debug:
-            logger.debug("Simdup checked %s: simhash %016x, %s", key, value,
+            logger.debug("Simdup checked %s %s: simhash %016x, %s", self.kind[:-1], key, value,
                          f"duplicate of {match.duplicate_of} at distance {match.distance}"
                          if match else "new", extra={"spider": self.crawler.spider})
         return Verdict(int(value), match)

@@ -19,6 +19,19 @@ __all__ = ["SimdupConfig", "SETTINGS_DEFAULTS"]
 
 logger = logging.getLogger(__name__)
 
+
+def _warn_once(settings, message: str, *args) -> None:
+    """Log a settings warning once per crawl, not once per component (the
+    middleware, the pipeline and the log extension each read the settings)."""
+    try:
+        seen = vars(settings).setdefault("_simdup_warned", set())
+    except TypeError:           # a plain dict of settings: no attributes to keep it in
+        seen = set()
+    text = message % args
+    if text not in seen:
+        seen.add(text)
+        logger.warning(text)
+
 _ACTIONS = ("drop", "tag")
 _SEARCHES = ("psm", "exact")
 _ON_ERROR = ("keep", "stop")
@@ -233,8 +246,8 @@ class SimdupConfig:
                    if isinstance(k, str) and k.startswith("SIMDUP_")
                    and k not in SETTINGS_DEFAULTS]
         if unknown:  # most likely a typo: say so, but do not refuse to start
-            logger.warning("Unknown setting(s) %s ignored (scrapy-simdup knows: %s)",
-                           ", ".join(sorted(unknown)), ", ".join(sorted(SETTINGS_DEFAULTS)))
+            _warn_once(settings, "Unknown setting(s) %s ignored (scrapy-simdup knows: %s)",
+                       ", ".join(sorted(unknown)), ", ".join(sorted(SETTINGS_DEFAULTS)))
 
         recall = _float("SIMDUP_RECALL", get("SIMDUP_RECALL"), lo=0.0, hi=1.0,
                         lo_open=True, optional=True)
@@ -257,7 +270,7 @@ class SimdupConfig:
                 value = _opt_str(name, value)
             feature_options[kwarg] = value
         if "idf_pages" in feature_options and feature_options.get("weighting") != "idf":
-            logger.warning("SIMDUP_IDF_PAGES has no effect without SIMDUP_WEIGHTING = 'idf'")
+            _warn_once(settings, "SIMDUP_IDF_PAGES has no effect without SIMDUP_WEIGHTING = 'idf'")
             del feature_options["idf_pages"]
         if "content_xpath" in feature_options and "content_css" in feature_options:
             raise ValueError("SIMDUP_CONTENT_XPATH and SIMDUP_CONTENT_CSS are exclusive: "
@@ -289,6 +302,16 @@ class SimdupConfig:
                              "their fingerprints could not be compared. Use 'logtf' (the "
                              "default) with Redis.")
 
+        search = _choice("SIMDUP_SEARCH", get("SIMDUP_SEARCH"), _SEARCHES)
+        if search == "exact" and index != "memory":
+            raise ValueError("SIMDUP_SEARCH = 'exact' needs the memory index: a Redis "
+                             "SIMDUP_INDEX searches with PSM (tune it with SIMDUP_RECALL or "
+                             "SIMDUP_MAX_PROBES)")
+        if search == "exact" and (recall is not None or max_probes is not None):
+            _warn_once(settings, "%s has no effect with SIMDUP_SEARCH = 'exact' (it finds every "
+                       "match within SIMDUP_DISTANCE)",
+                       "SIMDUP_RECALL" if recall is not None else "SIMDUP_MAX_PROBES")
+
         directory = get("SIMDUP_DIR")
         if directory is None or directory == "":
             jobdir = settings.get("JOBDIR") if settings is not None else None
@@ -304,7 +327,7 @@ class SimdupConfig:
             distance=_int("SIMDUP_DISTANCE", get("SIMDUP_DISTANCE"), lo=0, hi=MAX_DISTANCE),
             recall=recall,
             max_probes=max_probes,
-            search=_choice("SIMDUP_SEARCH", get("SIMDUP_SEARCH"), _SEARCHES),
+            search=search,
             feature_options=feature_options,
             item_fields=_str_list("SIMDUP_ITEM_FIELDS", get("SIMDUP_ITEM_FIELDS")),
             item_id_field=item_id_field,

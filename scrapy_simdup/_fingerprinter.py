@@ -219,6 +219,12 @@ def _check_option(name, value, allowed):
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
+
+def has_text_features(features: str) -> bool:
+    """Whether a ``features`` option (``"shingles+structure"``, ...) has a
+    feature set made of the text (items and ``fingerprint_text`` need one)."""
+    return bool({s.strip() for s in features.split("+")} - {"structure"})
+
 class Fingerprinter:
     """Turns pages into fingerprints with one fixed set of options.
 
@@ -317,7 +323,7 @@ class Fingerprinter:
         self.max_tokens = max_tokens
         self.idf = idf
         self._want_tags = "structure" in self.feature_sets
-        self._text_sets = self.feature_sets - {"structure"}
+        self._text_sets = self.feature_sets - {"structure"}   # see has_text_features
 
     # ----------------------------------------------------------------- identity
 

@@ -62,6 +62,8 @@ def prepare_directory(directory, setting: str = "SIMDUP_DIR") -> Path:
     there: a ValueError naming ``setting`` otherwise (at start-up, not at the
     first batch)."""
     path = Path(directory)
+    if path.exists() and not path.is_dir():     # mkdir would say "File exists"
+        raise ValueError(f"{setting} = {str(directory)!r} is not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

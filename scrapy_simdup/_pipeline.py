@@ -5,9 +5,11 @@ import itertools
 import logging
 
 from itemadapter import ItemAdapter
-from scrapy.exceptions import DropItem
+from scrapy.exceptions import DropItem, NotConfigured
 
 from ._component import SimdupComponent
+from ._config import SimdupConfig
+from ._fingerprinter import has_text_features
 
 __all__ = ["SimdupPipeline", "NearDuplicateItem"]
 
@@ -60,6 +62,19 @@ class SimdupPipeline(SimdupComponent):
         super().__init__(*args, **kwargs)
         self._counter = itertools.count(1)
         self._warned_tag = False
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        config = SimdupConfig.from_settings(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured
+        features = config.feature_options.get("features")
+        if features is not None and not has_text_features(features):
+            # items are text: HTML structure features cannot describe them
+            logger.warning("SimdupPipeline is off: SIMDUP_FEATURES = %r has no text features "
+                           "for items (add 'shingles' or 'spots' to check items)", features)
+            raise NotConfigured
+        return cls(crawler, config)
 
     async def process_item(self, item, spider=None):
         if self.refused:     # the crawl is being stopped: no item goes through unchecked

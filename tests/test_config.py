@@ -36,13 +36,13 @@ def test_defaults():
 def test_parsing_of_good_values():
     config = SimdupConfig.from_settings(Settings({
         "SIMDUP_ENABLED": "true", "SIMDUP_ACTION": "TAG", "SIMDUP_DISTANCE": "5",
-        "SIMDUP_RECALL": "0.95", "SIMDUP_SEARCH": "exact", "SIMDUP_SHINGLE_SIZE": 4,
+        "SIMDUP_RECALL": "0.95", "SIMDUP_SEARCH": "PSM", "SIMDUP_SHINGLE_SIZE": 4,
         "SIMDUP_CONTENT_CSS": "article", "SIMDUP_MIN_FEATURES": "8",
         "SIMDUP_ITEM_FIELDS": "title, body", "SIMDUP_INDEX": "redis://localhost:6379/0",
         "SIMDUP_REDIS_PARAMS": '{"socket_timeout": 5}', "SIMDUP_LOG_INTERVAL": "30",
         "SIMDUP_DEBUG": 1, "SIMDUP_ON_ERROR": "stop", "SIMDUP_BATCH_SIZE": 1000.0}))
     assert config.enabled and config.action == "tag" and config.distance == 5
-    assert config.recall == 0.95 and config.search == "exact"
+    assert config.recall == 0.95 and config.search == "psm"
     assert config.feature_options == {"shingle_size": 4, "content_css": "article",
                                       "min_features": 8}
     assert config.item_fields == ("title", "body")
@@ -106,9 +106,23 @@ def test_exclusive_settings():
                                              "SIMDUP_CONTENT_CSS": "article"}))
 
 
-def test_unknown_setting_is_reported(caplog):
-    SimdupConfig.from_settings(Settings({"SIMDUP_DISTANSE": 4}))
-    assert "SIMDUP_DISTANSE" in caplog.text
+def test_unknown_setting_is_reported_once_per_crawl(caplog):
+    settings = Settings({"SIMDUP_DISTANSE": 4})
+    for _ in range(3):      # the middleware, the pipeline and the log extension
+        SimdupConfig.from_settings(settings)
+    assert caplog.text.count("SIMDUP_DISTANSE") == 1
+    SimdupConfig.from_settings(Settings({"SIMDUP_DISTANSE": 4}))    # another crawl
+    assert caplog.text.count("SIMDUP_DISTANSE") == 2
+
+
+def test_search_settings_that_cannot_apply(caplog):
+    with pytest.raises(ValueError, match="SIMDUP_SEARCH = 'exact' needs the memory index"):
+        SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": "exact",
+                                             "SIMDUP_INDEX": "redis://localhost:6379/0"}))
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": "exact",
+                                                  "SIMDUP_RECALL": 0.5}))
+    assert config.search == "exact"
+    assert "SIMDUP_RECALL has no effect with SIMDUP_SEARCH = 'exact'" in caplog.text
 
 
 def _crawler(settings):

@@ -234,6 +234,17 @@ def test_corrupt_index_with_stop_ends_the_crawl_without_a_traceback(site, tmp_pa
     assert (d / "index.values").read_bytes() == bytes(data)     # left as it was
 
 
+def test_simdup_dir_that_cannot_be_a_directory(tmp_path):
+    from scrapy_simdup._persist import prepare_directory
+    a_file = tmp_path / "settings.py"
+    a_file.write_text("")
+    with pytest.raises(ValueError, match="SIMDUP_DIR = .* is not a directory"):
+        prepare_directory(a_file)
+    with pytest.raises(ValueError, match="SIMDUP_DIR = .* cannot be used"):
+        prepare_directory(a_file / "below")
+    assert prepare_directory(tmp_path / "new" / "dir").is_dir()
+
+
 def test_index_store_append_and_truncated_tail(tmp_path):
     store = IndexStore(tmp_path)
     store.append(np.array([1, 2, 3], dtype=np.uint64), ["a", "b", "c"])

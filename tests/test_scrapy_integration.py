@@ -249,13 +249,33 @@ def test_item_pipeline_drops_duplicate_items(site, tmp_path):
     assert "Simdup summary: items: checked" in summary and "pages:" not in summary
 
 
+def test_structure_features_leave_items_alone(site, tmp_path):
+    """SIMDUP_FEATURES = "structure" (template-level dedup of pages) has no
+    text features for items: the add-on's pipeline turns itself off with one
+    warning instead of failing on every item."""
+    settings = {**ADDON, "SIMDUP_FEATURES": "structure", "SIMDUP_ITEM_FIELDS": ["text"],
+                "SIMDUP_MIN_FEATURES": 2,
+                "SIMDUP_ACTION": "tag"}
+    requests = [{"url": site.url(f"/page/a{a}v0")} for a in range(3)]
+    result = run_crawl(tmp_path, settings, requests, mode="items")
+    stats = result["stats"]
+    assert stats["simdup/checked"] == 3
+    assert not [k for k in stats if k.startswith("simdup/items/")]
+    assert len(result["items"]) == 3
+    warnings = [line for line in result["log"] if "SimdupPipeline is off" in line]
+    assert len(warnings) == 1 and "SIMDUP_FEATURES" in warnings[0]
+
+
 def test_item_pipeline_tags_a_field(site, tmp_path):
     settings = {**ADDON, "SIMDUP_ACTION": "tag", "SIMDUP_ITEM_FIELDS": "title,text",
-                "SIMDUP_TAG_FIELD": "dup"}
+                "SIMDUP_TAG_FIELD": "dup", "SIMDUP_DEBUG": True}
     requests = [{"url": site.url(f"/page/a{a}v{v}")} for a in range(2) for v in range(2)]
     result = run_crawl(tmp_path, settings, requests, mode="items")
     items = result["items"]
     assert len(items) == 4
+    # SIMDUP_DEBUG: one line per check, saying whether a page or an item was checked
+    assert sum("Simdup checked page " in line for line in result["log"]) == 4
+    assert sum("Simdup checked item " in line for line in result["log"]) == 4
     tagged = [i for i in items if i["dup"]["duplicate_of"]]
     assert len(tagged) == 2 and result["stats"]["simdup/items/tagged"] == 2
     for item in tagged:
