@@ -7,8 +7,9 @@ to every article, and reads the title and links of each article it gets.
 
 scrapy-simdup (enabled in ``settings.py`` with one ``ADDONS`` line) drops the
 near-duplicates before they reach ``parse_article``; the errback sees them as
-``NearDuplicateResponse``. At the end the spider compares what was dropped with
-the site's known clusters and logs precision and recall.
+``NearDuplicateResponse`` (with ``SIMDUP_ACTION = "tag"`` they reach it, tagged
+in ``response.meta["simdup"]``). At the end the spider compares what was
+flagged with the site's known clusters and logs precision and recall.
 
 Arguments (``-a name=value``): ``records`` (use the first N source pages),
 ``half`` ("report" default, "tune" or "all"), ``seed``, ``report`` (write the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from urllib.parse import urlsplit
 
 import scrapy
 
@@ -40,7 +42,7 @@ class NewsSpider(scrapy.Spider):
         self.server = None
         self.cluster = {}
         self.kept: list[str] = []
-        self.dropped: list[tuple[str, str, int]] = []
+        self.flagged: list[tuple[str, str, int]] = []   # (page, duplicate_of, distance)
         self.links_seen = 0
 
     async def start(self):
@@ -65,7 +67,12 @@ class NewsSpider(scrapy.Spider):
             yield response.follow(href, callback=self.parse_article, errback=self.dropped_article)
 
     def parse_article(self, response):
-        self.kept.append(self._path(response.url))
+        tag = response.meta.get("simdup") or {}
+        if tag.get("duplicate_of"):          # SIMDUP_ACTION = "tag"
+            self.flagged.append((self._path(response.url), self._path(tag["duplicate_of"]),
+                                 tag["distance"]))
+        else:
+            self.kept.append(self._path(response.url))
         links = response.css("a::attr(href)").getall()
         self.links_seen += len(links)
         yield {"url": response.url, "title": response.css("title::text").get(),
@@ -74,39 +81,51 @@ class NewsSpider(scrapy.Spider):
     def dropped_article(self, failure):
         exc = failure.value
         if isinstance(exc, NearDuplicateResponse):
-            self.dropped.append((self._path(exc.url), self._path(exc.duplicate_of), exc.distance))
+            self.flagged.append((self._path(exc.url), self._path(exc.duplicate_of), exc.distance))
         else:
             self.logger.error("Download failed: %r", failure)
 
-    def _path(self, url: str) -> str:
-        return url[len(self.server.base_url):] if url.startswith(self.server.base_url) else url
+    @staticmethod
+    def _path(url: str) -> str:
+        # the site's port changes from run to run: a page recognised from an
+        # earlier crawl (SIMDUP_DIR) names its URL with that run's port
+        parts = urlsplit(url)
+        return parts.path + (f"?{parts.query}" if parts.query else "")
 
     def evaluate(self) -> dict:
-        """Dropped pages vs the site's clusters (independent of the crawl order).
+        """Flagged (dropped or tagged) pages vs the site's clusters
+        (independent of the crawl order).
 
         Every page of a cluster but the first one the crawl meets is a known
-        near-duplicate; a drop is correct when the page it duplicates is in
-        the same cluster. precision = correct / dropped, recall = correct /
-        known near-duplicates among the pages reached.
+        near-duplicate, and the first one too when the index already held
+        the cluster (a re-crawl with ``SIMDUP_DIR``: then every page of the
+        cluster is flagged, which one crawl alone cannot do, as the first
+        copy it meets is kept). A flag is correct when the page it
+        duplicates is in the same cluster. precision = correct / flagged,
+        recall = correct / known near-duplicates among the pages reached.
         """
-        reached = self.kept + [path for path, _, _ in self.dropped]
+        reached = self.kept + [path for path, _, _ in self.flagged]
         per_cluster = Counter(self.cluster[p] for p in reached if p in self.cluster)
-        known = sum(n - 1 for n in per_cluster.values())
-        correct = sum(1 for path, dup, _ in self.dropped
-                      if self.cluster.get(path) is not None
-                      and self.cluster.get(path) == self.cluster.get(dup))
-        flagged = len(self.dropped)
+        same = [(path, dup) for path, dup, _ in self.flagged
+                if self.cluster.get(path) is not None
+                and self.cluster.get(path) == self.cluster.get(dup)]
+        correct_per_cluster = Counter(self.cluster[path] for path, _ in same)
+        clusters_seen_before = {c for c, n in per_cluster.items() if correct_per_cluster[c] == n}
+        known = sum(n - 1 + (c in clusters_seen_before) for c, n in per_cluster.items())
+        flagged = len(self.flagged)
         wrong = [{"page": path, "duplicate_of": dup, "distance": distance}
-                 for path, dup, distance in self.dropped
+                 for path, dup, distance in self.flagged
                  if self.cluster.get(path) is None
                  or self.cluster.get(path) != self.cluster.get(dup)]
         return {
             "pages_built": len(self.cluster), "pages_reached": len(reached),
             "clusters": len(per_cluster), "known_duplicates": known,
-            "dropped": flagged, "correct": correct, "wrong": flagged - correct,
-            "precision": correct / flagged if flagged else 1.0,
-            "recall": correct / known if known else 1.0,
-            "wrong_drops": wrong,
+            "action": "tagged" if self.settings.get("SIMDUP_ACTION") == "tag" else "dropped",
+            "flagged": flagged, "correct": len(same), "wrong": flagged - len(same),
+            "clusters_from_earlier_crawl": len(clusters_seen_before),
+            "precision": len(same) / flagged if flagged else 1.0,
+            "recall": len(same) / known if known else 1.0,
+            "wrong_flags": wrong,
         }
 
     def closed(self, reason):
@@ -120,9 +139,12 @@ class NewsSpider(scrapy.Spider):
         result["reason"] = reason
         self.logger.info(
             "Example evaluation: %(pages_reached)d pages reached in %(clusters)d clusters, "
-            "%(known_duplicates)d known near-duplicates; simdup dropped %(dropped)d "
+            "%(known_duplicates)d known near-duplicates; simdup %(action)s %(flagged)d "
             "(%(correct)d correct, %(wrong)d wrong): precision %(precision).3f, "
             "recall %(recall).3f", result)
+        if result["clusters_from_earlier_crawl"]:
+            self.logger.info("Example evaluation: %d clusters were in the index from an earlier "
+                             "crawl (SIMDUP_DIR)", result["clusters_from_earlier_crawl"])
         if self.report_path:
             with open(self.report_path, "w") as f:
                 json.dump(result, f, indent=2, default=str)
