@@ -80,6 +80,14 @@ def escape_url(url) -> str:
         raise TypeError(f"url must be str, not {type(url).__name__}")
     if "\n" in url or "\r" in url:
         url = url.replace("\r", "%0D").replace("\n", "%0A")
+    if not url.isascii():
+        try:
+            url.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            # a lone surrogate (e.g. an item id "bad-\ud800") has no UTF-8 form:
+            # written as its \uXXXX escape, so one odd key never stops a batch
+            url = "".join(c if not "\ud800" <= c <= "\udfff" or "\udc80" <= c <= "\udcff"
+                          else f"\\u{ord(c):04x}" for c in url)
     return url
 
 

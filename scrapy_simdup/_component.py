@@ -4,6 +4,7 @@ crawler, the fingerprint -> lookup -> verdict step, stats, errors and shutdown.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Any, Callable
 
@@ -167,10 +168,15 @@ class SimdupComponent:
             return self._on_error()
         unlogged, self._errors_unlogged, self._error_logged_at = \
             getattr(self, "_errors_unlogged", 0), 0, now
-        logger.exception("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s)%s", what, key,
-                         self.config.on_error,
-                         f"; {unlogged} more errors since the last one logged" if unlogged
-                         else "", extra={"spider": self.crawler.spider})
+        exc = sys.exc_info()[1]
+        more = f"; {unlogged} more errors since the last one logged" if unlogged else ""
+        if isinstance(exc, OSError):
+            # disk full, SIMDUP_DIR gone, Redis down: the message says it all
+            logger.error("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s): %s%s", what, key,
+                         self.config.on_error, exc, more, extra={"spider": self.crawler.spider})
+        else:       # anything else is a bug worth its traceback
+            logger.exception("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s)%s", what, key,
+                             self.config.on_error, more, extra={"spider": self.crawler.spider})
         self._on_error()
 
     def _on_error(self) -> None:

@@ -85,12 +85,16 @@ class SimdupPipeline(SimdupComponent):
         if self.config.item_id_field and adapter.get(self.config.item_id_field) is not None:
             key = str(adapter.get(self.config.item_id_field))
         key = key or f"item-{n}"
-        texts = [_as_text(adapter.get(name)) for name in self.config.item_fields]
-        texts = [t for t in texts if t]
-        if not texts:
+        try:
+            texts = [_as_text(adapter.get(name)) for name in self.config.item_fields]
+        except Exception:  # noqa: BLE001 (a field whose str() fails, a list holding itself)
+            texts = None
+        if texts is None:
+            verdict = self.skip("unreadable_field", key)
+        elif not any(texts):
             verdict = self.skip("no_text", key)
         else:
-            text = "\n".join(texts)
+            text = "\n".join(t for t in texts if t)
             verdict = await self.check(lambda: self.fingerprinter.fingerprint_text(text), key)
             if verdict is None:
                 return item
@@ -103,11 +107,15 @@ class SimdupPipeline(SimdupComponent):
                 self.stats.inc_value(self.prefix + "tagged")
             try:
                 adapter[self.config.tag_field] = verdict.as_tag()
-            except KeyError:
+            except (KeyError, AttributeError, TypeError) as exc:
+                # no such field (scrapy.Item), a frozen dataclass or attrs
+                # class: the item goes on untagged, counted
                 self.stats.inc_value(self.prefix + "errors")
                 if not self._warned_tag:
                     self._warned_tag = True
-                    logger.warning("Cannot tag %s items: they have no %r field (declare it "
-                                   "or set SIMDUP_TAG_FIELD)", type(item).__name__,
-                                   self.config.tag_field, extra={"spider": self.crawler.spider})
+                    logger.warning("Cannot tag %s items with a %r field (%s: %s); declare a "
+                                   "writable field or set SIMDUP_TAG_FIELD",
+                                   type(item).__name__, self.config.tag_field,
+                                   type(exc).__name__, exc,
+                                   extra={"spider": self.crawler.spider})
         return item

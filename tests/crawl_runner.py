@@ -31,7 +31,10 @@ def main(job_path: str, result_path: str) -> None:
         old_showwarning(message, category, filename, lineno, file, line)
     warnings.showwarning = showwarning
 
+    import dataclasses
+
     import scrapy
+    from itemadapter import ItemAdapter
     from scrapy.crawler import CrawlerProcess
 
     with open(job_path) as f:
@@ -47,6 +50,17 @@ def main(job_path: str, result_path: str) -> None:
         url = scrapy.Field()
         text = scrapy.Field()
         title = scrapy.Field()
+
+    @dataclasses.dataclass(frozen=True)
+    class FrozenItem:
+        url: str
+        text: str
+        title: str | None
+        simdup: dict | None = None
+
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("this field cannot be read as text")
 
     class TestSpider(scrapy.Spider):
         name = "simdup_test"
@@ -77,7 +91,15 @@ def main(job_path: str, result_path: str) -> None:
                 text = "\n".join(t.strip() for t in response.xpath("//p//text()").getall())
                 fields = {"url": response.url, "text": text,
                           "title": response.xpath("//title/text()").get()}
-                yield Item(**fields) if job.get("item_class") == "scrapy" else fields
+                kind = job.get("item_class")
+                if kind == "scrapy":
+                    yield Item(**fields)
+                elif kind == "frozen":         # a frozen dataclass: cannot be tagged
+                    yield FrozenItem(**fields)
+                elif kind == "unreadable":     # a field whose str() fails
+                    yield {**fields, "text": Unprintable()}
+                else:
+                    yield fields
 
         def errback(self, failure):
             exc = failure.value
@@ -87,10 +109,10 @@ def main(job_path: str, result_path: str) -> None:
                 "distance": getattr(exc, "distance", None)})
 
     def item_scraped(item, response, spider):
-        result["items"].append(dict(item))
+        result["items"].append(ItemAdapter(item).asdict())
 
     def item_dropped(item, response, exception, spider):
-        result["dropped"].append({"url": dict(item).get("url"), "type": type(exception).__name__,
+        result["dropped"].append({"url": ItemAdapter(item).get("url"), "type": type(exception).__name__,
                                   "duplicate_of": getattr(exception, "duplicate_of", None),
                                   "distance": getattr(exception, "distance", None)})
 
@@ -115,7 +137,7 @@ def main(job_path: str, result_path: str) -> None:
     result["reactor"] = type(reactor).__name__
     result["scrapy_version"] = scrapy.__version__
     with open(result_path, "w") as f:
-        json.dump(result, f, default=str)
+        json.dump(result, f, default=repr)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,18 @@ def test_urls_with_newlines_are_escaped(tmp_path):
     assert batch.urls == ["http://a/%0Ab%0D", "http://bytes/"]
 
 
+def test_keys_without_a_utf8_form_are_escaped_not_fatal(tmp_path):
+    """A lone surrogate (an item id like "bad-\\ud800") used to fail every
+    flush of its batch; it is written as its escape, the batch as a whole."""
+    v, W, _ = _fingerprints(1)[0]
+    with BatchWriter(tmp_path, batch_size=10) as w:
+        w.append(v, W, "bad-\ud800")
+        w.append(v, W, b"http://raw/\xff".decode("utf-8", "surrogateescape"))
+        w.append(v, W, "https://example.com/caf\u00e9")
+    batch = read_batch(list_batches(tmp_path)[0])
+    assert batch.urls == ["bad-\\ud800", "http://raw/\udcff", "https://example.com/caf\u00e9"]
+
+
 def _one_batch(tmp_path):
     with BatchWriter(tmp_path, batch_size=100) as w:
         for v, W, u in _fingerprints(20):

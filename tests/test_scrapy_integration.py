@@ -288,7 +288,29 @@ def test_item_pipeline_tag_field_missing_on_scrapy_item(site, tmp_path):
     result = run_crawl(tmp_path, settings, requests, mode="items", item_class="scrapy")
     assert len(result["items"]) == 2  # kept, not crashed
     assert result["stats"]["simdup/items/errors"] == 2
-    assert any("no 'simdup' field" in line for line in result["log"])
+    warnings = [line for line in result["log"] if "Cannot tag Item items with a 'simdup'" in line]
+    assert len(warnings) == 1 and "KeyError" in warnings[0]
+
+
+def test_item_pipeline_tag_on_frozen_items_keeps_them(site, tmp_path):
+    """Frozen dataclass items cannot take the tag field: every item goes on
+    untagged (counted, one warning), none is lost."""
+    settings = {**ADDON, "SIMDUP_ACTION": "tag"}
+    requests = [{"url": site.url(f"/page/a0v{v}")} for v in range(3)]
+    result = run_crawl(tmp_path, settings, requests, mode="items", item_class="frozen")
+    assert len(result["items"]) == 3 and all(i["simdup"] is None for i in result["items"])
+    assert result["stats"]["simdup/items/errors"] == 3
+    assert result["stats"]["simdup/items/tagged"] == 2      # found, just not written
+    assert sum("Cannot tag FrozenItem items" in line for line in result["log"]) == 1
+
+
+def test_item_field_that_cannot_be_read_is_a_counted_skip(site, tmp_path):
+    settings = {**ADDON, "SIMDUP_ITEM_FIELDS": ["text"], "SIMDUP_ACTION": "tag"}
+    requests = [{"url": site.url(f"/page/a0v{v}")} for v in range(2)]
+    result = run_crawl(tmp_path, settings, requests, mode="items", item_class="unreadable")
+    assert len(result["items"]) == 2
+    assert result["stats"]["simdup/items/skipped/unreadable_field"] == 2
+    assert "simdup/items/errors" not in result["stats"]
 
 
 def test_bad_setting_fails_the_crawl_at_start_up(site, tmp_path):
