@@ -82,8 +82,12 @@ class SimdupComponent:
         idf = None
         if config.dir:
             from ._persist import load_idf, namespace_dir, prepare_directory  # noqa: PLC0415
-            prepare_directory(config.dir, "SIMDUP_DIR" if crawler.settings.get("SIMDUP_DIR")
-                              else "SIMDUP_DIR (JOBDIR/simdup)")
+            setting = ("SIMDUP_DIR" if crawler.settings.get("SIMDUP_DIR")
+                       else "SIMDUP_DIR (JOBDIR/simdup)")
+            prepare_directory(config.dir, setting)
+            if self.kind != "pages":     # items keep their files in a folder of their own
+                prepare_directory(namespace_dir(config.dir, self.kind),
+                                  f"{setting} ({self.kind} folder)")
             if fingerprinter is None and config.feature_options.get("weighting") == "idf":
                 idf = load_idf(namespace_dir(config.dir, self.kind), config.on_error,
                                self.stats, self.prefix)

@@ -72,6 +72,20 @@ def _bool(name: str, value: Any) -> bool:
     raise ValueError(f"{name} must be a boolean (True/False, 1/0, 'true'/'false'), got {value!r}")
 
 
+#: upper bound of the SIMDUP_* count settings (2**63 would skip every page)
+_INT_SETTING_MAX = 1 << 40
+
+
+def _log_interval(value) -> float:
+    """SIMDUP_LOG_INTERVAL: 0 (no periodic line) or at least 0.1 s (1e-9
+    would write a line per reactor turn)."""
+    interval = _float("SIMDUP_LOG_INTERVAL", value, lo=0.0)
+    if 0 < interval < 0.1:
+        raise ValueError(f"SIMDUP_LOG_INTERVAL must be 0 (off) or at least 0.1 seconds, "
+                         f"got {interval}")
+    return interval
+
+
 def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None,
          optional: bool = False) -> int | None:
     if value is None or (optional and value == ""):
@@ -263,7 +277,7 @@ class SimdupConfig:
                 continue
             if name in ("SIMDUP_SHINGLE_SIZE", "SIMDUP_MIN_FEATURES", "SIMDUP_MAX_BYTES",
                         "SIMDUP_MAX_TOKENS", "SIMDUP_IDF_PAGES"):
-                value = _int(name, value, lo=1)
+                value = _int(name, value, lo=1, hi=_INT_SETTING_MAX)
             elif name in ("SIMDUP_CONTENT_XPATH", "SIMDUP_CONTENT_CSS", "SIMDUP_EXTRACT",
                           "SIMDUP_PARSER", "SIMDUP_ON_TOO_LARGE", "SIMDUP_FEATURES",
                           "SIMDUP_WEIGHTING"):
@@ -287,11 +301,9 @@ class SimdupConfig:
         redis_key = get("SIMDUP_REDIS_KEY")
         if not isinstance(redis_key, str) or not redis_key:
             raise ValueError(f"SIMDUP_REDIS_KEY must be a non-empty string, got {redis_key!r}")
-        try:
-            redis_key % {"spider": "x"}
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ValueError(f"SIMDUP_REDIS_KEY must be a %-format string using only "
-                             f"%(spider)s, got {redis_key!r} ({exc!r})") from None
+        if "%" in redis_key.replace("%%", "").replace("%(spider)s", ""):
+            raise ValueError(f"SIMDUP_REDIS_KEY may use only %(spider)s (and %% for a "
+                             f"percent sign), got {redis_key!r}")
 
         # read by the Redis backend, checked here so a typo fails with any index
         _int("SIMDUP_REDIS_HEADER_BITS", get("SIMDUP_REDIS_HEADER_BITS"), lo=4, hi=24)
@@ -320,6 +332,9 @@ class SimdupConfig:
             raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r}")
         else:
             directory = os.fspath(directory)
+            if "\x00" in str(directory):
+                raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r} "
+                                 f"(a NUL character)")
 
         return cls(
             enabled=_bool("SIMDUP_ENABLED", get("SIMDUP_ENABLED")),
@@ -338,7 +353,7 @@ class SimdupConfig:
             redis_key=redis_key,
             redis_params=_dict("SIMDUP_REDIS_PARAMS", get("SIMDUP_REDIS_PARAMS")),
             on_error=_choice("SIMDUP_ON_ERROR", get("SIMDUP_ON_ERROR"), _ON_ERROR),
-            log_interval=_float("SIMDUP_LOG_INTERVAL", get("SIMDUP_LOG_INTERVAL"), lo=0.0),
+            log_interval=_log_interval(get("SIMDUP_LOG_INTERVAL")),
             debug=_bool("SIMDUP_DEBUG", get("SIMDUP_DEBUG")),
         )
 

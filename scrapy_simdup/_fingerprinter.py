@@ -258,6 +258,8 @@ class Fingerprinter:
             if s not in FEATURE_SETS:
                 raise ValueError(f"features: unknown feature set {s!r} "
                                  f"(choose from {', '.join(FEATURE_SETS)}, joined with '+')")
+            if sets.count(s) > 1:
+                raise ValueError(f"features names {s!r} twice: {features!r}")
         if isinstance(shingle_size, bool) or not isinstance(shingle_size, int) or not 1 <= shingle_size <= 16:
             raise ValueError(f"shingle_size must be an int in 1..16, got {shingle_size!r}")
         _check_option("weighting", weighting, WEIGHTINGS)

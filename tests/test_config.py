@@ -92,6 +92,10 @@ def test_simdup_dir_defaults_to_jobdir():
     ("SIMDUP_DEBUG", "verbose"),
     ("SIMDUP_REDIS_HEADER_BITS", 99),           # checked whatever the index
     ("SIMDUP_REDIS_HEADER_BITS", "many"),
+    ("SIMDUP_LOG_INTERVAL", 1e-9),                # a line per reactor turn
+    ("SIMDUP_DIR", "simdup\x00dir"),
+    ("SIMDUP_REDIS_KEY", "%s"),                   # would format the whole dict
+    ("SIMDUP_MIN_FEATURES", 2 ** 63),             # would skip every page
 ])
 def test_bad_value_names_the_setting(name, value):
     with pytest.raises(ValueError, match=name):

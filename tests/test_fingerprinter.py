@@ -65,7 +65,8 @@ def test_fingerprint_equals_simhash_of_its_features():
 
 @pytest.mark.parametrize("kwargs, name", [
     (dict(features="words"), "features"), (dict(features="shingles+bogus"), "features"),
-    (dict(features=""), "features"), (dict(shingle_size=0), "shingle_size"),
+    (dict(features=""), "features"), (dict(features="shingles+shingles"), "features"),
+    (dict(shingle_size=0), "shingle_size"),
     (dict(shingle_size=2.5), "shingle_size"), (dict(weighting="tfidf"), "weighting"),
     (dict(extract="article"), "extract"), (dict(parser="html5lib"), "parser"),
     (dict(min_features=0), "min_features"), (dict(max_bytes=10), "max_bytes"),

@@ -246,6 +246,15 @@ def test_simdup_dir_that_cannot_be_a_directory(tmp_path):
     assert prepare_directory(tmp_path / "new" / "dir").is_dir()
 
 
+def test_items_folder_that_is_a_file_fails_at_start_up_naming_simdup_dir(site, tmp_path):
+    d = tmp_path / "simdup"
+    d.mkdir()
+    (d / "items").write_text("not a folder")
+    result = _crawl(tmp_path, site, d)     # the add-on enables the item pipeline too
+    assert result["error"].startswith("ValueError")
+    assert "SIMDUP_DIR (items folder)" in result["error"] and "is not a directory" in result["error"]
+
+
 def test_index_store_append_and_truncated_tail(tmp_path):
     store = IndexStore(tmp_path)
     store.append(np.array([1, 2, 3], dtype=np.uint64), ["a", "b", "c"])
