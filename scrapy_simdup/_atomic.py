@@ -121,3 +121,36 @@ def remove_stale_temporaries(directory) -> int:
         except OSError:
             pass
     return removed
+
+
+class DirectoryBusyError(ValueError):
+    """Another process holds the lock of a directory (see :func:`lock_directory`)."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+def lock_directory(directory, name: str = ".lock"):
+    """Take the exclusive lock ``directory/name`` (an advisory ``flock``, freed
+    by the kernel when the process ends, also on ``kill -9``); returns the
+    open handle, which holds it until closed. Raises
+    :class:`DirectoryBusyError` (its ``holder`` says which process) when
+    another process has it."""
+    import fcntl  # noqa: PLC0415 (POSIX only, like the rest of the locking)
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = open(directory / name, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read(200).strip() or "another process"
+        handle.close()
+        raise DirectoryBusyError(f"{directory} is locked by {holder}", holder) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()}\n")
+    handle.flush()
+    return handle

@@ -81,13 +81,15 @@ class SimdupComponent:
     def _open(self, config, crawler, fingerprinter, backend) -> None:
         idf = None
         if config.dir:
-            from ._persist import load_idf, namespace_dir, prepare_directory  # noqa: PLC0415
+            from ._persist import (lock_crawl_directory, load_idf,  # noqa: PLC0415
+                                   namespace_dir, prepare_directory)
             setting = ("SIMDUP_DIR" if crawler.settings.get("SIMDUP_DIR")
                        else "SIMDUP_DIR (JOBDIR/simdup)")
             prepare_directory(config.dir, setting)
             if self.kind != "pages":     # items keep their files in a folder of their own
                 prepare_directory(namespace_dir(config.dir, self.kind),
                                   f"{setting} ({self.kind} folder)")
+            self._dir_lock = lock_crawl_directory(namespace_dir(config.dir, self.kind), setting)
             if fingerprinter is None and config.feature_options.get("weighting") == "idf":
                 idf = load_idf(namespace_dir(config.dir, self.kind), config.on_error,
                                self.stats, self.prefix)
@@ -207,3 +209,6 @@ class SimdupComponent:
                                  extra={"spider": self.crawler.spider})
         finally:
             await self.backend.close()
+            lock = getattr(self, "_dir_lock", None)
+            if lock is not None:        # another crawl may use SIMDUP_DIR from now on
+                lock.close()

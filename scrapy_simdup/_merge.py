@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from . import _batchscan
-from ._atomic import (CorruptFileError, atomic_write, atomic_write_json, crc32_file, fsync_dir,
-                      read_json)
+from ._atomic import (CorruptFileError, DirectoryBusyError, atomic_write, atomic_write_json,
+                      crc32_file, fsync_dir, lock_directory, read_json)
 from ._batchfile import list_batches, read_batch, read_meta, read_urls, unfinished_batches
 from ._batchprobes import probe_masks, probes_for_recall
 from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
@@ -173,17 +173,11 @@ class Collection:
     def lock_directory(path):
         """:meth:`lock` before the header is read or created (``merge`` takes
         it first, so a merge never works on a header another one replaced)."""
-        import fcntl  # noqa: PLC0415
-
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        handle = open(path / ".lock", "w")
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            raise ValueError(f"{path}: another merge is running on this collection") from None
-        return handle
+            return lock_directory(path)
+        except DirectoryBusyError as exc:
+            raise ValueError(f"{path}: another merge is running on this collection "
+                             f"({exc.holder})") from None
 
     def chunks(self, chunk_size: int, verify: bool = True):
         """Yield ``(start, records)``: consecutive runs, each chunk sorted, at most

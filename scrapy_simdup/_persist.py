@@ -41,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._atomic import CorruptFileError, atomic_write_json, fsync_dir, read_json, remove_stale_temporaries
+from ._atomic import (CorruptFileError, DirectoryBusyError, atomic_write_json, fsync_dir,
+                      lock_directory, read_json, remove_stale_temporaries)
 from ._batch import BatchWriter
 from ._batchfile import escape_url
 from ._idf import IdfTable
@@ -74,6 +75,18 @@ def prepare_directory(directory, setting: str = "SIMDUP_DIR") -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"{setting} = {str(directory)!r} is not writable")
     return path
+
+
+def lock_crawl_directory(directory, setting: str = "SIMDUP_DIR"):
+    """The crawl's lock on its ``SIMDUP_DIR`` (one per namespace): two crawls
+    writing one directory would interleave record ids and index snapshots.
+    A ValueError naming ``setting`` when another crawl holds it."""
+    try:
+        return lock_directory(directory, ".crawl.lock")
+    except DirectoryBusyError as exc:
+        raise ValueError(f"{setting} = {str(directory)!r} is in use by another crawl "
+                         f"({exc.holder}): give each crawl its own SIMDUP_DIR, and merge "
+                         f"their batches with `simdup merge DIR...`") from None
 
 
 def namespace_dir(directory, namespace: str = "pages") -> Path:

@@ -255,6 +255,25 @@ def test_items_folder_that_is_a_file_fails_at_start_up_naming_simdup_dir(site, t
     assert "SIMDUP_DIR (items folder)" in result["error"] and "is not a directory" in result["error"]
 
 
+def test_a_simdup_dir_in_use_by_another_crawl_is_refused_at_start_up(site, tmp_path):
+    """Two crawls writing one SIMDUP_DIR would interleave record ids and index
+    snapshots: the second one stops at start-up, naming the setting and the
+    process holding the directory; once it is free, a crawl uses it."""
+    from scrapy_simdup._persist import lock_crawl_directory
+    d = tmp_path / "simdup"
+    held = lock_crawl_directory(d)            # another crawl, in this test's process
+    try:
+        result = _crawl(tmp_path, site, d)
+        assert result["error"].startswith("ValueError")
+        assert "SIMDUP_DIR" in result["error"] and "in use by another crawl" in result["error"]
+        assert f"process {os.getpid()}" in result["error"]
+        assert not result["responses"] and not list_batches(d)
+    finally:
+        held.close()
+    result = _crawl(tmp_path, site, d)
+    assert result["error"] is None and result["stats"]["simdup/checked"] == N_PAGES
+
+
 def test_index_store_append_and_truncated_tail(tmp_path):
     store = IndexStore(tmp_path)
     store.append(np.array([1, 2, 3], dtype=np.uint64), ["a", "b", "c"])
