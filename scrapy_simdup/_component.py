@@ -141,6 +141,8 @@ class SimdupComponent:
         self.logstats.record(self.kind, t1 - t0, t2 - t1)
         stats = self.stats
         stats.inc_value(self.prefix + "checked")
+        if getattr(fp, "truncated", False):     # fingerprinted from its first SIMDUP_MAX_BYTES
+            stats.inc_value(self.prefix + "truncated")
         stats.set_value(self.prefix + "index_size", len(self.backend))
         probes = self.backend.probes
         if probes is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import re
 import threading
 
 import lxml.html
@@ -220,6 +221,34 @@ def _check_option(name, value, allowed):
 
 
 
+# What a page over max_bytes loses before it is cut: script and style bodies
+# (the tags stay, for structure features), comments and attribute values of
+# 1 KiB or more (data: URIs, inline JSON). None of it is visible text, so a
+# page whose text fits is fingerprinted whole instead of by its first bytes
+# (pages sharing a 5 MB inline image used to be cut to that image alone).
+_BULK_PATTERNS = {
+    kind: (re.compile(fix(r"<(script|style)\b[^>]*>.*?</\1\s*>|<!--.*?-->"), re.S | re.I),
+           re.compile(fix(r"""(=\s*)(?:"[^"]{1024,}"|'[^']{1024,}')""")))
+    for kind, fix in ((str, str), (bytes, str.encode))
+}
+
+
+def strip_invisible_bulk(html):
+    """``html`` (str or bytes) without what :data:`_BULK_PATTERNS` removes."""
+    elements, attributes = _BULK_PATTERNS[type(html)]
+    html = elements.sub(_empty_element, html)
+    return attributes.sub(r'\1""' if isinstance(html, str) else rb'\1""', html)
+
+
+def _empty_element(match):
+    tag = match.group(1)
+    if tag is None:                 # a comment
+        return match.string[:0]
+    if isinstance(tag, str):
+        return f"<{tag}></{tag}>"
+    return b"<" + tag + b"></" + tag + b">"
+
+
 def has_text_features(features: str) -> bool:
     """Whether a ``features`` option (``"shingles+structure"``, ...) has a
     feature set made of the text (items and ``fingerprint_text`` need one)."""
@@ -377,7 +406,9 @@ class Fingerprinter:
             if len(html) > self.max_bytes:
                 if self.on_too_large == "skip":
                     raise SkippedPage("too_large", f"{len(html)} characters")
-                html, truncated = html[: self.max_bytes], True
+                html = strip_invisible_bulk(html)
+                if len(html) > self.max_bytes:
+                    html, truncated = html[: self.max_bytes], True
             if looks_binary(html[:1024].encode("utf-8", "surrogatepass")):
                 raise SkippedPage("binary")
             return html, truncated, None
@@ -390,7 +421,9 @@ class Fingerprinter:
         if len(html) > self.max_bytes:
             if self.on_too_large == "skip":
                 raise SkippedPage("too_large", f"{len(html)} bytes")
-            html, truncated = html[: self.max_bytes], True
+            html = strip_invisible_bulk(html)
+            if len(html) > self.max_bytes:
+                html, truncated = html[: self.max_bytes], True
         if looks_binary(html[:1024]):
             raise SkippedPage("binary")
         if encoding is not None:
@@ -537,10 +570,9 @@ class Fingerprinter:
         if len(body) > self.max_bytes:
             if self.on_too_large == "skip":
                 raise SkippedPage("too_large", f"{len(body)} bytes")
-            if getattr(response, "_cached_selector", None) is None:
-                # do not build a huge tree nobody asked for: parse the head only
-                return self.fingerprint_html(body, url=response.url,
-                                             encoding=response.encoding)
+            # the byte path (invisible bulk stripped, then cut at max_bytes),
+            # even when a tree exists: the same page, the same fingerprint
+            return self.fingerprint_html(body, url=response.url, encoding=response.encoding)
         if self.parser == "bs4":
             from ._extract_bs4 import parse_soup
             text, found, tags = self._text_from_soup(parse_soup(response.text))

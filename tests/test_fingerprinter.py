@@ -449,3 +449,27 @@ def test_bytes_that_mostly_do_not_decode_are_a_decode_error_not_empty():
         fingerprint_html(page, encoding="utf-32")
     assert info.value.reason == "decode_error"
     fingerprint_html(page, encoding="latin-1")       # the right encoding still works
+
+
+def test_a_page_over_max_bytes_loses_its_invisible_bulk_before_it_is_cut():
+    """Over max_bytes, script/style bodies, comments and long attribute values
+    go first: a page whose text then fits is fingerprinted whole (the same as
+    without the bulk), on the str, bytes and response paths alike."""
+    from scrapy.http import HtmlResponse
+    f = Fingerprinter(max_bytes=100_000)
+    bulk = ('<script>' + "var x = 1;" * 20_000 + '</script><!--' + "c" * 50_000 + '-->'
+            '<img src="data:image/png;base64,' + "A" * 200_000 + '">')
+    big = PAGE.replace("<body>", "<body>" + bulk, 1)
+    small = PAGE.replace("<body>", '<body><script></script><img src="">', 1)
+    assert len(big) > 3 * f.max_bytes
+    want = f.fingerprint_html(small)
+    for got in (f.fingerprint_html(big), f.fingerprint_html(big.encode()),
+                f.fingerprint_response(HtmlResponse("https://example.com/", body=big.encode(),
+                                                    encoding="utf-8"))):
+        assert (got.value, got.truncated) == (want.value, False)
+    response = HtmlResponse("https://example.com/", body=big.encode(), encoding="utf-8")
+    response.selector       # a tree the spider built first changes nothing
+    assert f.fingerprint_response(response).value == want.value
+    text_too_big = PAGE.replace("<body>", "<body>" + "".join(
+        f"<p>word{i} and more words of item {i}</p>" for i in range(5000)), 1)
+    assert f.fingerprint_html(text_too_big).truncated

@@ -226,6 +226,28 @@ def test_huge_malformed_and_empty_pages(site, tmp_path):
     assert tags["empty"]["simhash"] is None and tags["empty"]["skipped"]
 
 
+def test_pages_over_max_bytes_are_fingerprinted_by_their_text(tmp_path):
+    """Three different articles behind one 5 MB inline image (over the 4 MiB
+    SIMDUP_MAX_BYTES): none is dropped as a copy of another (cut at 4 MiB,
+    each used to be the image alone, at distance 0), nothing is truncated,
+    and a page whose text is behind a 30 MB attribute is fingerprinted."""
+    image = b'<img src="data:image/png;base64,' + b"A" * 5_000_000 + b'">'
+    pages = {}
+    for a, (title, paragraphs) in enumerate(_articles(3)):
+        page = _page(title, paragraphs, 0)
+        pages[f"big{a}"] = page.replace(b"<body>", b"<body>" + image, 1)
+    title, paragraphs = _articles(4)[3]
+    pages["hugeattr"] = _page(title, paragraphs, 0).replace(
+        b"<body>", b'<body><div data-state="' + b"x" * 30_000_000 + b'"></div>', 1)
+    with PageServer(pages, {}) as server:
+        requests = [{"url": server.url(f"/page/{name}")} for name in sorted(pages)]
+        result = run_crawl(tmp_path, {**ADDON, "SIMDUP_ACTION": "tag"}, requests)
+    stats = result["stats"]
+    assert stats["simdup/checked"] == 4
+    assert "simdup/duplicates" not in stats and "simdup/truncated" not in stats
+    assert not [k for k in stats if k.startswith("simdup/skipped/")]
+
+
 def test_item_pipeline_drops_duplicate_items(site, tmp_path):
     settings = {"SIMDUP_ENABLED": True, "SIMDUP_ITEM_FIELDS": ["text"],
                 "ITEM_PIPELINES": {"scrapy_simdup.SimdupPipeline": 200}}
