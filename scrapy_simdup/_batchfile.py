@@ -166,9 +166,18 @@ def read_meta(json_path) -> dict:
             json_path, f"batch format version {meta.get('version')!r} is not supported "
             f"(this scrapy-simdup reads version {VERSION})")
     for key in ("count", "npy_bytes", "npy_crc32", "urls_bytes", "urls_crc32"):
-        if not isinstance(meta.get(key), int) or meta[key] < 0:
+        if not _count(meta.get(key)):
             raise CorruptFileError(json_path, f"batch header field {key!r} is missing or invalid")
+    if "first_id" in meta and not _count(meta["first_id"]):
+        raise CorruptFileError(json_path, "batch header field 'first_id' is invalid")
+    if meta.get("fingerprint") is not None and not isinstance(meta["fingerprint"], str):
+        raise CorruptFileError(json_path, "batch header field 'fingerprint' is invalid")
     return meta
+
+
+def _count(value) -> bool:
+    """A JSON integer >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def read_batch(json_path, with_urls: bool = True, verify: bool = True) -> Batch:

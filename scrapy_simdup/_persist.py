@@ -149,9 +149,16 @@ class IndexStore:
     def _read_prefix(path: Path, length: int, crc: int) -> bytes:
         try:
             with open(path, "rb") as handle:
-                data = handle.read(length)
+                size = os.fstat(handle.fileno()).st_size
+                # a damaged header must not make us allocate what it claims
+                data = handle.read(length) if size >= length else b""
         except FileNotFoundError:
             raise CorruptFileError(path, "index snapshot file is missing") from None
+        except IsADirectoryError:
+            raise CorruptFileError(path, "is a directory, not an index snapshot file") from None
+        if size < length:
+            raise CorruptFileError(path, f"index snapshot file is {size} bytes, the header "
+                                   f"needs {length} (truncated)")
         if len(data) != length:
             raise CorruptFileError(path, f"index snapshot file is {len(data)} bytes, the header "
                                    f"needs {length} (truncated)")

@@ -8,8 +8,8 @@ import pytest
 from scrapy_simdup import simhash
 from scrapy_simdup._atomic import CorruptFileError, atomic_write
 from scrapy_simdup._batch import BatchWriter
-from scrapy_simdup._batchfile import (BATCH_DTYPE, list_batches, read_batch, unfinished_batches,
-                                      write_batch)
+from scrapy_simdup._batchfile import (BATCH_DTYPE, list_batches, read_batch, read_meta,
+                                      unfinished_batches, write_batch)
 
 
 def _fingerprints(n, seed=0):
@@ -193,3 +193,21 @@ def test_writer_keeps_a_batch_it_cannot_write_and_writes_it_later(tmp_path):
     w.append(9, W, "u9")
     with pytest.raises(BatchWriteError, match="1 fingerprints were not written"):
         w.close()
+
+
+@pytest.mark.parametrize("field, value", [("first_id", "abc"), ("first_id", -1),
+                                          ("fingerprint", [1]), ("count", True)])
+def test_damaged_header_fields_are_corrupt_for_readers_and_writers(tmp_path, field, value):
+    """A header field of the wrong type is a CorruptFileError for the merge
+    (it was a TypeError traceback), and a new writer in the directory just
+    passes the batch by (it was a TypeError at start-up)."""
+    import json
+    header = _one_batch(tmp_path)
+    meta = json.loads(header.read_text())
+    meta[field] = value
+    header.write_text(json.dumps(meta))
+    with pytest.raises(CorruptFileError, match=field):
+        read_meta(header)
+    with BatchWriter(tmp_path, batch_size=10) as w:
+        v, W, _ = _fingerprints(1)[0]
+        w.append(v, W, "https://example.com/after")

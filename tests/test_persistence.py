@@ -291,6 +291,24 @@ def test_index_store_append_and_truncated_tail(tmp_path):
         IndexStore(tmp_path).load()
 
 
+def test_damaged_snapshot_headers_and_files_are_corrupt_not_crashes(tmp_path):
+    """A header claiming 10**12 fingerprints is reported as corrupt before
+    anything is allocated (it was a MemoryError at start-up); an index file
+    replaced by a directory likewise (it was an IsADirectoryError)."""
+    import json as _json
+    IndexStore(tmp_path).append(np.arange(1, 4, dtype=np.uint64), ["a", "b", "c"])
+    header = _json.loads((tmp_path / "index.json").read_text())
+    huge = {**header, "count": 10 ** 12, "values_bytes": 8 * 10 ** 12}
+    (tmp_path / "index.json").write_text(_json.dumps(huge))
+    with pytest.raises(CorruptFileError, match="index.values.*truncated"):
+        IndexStore(tmp_path).load()
+    (tmp_path / "index.json").write_text(_json.dumps(header))
+    (tmp_path / "index.keys").unlink()
+    (tmp_path / "index.keys").mkdir()
+    with pytest.raises(CorruptFileError, match="index.keys.*directory"):
+        IndexStore(tmp_path).load()
+
+
 def test_index_data_without_its_header_is_corrupt_not_empty(tmp_path):
     """index.json deleted, index.values/keys left: reported (and moved aside),
     never silently taken for an empty index and overwritten."""
