@@ -449,11 +449,36 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
     return b
 
 
+_RAW_TEXT = {kind: re.compile(fix(r"<(script|style)(?![\w:.-])[^>]*>.*?(?=</\1(?![\w:.-]))"
+                                   r"|<!--.*?(?:-->|$)"), re.S | re.I)
+             for kind, fix in ((str, str), (bytes, str.encode))}
+
+
+def longest_tag_py(html) -> int:
+    """The longest span from a ``<`` to the next ``>`` outside script and
+    style bodies and comments (reference of ``_scan.longest_tag``)."""
+    html = _RAW_TEXT[type(html)].sub(lambda m: m.group(0)[:m.group(0).find(
+        ">" if isinstance(html, str) else b">") + 1] if m.group(1) else m.group(0)[:0], html)
+    lt, gt = ("<", ">") if isinstance(html, str) else (b"<", b">")
+    best = i = 0
+    while True:
+        start = html.find(lt, i)
+        if start < 0:
+            return best
+        end = html.find(gt, start)
+        if end < 0:
+            return max(best, len(html) - start)
+        best = max(best, end - start)
+        i = end + 1
+
+
 try:
+    from ._scan import longest_tag
     from ._scan import main_text_raw as _main_text_raw
     from ._scan import scan_lxml_raw as _scan_raw
 except ImportError:  # not compiled (source checkout without build): pure Python
     _scan_raw = _main_text_raw = None
+    longest_tag = longest_tag_py
 
 
 def scan_lxml(root, mode: str = "main", want_tags: bool = False) -> BlockBuilder:

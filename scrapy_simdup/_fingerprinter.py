@@ -27,7 +27,7 @@ from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
                             http_content_type_encoding, read_bom)
 
 from . import _core
-from ._extract import EXTRACTOR_VERSION, extract_lxml
+from ._extract import EXTRACTOR_VERSION, extract_lxml, longest_tag
 from ._idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
 from ._features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS,
                         features_from_token_hashes, text_token_hashes, weigh)
@@ -221,23 +221,32 @@ def _check_option(name, value, allowed):
 
 
 
-# What a page over max_bytes loses before it is cut: script and style bodies
+# What a page over max_bytes (or with a tag over HUGE_TAG) loses before it is
+# parsed, and cut if still over max_bytes: script and style bodies
 # (the tags stay, for structure features), comments and attribute values of
 # 1 KiB or more (data: URIs, inline JSON). None of it is visible text, so a
 # page whose text fits is fingerprinted whole instead of by its first bytes
 # (pages sharing a 5 MB inline image used to be cut to that image alone).
+# A tag still longer than HUGE_TAG after that keeps its name only: libxml2
+# parses attributes in quadratic time (a 2 MB tag of 200 000 attributes took
+# 140 s; at 256 KiB, some 23 000 attributes, about 2 s), so such a page is
+# never parsed as it is. Real pages stay below it (the longest tag of the
+# 421 shared pages is 61 KB, an inline image).
+HUGE_TAG = 1 << 18
 _BULK_PATTERNS = {
     kind: (re.compile(fix(r"<(script|style)\b[^>]*>.*?</\1\s*>|<!--.*?-->"), re.S | re.I),
-           re.compile(fix(r"""(=\s*)(?:"[^"]{1024,}"|'[^']{1024,}')""")))
+           re.compile(fix(r"""(=\s*)(?:"[^"]{1024,}"|'[^']{1024,}')""")),
+           re.compile(fix(r"<([A-Za-z][\w:.-]*)[^<>]{%d,}>" % HUGE_TAG)))
     for kind, fix in ((str, str), (bytes, str.encode))
 }
 
 
 def strip_invisible_bulk(html):
     """``html`` (str or bytes) without what :data:`_BULK_PATTERNS` removes."""
-    elements, attributes = _BULK_PATTERNS[type(html)]
+    elements, attributes, huge_tags = _BULK_PATTERNS[type(html)]
     html = elements.sub(_empty_element, html)
-    return attributes.sub(r'\1""' if isinstance(html, str) else rb'\1""', html)
+    html = attributes.sub(r'\1""' if isinstance(html, str) else rb'\1""', html)
+    return huge_tags.sub(r"<\1>" if isinstance(html, str) else rb"<\1>", html)
 
 
 def _empty_element(match):
@@ -392,6 +401,23 @@ class Fingerprinter:
 
     # ----------------------------------------------------------------- decoding
 
+    def _needs_taming(self, html) -> bool:
+        return len(html) > self.max_bytes or longest_tag(html) > HUGE_TAG
+
+    def _tame(self, html, unit: str):
+        """``(html, truncated)``: a page over ``max_bytes`` or with a huge tag
+        without its invisible bulk (:func:`strip_invisible_bulk`), then cut
+        at ``max_bytes`` if still over it; SkippedPage("too_large") instead
+        with ``on_too_large="skip"``."""
+        if len(html) > self.max_bytes and self.on_too_large == "skip":
+            raise SkippedPage("too_large", f"{len(html)} {unit}")
+        if not self._needs_taming(html):
+            return html, False
+        html = strip_invisible_bulk(html)
+        if len(html) > self.max_bytes:
+            return html[: self.max_bytes], True
+        return html, False
+
     def _decode(self, html, encoding, need_text: bool = True):
         """``(text, truncated, utf8)`` from str/bytes; raises SkippedPage.
 
@@ -403,12 +429,7 @@ class Fingerprinter:
         if isinstance(html, str):
             if not html.strip():
                 raise SkippedPage("empty")
-            if len(html) > self.max_bytes:
-                if self.on_too_large == "skip":
-                    raise SkippedPage("too_large", f"{len(html)} characters")
-                html = strip_invisible_bulk(html)
-                if len(html) > self.max_bytes:
-                    html, truncated = html[: self.max_bytes], True
+            html, truncated = self._tame(html, "characters")
             if looks_binary(html[:1024].encode("utf-8", "surrogatepass")):
                 raise SkippedPage("binary")
             return html, truncated, None
@@ -418,12 +439,7 @@ class Fingerprinter:
             raise TypeError(f"html must be str or bytes, not {type(html).__name__}")
         if not html.strip():
             raise SkippedPage("empty")
-        if len(html) > self.max_bytes:
-            if self.on_too_large == "skip":
-                raise SkippedPage("too_large", f"{len(html)} bytes")
-            html = strip_invisible_bulk(html)
-            if len(html) > self.max_bytes:
-                html, truncated = html[: self.max_bytes], True
+        html, truncated = self._tame(html, "bytes")
         if looks_binary(html[:1024]):
             raise SkippedPage("binary")
         if encoding is not None:
@@ -567,9 +583,9 @@ class Fingerprinter:
         if looks_binary(body[:1024]):
             raise SkippedPage("binary")
         truncated = False
-        if len(body) > self.max_bytes:
-            if self.on_too_large == "skip":
-                raise SkippedPage("too_large", f"{len(body)} bytes")
+        if len(body) > self.max_bytes and self.on_too_large == "skip":
+            raise SkippedPage("too_large", f"{len(body)} bytes")
+        if self._needs_taming(body):
             # the byte path (invisible bulk stripped, then cut at max_bytes),
             # even when a tree exists: the same page, the same fingerprint
             return self.fingerprint_html(body, url=response.url, encoding=response.encoding)

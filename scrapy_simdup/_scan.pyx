@@ -461,3 +461,86 @@ def main_text_raw(list texts, list nchars, list lchars, list owner, list parent,
         return "\n".join(out), True
     finally:
         PyMem_Free(buf)
+
+
+cdef extern from "string.h" nogil:
+    const void *memchr(const void *s, int c, size_t n)
+
+
+cdef inline bint _name_is(const unsigned char *p, const unsigned char *end,
+                          const char *name, Py_ssize_t k) noexcept nogil:
+    """``p`` starts with ``name`` (lower case, ``k`` chars), any case, and
+    the name ends there."""
+    cdef Py_ssize_t j
+    if end - p <= k:
+        return False
+    for j in range(k):
+        if (p[j] | 0x20) != <unsigned char>name[j]:
+            return False
+    return not (p[k] == 45 or p[k] == 58 or p[k] == 95 or 48 <= p[k] <= 57
+                or 97 <= (p[k] | 0x20) <= 122)
+
+
+cdef Py_ssize_t _longest_tag_1(const unsigned char *data, Py_ssize_t n) noexcept nogil:
+    """Longest run from a '<' to the next '>', one byte per character, not
+    counting script and style bodies and comments (their '<' are not tags)."""
+    cdef Py_ssize_t i = 0, best = 0, k
+    cdef const unsigned char *end = data + n
+    cdef const unsigned char *lt
+    cdef const unsigned char *gt
+    cdef const unsigned char *p
+    cdef const char *raw
+    while True:
+        lt = <const unsigned char *>memchr(data + i, 60, n - i)         # '<'
+        if lt is NULL:
+            return best
+        if end - lt >= 4 and lt[1] == 33 and lt[2] == 45 and lt[3] == 45:   # '<!--'
+            p = lt + 4
+            while True:
+                gt = <const unsigned char *>memchr(p, 62, end - p)
+                if gt is NULL:
+                    return best          # the rest is a comment
+                if gt - 2 >= lt + 4 and gt[-1] == 45 and gt[-2] == 45:
+                    break
+                p = gt + 1
+            i = gt + 1 - data
+            continue
+        raw = NULL
+        if _name_is(lt + 1, end, "script", 6):
+            raw, k = "script", 6
+        elif _name_is(lt + 1, end, "style", 5):
+            raw, k = "style", 5
+        gt = <const unsigned char *>memchr(lt, 62, end - lt)             # '>'
+        if gt is NULL:
+            return max(best, end - lt)
+        best = max(best, gt - lt)
+        i = gt + 1 - data
+        if raw is not NULL:          # skip to its end tag
+            while True:
+                p = <const unsigned char *>memchr(data + i, 60, n - i)
+                if p is NULL:
+                    return best
+                if end - p > 1 and p[1] == 47 and _name_is(p + 2, end, raw, k):
+                    i = p - data
+                    break
+                i = p + 1 - data
+
+
+def longest_tag(html) -> int:
+    """The longest span of ``html`` (str or bytes) from a ``<`` to the next
+    ``>`` outside script and style bodies and comments: about the length of
+    its longest tag. libxml2 parses a tag's attributes in quadratic time (one
+    2 MB tag of 200 000 attributes takes minutes), so the fingerprinter does
+    not hand pages with huge tags to it as they are."""
+    cdef const unsigned char[::1] view
+    if isinstance(html, str):
+        if PyUnicode_KIND(html) == 1:        # Latin-1 storage: scan it in place
+            return _longest_tag_1(<const unsigned char *>PyUnicode_DATA(html),
+                                  PyUnicode_GET_LENGTH(html))
+        html = (<str>html).encode("utf-8", "surrogatepass")
+    if not isinstance(html, bytes):
+        raise TypeError(f"html must be str or bytes, not {type(html).__name__}")
+    if not len(<bytes>html):
+        return 0
+    view = html
+    return _longest_tag_1(&view[0], view.shape[0])

@@ -473,3 +473,22 @@ def test_a_page_over_max_bytes_loses_its_invisible_bulk_before_it_is_cut():
     text_too_big = PAGE.replace("<body>", "<body>" + "".join(
         f"<p>word{i} and more words of item {i}</p>" for i in range(5000)), 1)
     assert f.fingerprint_html(text_too_big).truncated
+
+
+def test_a_tag_with_200000_attributes_is_not_handed_to_libxml2():
+    """libxml2 parses a tag's attributes in quadratic time: this 2.6 MB page
+    took 140 s. A tag over HUGE_TAG keeps its name only, on the bytes, str
+    and response paths (the page is fingerprinted like one without it)."""
+    from scrapy.http import HtmlResponse
+    from scrapy_simdup._extract import longest_tag, longest_tag_py
+    from scrapy_simdup._fingerprinter import HUGE_TAG
+    attributes = " ".join(f"a{i}=x" for i in range(200_000))
+    page = PAGE.replace("<body>", f"<body><div {attributes}></div>", 1)
+    assert longest_tag(page) == longest_tag_py(page) > HUGE_TAG
+    assert len(page) < Fingerprinter().max_bytes
+    f = Fingerprinter()
+    want = f.fingerprint_html(PAGE.replace("<body>", "<body><div></div>", 1)).value
+    assert f.fingerprint_html(page).value == want
+    assert f.fingerprint_html(page.encode()).value == want
+    response = HtmlResponse("https://example.com/", body=page.encode(), encoding="utf-8")
+    assert f.fingerprint_response(response).value == want

@@ -123,3 +123,24 @@ def test_deep_nesting_does_not_recurse():
 def test_many_distinct_tag_names_overflow_the_cache():
     body = "".join(f"<t{i} class='c{i % 7}'>w{i}</t{i}>" for i in range(2000))
     _same(etree.fromstring(f"<html><body><p>{body}</p></body></html>", etree.HTMLParser()))
+
+
+@pytest.mark.parametrize("html", [
+    "<a href='x'>b</a>", "<<<>", "x<y", "", "<a " + "x" * 300 + ">",
+    "<script>if (a<b) x = '" + "y" * 100 + "';</script><p>", "<!-- <<<< -->",
+    "<style>a<b{}</STYLE ><i>", "<scripts a=1>", "<SCRIPT src=x></Script><b>",
+    "<!-- unclosed <<<", "<script>never closed <<<<", "<a" + " b=c" * 1000,
+])
+def test_longest_tag_matches_its_reference(html):
+    from scrapy_simdup._extract import longest_tag_py
+    from scrapy_simdup._scan import longest_tag
+    for value in (html, html.encode()):
+        assert longest_tag(value) == longest_tag_py(value)
+
+
+def test_longest_tag_on_the_shared_pages():
+    from benchmarks._data import load_all
+    from scrapy_simdup._extract import longest_tag_py
+    from scrapy_simdup._scan import longest_tag
+    for record in load_all()[::2]:
+        assert longest_tag(record.html) == longest_tag_py(record.html)

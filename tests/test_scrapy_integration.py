@@ -230,20 +230,26 @@ def test_pages_over_max_bytes_are_fingerprinted_by_their_text(tmp_path):
     """Three different articles behind one 5 MB inline image (over the 4 MiB
     SIMDUP_MAX_BYTES): none is dropped as a copy of another (cut at 4 MiB,
     each used to be the image alone, at distance 0), nothing is truncated,
-    and a page whose text is behind a 30 MB attribute is fingerprinted."""
+    a page whose text is behind a 30 MB attribute is fingerprinted, and so
+    is one with a tag of 200 000 attributes (not parsed as it is)."""
     image = b'<img src="data:image/png;base64,' + b"A" * 5_000_000 + b'">'
     pages = {}
     for a, (title, paragraphs) in enumerate(_articles(3)):
         page = _page(title, paragraphs, 0)
         pages[f"big{a}"] = page.replace(b"<body>", b"<body>" + image, 1)
-    title, paragraphs = _articles(4)[3]
+    title, paragraphs = _articles(5)[3]
     pages["hugeattr"] = _page(title, paragraphs, 0).replace(
         b"<body>", b'<body><div data-state="' + b"x" * 30_000_000 + b'"></div>', 1)
+    # 200 000 attributes in one tag: libxml2 needed 140 s for this 2.6 MB page
+    title, paragraphs = _articles(5)[4]
+    pages["manyattrs"] = _page(title, paragraphs, 0).replace(
+        b"<body>", b"<body><div " + " ".join(f"a{i}=x" for i in range(200_000)).encode()
+        + b"></div>", 1)
     with PageServer(pages, {}) as server:
         requests = [{"url": server.url(f"/page/{name}")} for name in sorted(pages)]
         result = run_crawl(tmp_path, {**ADDON, "SIMDUP_ACTION": "tag"}, requests)
     stats = result["stats"]
-    assert stats["simdup/checked"] == 4
+    assert stats["simdup/checked"] == 5
     assert "simdup/duplicates" not in stats and "simdup/truncated" not in stats
     assert not [k for k in stats if k.startswith("simdup/skipped/")]
 
