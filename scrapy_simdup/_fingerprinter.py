@@ -402,7 +402,10 @@ class Fingerprinter:
     # ----------------------------------------------------------------- decoding
 
     def _needs_taming(self, html) -> bool:
-        return len(html) > self.max_bytes or longest_tag(html) > HUGE_TAG
+        # (a page shorter than HUGE_TAG cannot hold such a tag: most pages
+        # are not scanned at all)
+        return len(html) > self.max_bytes or (len(html) > HUGE_TAG
+                                              and longest_tag(html) > HUGE_TAG)
 
     def _tame(self, html, unit: str):
         """``(html, truncated)``: a page over ``max_bytes`` or with a huge tag
