@@ -143,14 +143,17 @@ def lock_directory(directory, name: str = ".lock"):
     directory.mkdir(parents=True, exist_ok=True)
     handle = open(directory / name, "a+")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read(200).strip() or "another process"
+            raise DirectoryBusyError(f"{directory} is locked by {holder}", holder) from None
         handle.seek(0)
-        holder = handle.read(200).strip() or "another process"
+        handle.truncate()
+        handle.write(f"process {os.getpid()}\n")   # who holds it, for the error above
+        handle.flush()
+    except BaseException:
         handle.close()
-        raise DirectoryBusyError(f"{directory} is locked by {holder}", holder) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"process {os.getpid()}\n")
-    handle.flush()
+        raise
     return handle

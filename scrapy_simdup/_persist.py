@@ -87,6 +87,9 @@ def lock_crawl_directory(directory, setting: str = "SIMDUP_DIR"):
         raise ValueError(f"{setting} = {str(directory)!r} is in use by another crawl "
                          f"({exc.holder}): give each crawl its own SIMDUP_DIR, and merge "
                          f"their batches with `simdup merge DIR...`") from None
+    except OSError as exc:      # a full disk, a .crawl.lock that is a directory, ...
+        raise ValueError(f"{setting} = {str(directory)!r} cannot be used: cannot write "
+                         f"its .crawl.lock: {exc.strerror or exc}") from None
 
 
 def namespace_dir(directory, namespace: str = "pages") -> Path:

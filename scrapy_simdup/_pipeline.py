@@ -83,7 +83,10 @@ class SimdupPipeline(SimdupComponent):
         n = next(self._counter)
         key = None
         if self.config.item_id_field and adapter.get(self.config.item_id_field) is not None:
-            key = str(adapter.get(self.config.item_id_field))
+            try:
+                key = str(adapter.get(self.config.item_id_field))
+            except Exception:  # noqa: BLE001 (an id whose str() fails: the item keeps a number)
+                key = None
         key = key or f"item-{n}"
         try:
             texts = [_as_text(adapter.get(name)) for name in self.config.item_fields]
@@ -103,10 +106,10 @@ class SimdupPipeline(SimdupComponent):
             self.stats.inc_value(self.prefix + "dropped")
             raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash)
         if self.config.action == "tag":
-            if match is not None:
-                self.stats.inc_value(self.prefix + "tagged")
             try:
                 adapter[self.config.tag_field] = verdict.as_tag()
+                if match is not None:       # counted once the tag is on the item
+                    self.stats.inc_value(self.prefix + "tagged")
             except (KeyError, AttributeError, TypeError) as exc:
                 # no such field (scrapy.Item), a frozen dataclass or attrs
                 # class: the item goes on untagged, counted

@@ -98,6 +98,8 @@ def main(job_path: str, result_path: str) -> None:
                     yield FrozenItem(**fields)
                 elif kind == "unreadable":     # a field whose str() fails
                     yield {**fields, "text": Unprintable()}
+                elif kind == "unreadable_id":  # an id whose str() fails
+                    yield {**fields, "url": Unprintable()}
                 else:
                     yield fields
 

@@ -272,6 +272,10 @@ def test_a_simdup_dir_in_use_by_another_crawl_is_refused_at_start_up(site, tmp_p
         held.close()
     result = _crawl(tmp_path, site, d)
     assert result["error"] is None and result["stats"]["simdup/checked"] == N_PAGES
+    other = tmp_path / "other"
+    (other / ".crawl.lock").mkdir(parents=True)     # cannot be opened as a file
+    with pytest.raises(ValueError, match="SIMDUP_DIR = .*other.* cannot be used"):
+        lock_crawl_directory(other)
 
 
 def test_index_store_append_and_truncated_tail(tmp_path):

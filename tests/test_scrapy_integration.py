@@ -328,7 +328,8 @@ def test_item_pipeline_tag_on_frozen_items_keeps_them(site, tmp_path):
     result = run_crawl(tmp_path, settings, requests, mode="items", item_class="frozen")
     assert len(result["items"]) == 3 and all(i["simdup"] is None for i in result["items"])
     assert result["stats"]["simdup/items/errors"] == 3
-    assert result["stats"]["simdup/items/tagged"] == 2      # found, just not written
+    assert result["stats"]["simdup/items/duplicates"] == 2
+    assert "simdup/items/tagged" not in result["stats"]      # found, but no tag written
     assert sum("Cannot tag FrozenItem items" in line for line in result["log"]) == 1
 
 
@@ -339,6 +340,9 @@ def test_item_field_that_cannot_be_read_is_a_counted_skip(site, tmp_path):
     assert len(result["items"]) == 2
     assert result["stats"]["simdup/items/skipped/unreadable_field"] == 2
     assert "simdup/items/errors" not in result["stats"]
+    # an id whose str() fails: the item is checked under a number instead
+    result = run_crawl(tmp_path, settings, requests, mode="items", item_class="unreadable_id")
+    assert len(result["items"]) == 2 and result["stats"]["simdup/items/checked"] == 2
 
 
 def test_bad_setting_fails_the_crawl_at_start_up(site, tmp_path):
