@@ -449,36 +449,64 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
     return b
 
 
-_RAW_TEXT = {kind: re.compile(fix(r"<(script|style)(?![\w:.-])[^>]*>.*?(?=</\1(?![\w:.-]))"
-                                   r"|<!--.*?(?:-->|$)"), re.S | re.I)
+_RAW_TEXT = {kind: re.compile(fix(r"<(script|style)(?![\w:.-])[^>]*>.*?(?=</\1(?![\w:.-])|\Z)"
+                                   r"|<!--.*?(?:-->|\Z)"), re.S | re.I)
              for kind, fix in ((str, str), (bytes, str.encode))}
 
 
-def longest_tag_py(html) -> int:
-    """The longest span from a ``<`` to the next ``>`` outside script and
-    style bodies and comments (reference of ``_scan.longest_tag``)."""
-    html = _RAW_TEXT[type(html)].sub(lambda m: m.group(0)[:m.group(0).find(
-        ">" if isinstance(html, str) else b">") + 1] if m.group(1) else m.group(0)[:0], html)
-    lt, gt = ("<", ">") if isinstance(html, str) else (b"<", b">")
-    best = i = 0
+def _tag_end_py(html, lt: int) -> int:
+    """Index of the '>' that ends the tag at ``lt`` (-1: none); in a start
+    tag a quoted attribute value (after '=') may hold '>'."""
+    text = isinstance(html, str)
+    gt = ">" if text else 62
+    nxt = html[lt + 1:lt + 2]
+    if not nxt or not nxt.isalpha() or not nxt.isascii():
+        return html.find(">" if text else b">", lt)
+    after_eq = False
+    p, n = lt + 1, len(html)
+    while p < n:
+        c = html[p]
+        if c == gt:
+            return p
+        if c in (("\"", "'") if text else (34, 39)) and after_eq:
+            p = html.find(c if text else bytes([c]), p + 1)
+            if p < 0:
+                return -1
+            after_eq = False
+        elif c == ("=" if text else 61):
+            after_eq = True
+        elif c not in ((" ", "\t", "\n", "\x0c", "\r") if text else (32, 9, 10, 12, 13)):
+            after_eq = False
+        p += 1
+    return -1
+
+
+def long_tag_bytes_py(html, min_length: int) -> int:
+    """The total length of the tags at least ``min_length`` long, outside
+    script and style bodies and comments (reference of ``_scan.long_tag_bytes``)."""
+    html = _RAW_TEXT[type(html)].sub(lambda m: m.group(0)[:_tag_end_py(m.group(0), 0) + 1]
+                                     if m.group(1) else m.group(0)[:0], html)
+    lt = "<" if isinstance(html, str) else b"<"
+    total = i = 0
     while True:
         start = html.find(lt, i)
         if start < 0:
-            return best
-        end = html.find(gt, start)
+            return total
+        end = _tag_end_py(html, start)
         if end < 0:
-            return max(best, len(html) - start)
-        best = max(best, end - start)
+            return total + (len(html) - start if len(html) - start >= min_length else 0)
+        if end - start >= min_length:
+            total += end - start
         i = end + 1
 
 
 try:
-    from ._scan import longest_tag
+    from ._scan import long_tag_bytes
     from ._scan import main_text_raw as _main_text_raw
     from ._scan import scan_lxml_raw as _scan_raw
 except ImportError:  # not compiled (source checkout without build): pure Python
     _scan_raw = _main_text_raw = None
-    longest_tag = longest_tag_py
+    long_tag_bytes = long_tag_bytes_py
 
 
 def scan_lxml(root, mode: str = "main", want_tags: bool = False) -> BlockBuilder:

@@ -27,7 +27,7 @@ from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
                             http_content_type_encoding, read_bom)
 
 from . import _core
-from ._extract import EXTRACTOR_VERSION, extract_lxml, longest_tag
+from ._extract import EXTRACTOR_VERSION, extract_lxml, long_tag_bytes
 from ._idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
 from ._features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS,
                         features_from_token_hashes, text_token_hashes, weigh)
@@ -221,41 +221,60 @@ def _check_option(name, value, allowed):
 
 
 
-# What a page over max_bytes (or with a tag over HUGE_TAG) loses before it is
-# parsed, and cut if still over max_bytes: script and style bodies
-# (the tags stay, for structure features), comments and attribute values of
-# 1 KiB or more (data: URIs, inline JSON). None of it is visible text, so a
-# page whose text fits is fingerprinted whole instead of by its first bytes
-# (pages sharing a 5 MB inline image used to be cut to that image alone).
-# A tag still longer than HUGE_TAG after that keeps its name only: libxml2
-# parses attributes in quadratic time (a 2 MB tag of 200 000 attributes took
-# 140 s; at 256 KiB, some 23 000 attributes, about 2 s), so such a page is
-# never parsed as it is. Real pages stay below it (the longest tag of the
-# 421 shared pages is 61 KB, an inline image).
-HUGE_TAG = 1 << 18
+# What a page over max_bytes (or with too much in long tags, below) loses before it is
+# parsed, and cut if still over max_bytes: script and style bodies (the tags
+# stay, for structure features), comments, and every attribute but the
+# four the extraction reads (class, id, hidden, aria-hidden) and the three
+# that declare the encoding (<meta charset>, http-equiv, content), whose
+# values of 1 KiB or more are emptied too. None of it is visible text, so such a page
+# is fingerprinted whole when its text fits, instead of by its first bytes
+# (pages sharing a 5 MB inline image, or 5 MB of small SVG paths, used to be
+# cut to that alone and dropped as copies), and no tag keeps the thousands of
+# attributes libxml2 parses in quadratic time (a 2 MB tag of 200 000 took 140 s).
+# A page is treated so when it is over max_bytes, or when its tags of LONG_TAG
+# characters or more add up to over HUGE_TAGS: that bounds what libxml2 may
+# spend on the attributes of a page handed to it as it is to about a second
+# (a tag under LONG_TAG holds at most some 800 attributes). Of the 421 shared
+# pages, the one with the most has 62 KB of such tags (inline images).
+LONG_TAG = 1 << 12
+HUGE_TAGS = 1 << 18
+_KEPT_ATTRIBUTES = frozenset({"class", "id", "hidden", "aria-hidden",
+                              "charset", "http-equiv", "content"})
 _BULK_PATTERNS = {
-    kind: (re.compile(fix(r"<(script|style)\b[^>]*>.*?</\1\s*>|<!--.*?-->"), re.S | re.I),
-           re.compile(fix(r"""(=\s*)(?:"[^"]{1024,}"|'[^']{1024,}')""")),
-           re.compile(fix(r"<([A-Za-z][\w:.-]*)[^<>]{%d,}>" % HUGE_TAG)))
+    kind: (re.compile(fix(r"(<(script|style)\b(?:[^>\"']|\"[^\"]*\"|'[^']*')*>).*?</\2\s*>"
+                          r"|<!--.*?-->"), re.S | re.I),
+           # a start tag: its name, its attributes (quoted values may hold '>'), '/'
+           re.compile(fix(r"""<([A-Za-z][\w:.-]*)((?:[^<>"']|"[^"]*"|'[^']*')*?)(/?)>""")),
+           re.compile(fix(r"""([^\s"'<>/=]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s"'<>=`]+))?""")))
     for kind, fix in ((str, str), (bytes, str.encode))
 }
 
 
 def strip_invisible_bulk(html):
     """``html`` (str or bytes) without what :data:`_BULK_PATTERNS` removes."""
-    elements, attributes, huge_tags = _BULK_PATTERNS[type(html)]
+    elements, start_tags, attributes = _BULK_PATTERNS[type(html)]
+    text = isinstance(html, str)
+    sep, eq, lt, gt = (" ", "=", "<", ">") if text else (b" ", b"=", b"<", b">")
+    empty = '""' if text else b'""'
+
+    def keep_attributes(match):
+        kept = []
+        for attribute in attributes.finditer(match.group(2)):
+            name, value = attribute.group(1), attribute.group(2)
+            if (name if text else name.decode("latin-1")).lower() in _KEPT_ATTRIBUTES:
+                kept.append(name if value is None else
+                            name + eq + (empty if len(value) > 1024 else value))
+        return lt + match.group(1) + sep.join([sep[:0]] + kept) + match.group(3) + gt
+
     html = elements.sub(_empty_element, html)
-    html = attributes.sub(r'\1""' if isinstance(html, str) else rb'\1""', html)
-    return huge_tags.sub(r"<\1>" if isinstance(html, str) else rb"<\1>", html)
+    return start_tags.sub(keep_attributes, html)
 
 
 def _empty_element(match):
-    tag = match.group(1)
+    start, tag = match.group(1), match.group(2)
     if tag is None:                 # a comment
         return match.string[:0]
-    if isinstance(tag, str):
-        return f"<{tag}></{tag}>"
-    return b"<" + tag + b"></" + tag + b">"
+    return start + ("</" + tag + ">" if isinstance(tag, str) else b"</" + tag + b">")
 
 
 def has_text_features(features: str) -> bool:
@@ -402,10 +421,10 @@ class Fingerprinter:
     # ----------------------------------------------------------------- decoding
 
     def _needs_taming(self, html) -> bool:
-        # (a page shorter than HUGE_TAG cannot hold such a tag: most pages
+        # (a page shorter than HUGE_TAGS cannot hold that much: most pages
         # are not scanned at all)
-        return len(html) > self.max_bytes or (len(html) > HUGE_TAG
-                                              and longest_tag(html) > HUGE_TAG)
+        return len(html) > self.max_bytes or (len(html) > HUGE_TAGS and
+                                              long_tag_bytes(html, LONG_TAG) > HUGE_TAGS)
 
     def _tame(self, html, unit: str):
         """``(html, truncated)``: a page over ``max_bytes`` or with a huge tag

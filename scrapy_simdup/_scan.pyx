@@ -481,10 +481,38 @@ cdef inline bint _name_is(const unsigned char *p, const unsigned char *end,
                 or 97 <= (p[k] | 0x20) <= 122)
 
 
-cdef Py_ssize_t _longest_tag_1(const unsigned char *data, Py_ssize_t n) noexcept nogil:
-    """Longest run from a '<' to the next '>', one byte per character, not
-    counting script and style bodies and comments (their '<' are not tags)."""
-    cdef Py_ssize_t i = 0, best = 0, k
+cdef const unsigned char *_tag_end(const unsigned char *lt,
+                                   const unsigned char *end) noexcept nogil:
+    """The '>' that ends the tag at ``lt`` (NULL: none): in a start tag a
+    quoted attribute value (after '=') may hold '>'."""
+    cdef const unsigned char *p = lt + 1
+    cdef unsigned char c
+    cdef bint after_eq = False
+    if p >= end or not 97 <= (p[0] | 0x20) <= 122:      # not a start tag
+        return <const unsigned char *>memchr(lt, 62, end - lt)
+    while p < end:
+        c = p[0]
+        if c == 62:                                     # '>'
+            return p
+        if (c == 34 or c == 39) and after_eq:           # a quoted value
+            p = <const unsigned char *>memchr(p + 1, c, end - p - 1)
+            if p is NULL:
+                return NULL
+            after_eq = False
+        elif c == 61:                                   # '='
+            after_eq = True
+        elif not (c == 32 or c == 9 or c == 10 or c == 12 or c == 13):
+            after_eq = False
+        p += 1
+    return NULL
+
+
+cdef Py_ssize_t _long_tags_1(const unsigned char *data, Py_ssize_t n,
+                              Py_ssize_t min_len) noexcept nogil:
+    """Total length of the tags of at least ``min_len`` characters (from '<'
+    to the '>' ending the tag), one byte per character, not counting script
+    and style bodies and comments (their '<' are not tags)."""
+    cdef Py_ssize_t i = 0, total = 0, k
     cdef const unsigned char *end = data + n
     cdef const unsigned char *lt
     cdef const unsigned char *gt
@@ -493,13 +521,13 @@ cdef Py_ssize_t _longest_tag_1(const unsigned char *data, Py_ssize_t n) noexcept
     while True:
         lt = <const unsigned char *>memchr(data + i, 60, n - i)         # '<'
         if lt is NULL:
-            return best
+            return total
         if end - lt >= 4 and lt[1] == 33 and lt[2] == 45 and lt[3] == 45:   # '<!--'
             p = lt + 4
             while True:
                 gt = <const unsigned char *>memchr(p, 62, end - p)
                 if gt is NULL:
-                    return best          # the rest is a comment
+                    return total         # the rest is a comment
                 if gt - 2 >= lt + 4 and gt[-1] == 45 and gt[-2] == 45:
                     break
                 p = gt + 1
@@ -510,37 +538,39 @@ cdef Py_ssize_t _longest_tag_1(const unsigned char *data, Py_ssize_t n) noexcept
             raw, k = "script", 6
         elif _name_is(lt + 1, end, "style", 5):
             raw, k = "style", 5
-        gt = <const unsigned char *>memchr(lt, 62, end - lt)             # '>'
+        gt = _tag_end(lt, end)
         if gt is NULL:
-            return max(best, end - lt)
-        best = max(best, gt - lt)
+            return total + (end - lt if end - lt >= min_len else 0)
+        if gt - lt >= min_len:
+            total += gt - lt
         i = gt + 1 - data
         if raw is not NULL:          # skip to its end tag
             while True:
                 p = <const unsigned char *>memchr(data + i, 60, n - i)
                 if p is NULL:
-                    return best
+                    return total
                 if end - p > 1 and p[1] == 47 and _name_is(p + 2, end, raw, k):
                     i = p - data
                     break
                 i = p + 1 - data
 
 
-def longest_tag(html) -> int:
-    """The longest span of ``html`` (str or bytes) from a ``<`` to the next
-    ``>`` outside script and style bodies and comments: about the length of
-    its longest tag. libxml2 parses a tag's attributes in quadratic time (one
-    2 MB tag of 200 000 attributes takes minutes), so the fingerprinter does
-    not hand pages with huge tags to it as they are."""
+def long_tag_bytes(html, Py_ssize_t min_length) -> int:
+    """The total length of the tags of ``html`` (str or bytes) that are at
+    least ``min_length`` long, from ``<`` to the ``>`` ending the tag (not
+    one in a quoted attribute value), outside script and style bodies and
+    comments. libxml2 parses a tag's attributes in quadratic time (one 2 MB
+    tag of 200 000 attributes takes minutes), so the fingerprinter does not
+    hand pages with much of it to libxml2 as they are."""
     cdef const unsigned char[::1] view
     if isinstance(html, str):
         if PyUnicode_KIND(html) == 1:        # Latin-1 storage: scan it in place
-            return _longest_tag_1(<const unsigned char *>PyUnicode_DATA(html),
-                                  PyUnicode_GET_LENGTH(html))
+            return _long_tags_1(<const unsigned char *>PyUnicode_DATA(html),
+                                PyUnicode_GET_LENGTH(html), min_length)
         html = (<str>html).encode("utf-8", "surrogatepass")
     if not isinstance(html, bytes):
         raise TypeError(f"html must be str or bytes, not {type(html).__name__}")
     if not len(<bytes>html):
         return 0
     view = html
-    return _longest_tag_1(&view[0], view.shape[0])
+    return _long_tags_1(&view[0], view.shape[0], min_length)

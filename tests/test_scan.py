@@ -130,17 +130,21 @@ def test_many_distinct_tag_names_overflow_the_cache():
     "<script>if (a<b) x = '" + "y" * 100 + "';</script><p>", "<!-- <<<< -->",
     "<style>a<b{}</STYLE ><i>", "<scripts a=1>", "<SCRIPT src=x></Script><b>",
     "<!-- unclosed <<<", "<script>never closed <<<<", "<a" + " b=c" * 1000,
+    "<a title='x>y' b=c>", '<a t=">>>" u="<<<">text', "<a t=\"unclosed>", "<a b = 'c>d'>",
 ])
-def test_longest_tag_matches_its_reference(html):
-    from scrapy_simdup._extract import longest_tag_py
-    from scrapy_simdup._scan import longest_tag
+@pytest.mark.parametrize("min_length", [0, 5, 100])
+def test_long_tag_bytes_matches_its_reference(html, min_length):
+    from scrapy_simdup._extract import long_tag_bytes_py
+    from scrapy_simdup._scan import long_tag_bytes
     for value in (html, html.encode()):
-        assert longest_tag(value) == longest_tag_py(value)
+        assert long_tag_bytes(value, min_length) == long_tag_bytes_py(value, min_length)
 
 
-def test_longest_tag_on_the_shared_pages():
+def test_long_tag_bytes_on_the_shared_pages():
     from benchmarks._data import load_all
-    from scrapy_simdup._extract import longest_tag_py
-    from scrapy_simdup._scan import longest_tag
+    from scrapy_simdup._extract import long_tag_bytes_py
+    from scrapy_simdup._scan import long_tag_bytes
     for record in load_all()[::2]:
-        assert longest_tag(record.html) == longest_tag_py(record.html)
+        for min_length in (0, 4096):
+            assert long_tag_bytes(record.html, min_length) == \
+                long_tag_bytes_py(record.html, min_length)
