@@ -500,13 +500,122 @@ def long_tag_bytes_py(html, min_length: int) -> int:
         i = end + 1
 
 
+_KEPT_ATTRIBUTES = frozenset({b"class", b"id", b"hidden", b"aria-hidden", b"charset",
+                               b"http-equiv", b"content"})
+_SPACE = b" \t\n\x0c\r"
+
+
+def _raw_end_py(data: bytes, i: int, name: bytes) -> int:
+    """Where the end tag of the script/style body starting at ``i`` is (len: none)."""
+    while True:
+        p = data.find(b"<", i)
+        if p < 0:
+            return len(data)
+        if data[p + 1:p + 2] == b"/" and _name_is_py(data, p + 2, name):
+            return p
+        i = p + 1
+
+
+def _name_is_py(data: bytes, at: int, name: bytes) -> bool:
+    k = len(name)
+    if len(data) - at <= k or data[at:at + k].lower() != name:
+        return False
+    c = data[at + k]
+    return not (c in b"-:_" or 48 <= c <= 57 or 97 <= (c | 0x20) <= 122)
+
+
+def tame_html_py(data: bytes) -> bytes:
+    """Reference of ``_scan.tame_html``: ``data`` without comments and
+    script/style bodies, start tags keeping only the attributes the
+    extraction reads or that declare the encoding (values over 1 KiB emptied)."""
+    out, i, n = [], 0, len(data)
+    while i < n:
+        lt = data.find(b"<", i)
+        if lt < 0:
+            out.append(data[i:])
+            break
+        out.append(data[i:lt])
+        if data[lt + 1:lt + 4] == b"!--":
+            p = lt + 4
+            while True:
+                gt = data.find(b">", p)
+                if gt < 0 or (gt - 2 >= lt + 4 and data[gt - 2:gt] == b"--"):
+                    break
+                p = gt + 1
+            if gt < 0:
+                break
+            i = gt + 1
+            continue
+        nxt = data[lt + 1:lt + 2]
+        if not nxt or not 97 <= (nxt[0] | 0x20) <= 122:
+            if nxt in (b"/", b"!", b"?"):
+                gt = data.find(b">", lt)
+                if gt < 0:
+                    out.append(data[lt:])
+                    break
+                out.append(data[lt:gt + 1])
+                i = gt + 1
+            else:
+                out.append(b"<")
+                i = lt + 1
+            continue
+        gt = _tag_end_py(data, lt)
+        if gt < 0:
+            out.append(data[lt:])
+            break
+        q = lt + 1
+        while q < gt and data[q] not in _SPACE and data[q] != 47:
+            q += 1
+        out.append(data[lt:q])
+        raw = b"script" if _name_is_py(data, lt + 1, b"script") else \
+            b"style" if _name_is_py(data, lt + 1, b"style") else None
+        slash, p = False, q
+        while p < gt:
+            if data[p] in _SPACE:
+                p += 1
+                continue
+            if data[p] == 47:
+                slash, p = True, p + 1
+                continue
+            slash, a0 = False, p
+            while p < gt and data[p] not in _SPACE and data[p] not in b"=/":
+                p += 1
+            a1, value, q = p, None, p
+            while q < gt and data[q] in _SPACE:
+                q += 1
+            if q < gt and data[q] == 61:
+                q += 1
+                while q < gt and data[q] in _SPACE:
+                    q += 1
+                if q < gt and data[q] in b"\"'":
+                    v1 = data.find(data[q:q + 1], q + 1, gt)
+                    v1 = gt if v1 < 0 else v1 + 1
+                else:
+                    v1 = q
+                    while v1 < gt and data[v1] not in _SPACE:
+                        v1 += 1
+                value, p = data[q:v1], v1
+            elif a1 == a0:
+                p += 1
+            if a1 > a0 and data[a0:a1].lower() in _KEPT_ATTRIBUTES:
+                out.append(b" " + data[a0:a1])
+                if value is not None:
+                    out.append(b'=""' if len(value) > 1024 else b"=" + value)
+        out.append(b"/>" if slash else b">")
+        i = gt + 1
+        if raw is not None:
+            i = _raw_end_py(data, i, raw)
+    return b"".join(out)
+
+
 try:
-    from ._scan import long_tag_bytes
+    from ._scan import long_tag_bytes, tame_html
     from ._scan import main_text_raw as _main_text_raw
     from ._scan import scan_lxml_raw as _scan_raw
 except ImportError:  # not compiled (source checkout without build): pure Python
     _scan_raw = _main_text_raw = None
     long_tag_bytes = long_tag_bytes_py
+    tame_html = tame_html_py
 
 
 def scan_lxml(root, mode: str = "main", want_tags: bool = False) -> BlockBuilder:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import codecs
 import functools
-import re
 import threading
 
 import lxml.html
@@ -27,7 +26,7 @@ from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
                             http_content_type_encoding, read_bom)
 
 from . import _core
-from ._extract import EXTRACTOR_VERSION, extract_lxml, long_tag_bytes
+from ._extract import EXTRACTOR_VERSION, extract_lxml, long_tag_bytes, tame_html
 from ._idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
 from ._features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS,
                         features_from_token_hashes, text_token_hashes, weigh)
@@ -221,60 +220,32 @@ def _check_option(name, value, allowed):
 
 
 
-# What a page over max_bytes (or with too much in long tags, below) loses before it is
-# parsed, and cut if still over max_bytes: script and style bodies (the tags
-# stay, for structure features), comments, and every attribute but the
-# four the extraction reads (class, id, hidden, aria-hidden) and the three
-# that declare the encoding (<meta charset>, http-equiv, content), whose
-# values of 1 KiB or more are emptied too. None of it is visible text, so such a page
-# is fingerprinted whole when its text fits, instead of by its first bytes
-# (pages sharing a 5 MB inline image, or 5 MB of small SVG paths, used to be
-# cut to that alone and dropped as copies), and no tag keeps the thousands of
-# attributes libxml2 parses in quadratic time (a 2 MB tag of 200 000 took 140 s).
-# A page is treated so when it is over max_bytes, or when its tags of LONG_TAG
-# characters or more add up to over HUGE_TAGS: that bounds what libxml2 may
-# spend on the attributes of a page handed to it as it is to about a second
-# (a tag under LONG_TAG holds at most some 800 attributes). Of the 421 shared
-# pages, the one with the most has 62 KB of such tags (inline images).
+# What a page over max_bytes (or with too much in long tags, below) loses
+# before it is parsed, and cut if still over max_bytes: comments, script and
+# style bodies (their tags stay, for structure features), and every attribute
+# but the four the extraction reads (class, id, hidden, aria-hidden) and the
+# three that declare the encoding (charset, http-equiv, content), whose values
+# over 1 KiB are emptied too. None of it is visible text, so such a page is
+# fingerprinted whole when its text fits instead of by its first bytes (pages
+# sharing a 5 MB inline image, or 5 MB of small SVG paths, used to be cut to
+# that alone and dropped as copies), and no tag keeps the thousands of
+# attributes libxml2 parses in quadratic time (a 2 MB tag of 200 000 took
+# 140 s). A page is treated so when it is over max_bytes, or when its tags of
+# LONG_TAG characters or more add up to over HUGE_TAGS: that bounds what
+# libxml2 may spend on the attributes of a page handed to it as it is to
+# about a second (a tag under LONG_TAG holds at most some 800 attributes). Of
+# the 421 shared pages, the one with the most has 62 KB of such tags (inline
+# images).
 LONG_TAG = 1 << 12
 HUGE_TAGS = 1 << 18
-_KEPT_ATTRIBUTES = frozenset({"class", "id", "hidden", "aria-hidden",
-                              "charset", "http-equiv", "content"})
-_BULK_PATTERNS = {
-    kind: (re.compile(fix(r"(<(script|style)\b(?:[^>\"']|\"[^\"]*\"|'[^']*')*>).*?</\2\s*>"
-                          r"|<!--.*?-->"), re.S | re.I),
-           # a start tag: its name, its attributes (quoted values may hold '>'), '/'
-           re.compile(fix(r"""<([A-Za-z][\w:.-]*)((?:[^<>"']|"[^"]*"|'[^']*')*?)(/?)>""")),
-           re.compile(fix(r"""([^\s"'<>/=]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s"'<>=`]+))?""")))
-    for kind, fix in ((str, str), (bytes, str.encode))
-}
 
 
 def strip_invisible_bulk(html):
-    """``html`` (str or bytes) without what :data:`_BULK_PATTERNS` removes."""
-    elements, start_tags, attributes = _BULK_PATTERNS[type(html)]
-    text = isinstance(html, str)
-    sep, eq, lt, gt = (" ", "=", "<", ">") if text else (b" ", b"=", b"<", b">")
-    empty = '""' if text else b'""'
-
-    def keep_attributes(match):
-        kept = []
-        for attribute in attributes.finditer(match.group(2)):
-            name, value = attribute.group(1), attribute.group(2)
-            if (name if text else name.decode("latin-1")).lower() in _KEPT_ATTRIBUTES:
-                kept.append(name if value is None else
-                            name + eq + (empty if len(value) > 1024 else value))
-        return lt + match.group(1) + sep.join([sep[:0]] + kept) + match.group(3) + gt
-
-    html = elements.sub(_empty_element, html)
-    return start_tags.sub(keep_attributes, html)
-
-
-def _empty_element(match):
-    start, tag = match.group(1), match.group(2)
-    if tag is None:                 # a comment
-        return match.string[:0]
-    return start + ("</" + tag + ">" if isinstance(tag, str) else b"</" + tag + b">")
+    """``html`` (str or bytes) tamed as described above (compiled
+    ``_scan.tame_html``, one linear pass: no input can make it backtrack)."""
+    if isinstance(html, str):
+        return tame_html(html.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+    return tame_html(html)
 
 
 def has_text_features(features: str) -> bool:

@@ -528,7 +528,7 @@ cdef Py_ssize_t _long_tags_1(const unsigned char *data, Py_ssize_t n,
                 gt = <const unsigned char *>memchr(p, 62, end - p)
                 if gt is NULL:
                     return total         # the rest is a comment
-                if gt - 2 >= lt + 4 and gt[-1] == 45 and gt[-2] == 45:
+                if gt - 2 >= lt + 4 and (gt - 1)[0] == 45 and (gt - 2)[0] == 45:
                     break
                 p = gt + 1
             i = gt + 1 - data
@@ -574,3 +574,174 @@ def long_tag_bytes(html, Py_ssize_t min_length) -> int:
         return 0
     view = html
     return _long_tags_1(&view[0], view.shape[0], min_length)
+
+
+# ------------------------------------------------------------------ taming
+# A page over the byte cap, or with too much in long tags, is rewritten before
+# libxml2 sees it (see _fingerprinter.strip_invisible_bulk): comments go,
+# script and style bodies go (their tags stay), and start tags keep only the
+# attributes the extraction reads or that declare the encoding. One pass, no
+# backtracking: linear in the page whatever it holds.
+
+cdef const char *_KEPT[7]
+_KEPT[:] = [b"class", b"id", b"hidden", b"aria-hidden", b"charset", b"http-equiv", b"content"]
+cdef Py_ssize_t _KEPT_LEN[7]
+_KEPT_LEN[:] = [5, 2, 6, 11, 7, 10, 7]
+#: a kept attribute value longer than this is written as ""
+DEF LONG_VALUE = 1024
+
+
+cdef inline bint _space(unsigned char c) noexcept nogil:
+    return c == 32 or c == 9 or c == 10 or c == 12 or c == 13
+
+
+cdef bint _kept(const unsigned char *p, Py_ssize_t k) noexcept nogil:
+    cdef int a
+    cdef Py_ssize_t j
+    for a in range(7):
+        if _KEPT_LEN[a] != k:
+            continue
+        for j in range(k):
+            if (p[j] | 0x20) != <unsigned char>_KEPT[a][j] and p[j] != <unsigned char>_KEPT[a][j]:
+                break
+        else:
+            return True
+    return False
+
+
+cdef inline void _put(unsigned char *out, Py_ssize_t *w, const void *p, Py_ssize_t k) noexcept nogil:
+    memcpy(out + w[0], p, k)
+    w[0] += k
+
+
+cdef Py_ssize_t _tame_1(const unsigned char *data, Py_ssize_t n, unsigned char *out) noexcept nogil:
+    """Write the tamed ``data`` to ``out`` (room for 2 n + 16); return its length."""
+    cdef const unsigned char *end = data + n
+    cdef const unsigned char *lt
+    cdef const unsigned char *gt
+    cdef const unsigned char *p
+    cdef const unsigned char *q
+    cdef const unsigned char *a0
+    cdef const unsigned char *a1
+    cdef const unsigned char *v0
+    cdef const unsigned char *v1
+    cdef const char *raw
+    cdef Py_ssize_t i = 0, w = 0, k
+    cdef bint slash
+    while i < n:
+        lt = <const unsigned char *>memchr(data + i, 60, n - i)           # '<'
+        if lt is NULL:
+            _put(out, &w, data + i, n - i)
+            break
+        _put(out, &w, data + i, lt - (data + i))
+        if end - lt >= 4 and lt[1] == 33 and lt[2] == 45 and lt[3] == 45:   # a comment: dropped
+            p = lt + 4
+            while True:
+                gt = <const unsigned char *>memchr(p, 62, end - p)
+                if gt is NULL or (gt - 2 >= lt + 4 and (gt - 1)[0] == 45 and (gt - 2)[0] == 45):
+                    break
+                p = gt + 1
+            if gt is NULL:
+                break                       # the rest is a comment
+            i = gt + 1 - data
+            continue
+        if end - lt < 2 or not 97 <= (lt[1] | 0x20) <= 122:                 # not a start tag
+            if end - lt >= 2 and (lt[1] == 47 or lt[1] == 33 or lt[1] == 63):    # '</', '<!', '<?'
+                gt = <const unsigned char *>memchr(lt, 62, end - lt)
+                if gt is NULL:
+                    _put(out, &w, lt, end - lt)
+                    break
+                _put(out, &w, lt, gt + 1 - lt)
+                i = gt + 1 - data
+            else:                           # a '<' in text
+                _put(out, &w, lt, 1)
+                i = lt + 1 - data
+            continue
+        gt = _tag_end(lt, end)
+        if gt is NULL:                      # an unterminated tag: left as it is
+            _put(out, &w, lt, end - lt)
+            break
+        q = lt + 1
+        while q < gt and not _space(q[0]) and q[0] != 47:
+            q += 1
+        _put(out, &w, lt, q - lt)           # '<name'
+        raw = NULL
+        if _name_is(lt + 1, end, "script", 6):
+            raw, k = "script", 6
+        elif _name_is(lt + 1, end, "style", 5):
+            raw, k = "style", 5
+        slash = False
+        p = q
+        while p < gt:
+            if _space(p[0]):
+                p += 1
+                continue
+            if p[0] == 47:                  # '/'
+                slash = True
+                p += 1
+                continue
+            slash = False
+            a0 = p
+            while p < gt and not _space(p[0]) and p[0] != 61 and p[0] != 47:
+                p += 1
+            a1 = p
+            v0 = v1 = NULL
+            q = p
+            while q < gt and _space(q[0]):
+                q += 1
+            if q < gt and q[0] == 61:       # '=' value
+                q += 1
+                while q < gt and _space(q[0]):
+                    q += 1
+                if q < gt and (q[0] == 34 or q[0] == 39):
+                    v1 = <const unsigned char *>memchr(q + 1, q[0], gt - q - 1)
+                    v1 = gt if v1 is NULL else v1 + 1
+                else:
+                    v1 = q
+                    while v1 < gt and not _space(v1[0]):
+                        v1 += 1
+                v0 = q
+                p = v1
+            elif a1 == a0:                  # a stray '='
+                p += 1
+            if a1 > a0 and _kept(a0, a1 - a0):
+                _put(out, &w, b" ", 1)
+                _put(out, &w, a0, a1 - a0)
+                if v0 is not NULL:
+                    _put(out, &w, b"=", 1)
+                    if v1 - v0 > LONG_VALUE:
+                        _put(out, &w, b'""', 2)
+                    else:
+                        _put(out, &w, v0, v1 - v0)
+        if slash:
+            _put(out, &w, b"/", 1)
+        _put(out, &w, b">", 1)
+        i = gt + 1 - data
+        if raw is not NULL:                 # the body goes; its end tag is copied next
+            while True:
+                p = <const unsigned char *>memchr(data + i, 60, n - i)
+                if p is NULL:
+                    i = n
+                    break
+                if end - p > 1 and p[1] == 47 and _name_is(p + 2, end, raw, k):
+                    i = p - data
+                    break
+                i = p + 1 - data
+    return w
+
+
+def tame_html(bytes data) -> bytes:
+    """``data`` without comments and script/style bodies, its start tags
+    keeping only class, id, hidden, aria-hidden, charset, http-equiv and
+    content (values over 1 KiB emptied); linear time on any input."""
+    cdef Py_ssize_t n = len(data), w
+    cdef const unsigned char *src = <const unsigned char *><const char *>data
+    cdef unsigned char *out = <unsigned char *>PyMem_Malloc(2 * n + 16)
+    if out is NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            w = _tame_1(src, n, out)
+        return (<char *>out)[:w]
+    finally:
+        PyMem_Free(out)

@@ -148,3 +148,32 @@ def test_long_tag_bytes_on_the_shared_pages():
         for min_length in (0, 4096):
             assert long_tag_bytes(record.html, min_length) == \
                 long_tag_bytes_py(record.html, min_length)
+
+
+TAME_CASES = [
+    b'<html><head><meta charset="gbk"><script src=x>var a="</div>";</script></head><body>'
+    b'<div class="main x" id=top data-x="1>2" hidden><img src="' + b"A" * 2000 + b'" alt=\'hi\'/>'
+    b"<p CLASS='c'>Text a < b = c</p><!-- unclosed",
+    b"<a" + b"a" * 10, b"x<", b"<", b"", b"<script>never", b"<a class='x>y' b=1>t</a>",
+    b"<a b = 'c>d' class = k>", b"<a =x class=y>", b'<a class="unclosed>', b"</p <x>",
+    b"<!doctype html>", b"<?xml v?>", b"<STYLE media=x>a{}</style ><i>",
+    # inputs that made the former regexes backtrack for tens of seconds
+    b"<x" + b"a" * 3000, b"<!--" * 400, b"<script>" * 300,
+]
+
+
+@pytest.mark.parametrize("data", TAME_CASES)
+def test_tame_html_matches_its_reference(data):
+    from scrapy_simdup._extract import tame_html_py
+    from scrapy_simdup._scan import tame_html
+    assert tame_html(data) == tame_html_py(data)
+
+
+def test_tame_html_on_the_shared_pages():
+    from benchmarks._data import load_all
+    from scrapy_simdup._extract import tame_html_py
+    from scrapy_simdup._scan import long_tag_bytes, tame_html
+    for record in load_all()[::2]:
+        tamed = tame_html(record.html)
+        assert tamed == tame_html_py(record.html)
+        assert len(tamed) <= len(record.html) and long_tag_bytes(tamed, 4096) == 0
