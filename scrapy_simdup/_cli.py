@@ -136,7 +136,8 @@ def run_merge(args, out=sys.stdout) -> int:
     if args.distance is None:   # the crawls' own SIMDUP_DISTANCE, as recorded with them
         args.distance = crawl_distance(args.dirs)
         if args.distance is None:   # (`scrapy simdup merge`: the project's setting)
-            args.distance = getattr(args, "fallback_distance", None) or DEFAULT_DISTANCE
+            fallback = getattr(args, "fallback_distance", None)
+            args.distance = DEFAULT_DISTANCE if fallback is None else fallback
     summary = merge(args.dirs, args.collection, distance=args.distance, probes=args.probes,
                     recall=args.recall,
                     first=not args.all, exact=args.exact, chunk_size=args.batch_size,

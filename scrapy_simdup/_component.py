@@ -79,10 +79,9 @@ class SimdupComponent:
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
 
     def _open(self, config, crawler, fingerprinter, backend) -> None:
-        idf = None
         if config.dir:
-            from ._persist import (lock_crawl_directory, load_idf,  # noqa: PLC0415
-                                   namespace_dir, prepare_directory)
+            from ._persist import (lock_crawl_directory, namespace_dir,  # noqa: PLC0415
+                                   prepare_directory)
             setting = ("SIMDUP_DIR" if crawler.settings.get("SIMDUP_DIR")
                        else "SIMDUP_DIR (JOBDIR/simdup)")
             prepare_directory(config.dir, setting)
@@ -90,9 +89,22 @@ class SimdupComponent:
                 prepare_directory(namespace_dir(config.dir, self.kind),
                                   f"{setting} ({self.kind} folder)")
             self._dir_lock = lock_crawl_directory(namespace_dir(config.dir, self.kind), setting)
-            if fingerprinter is None and config.feature_options.get("weighting") == "idf":
-                idf = load_idf(namespace_dir(config.dir, self.kind), config.on_error,
-                               self.stats, self.prefix)
+        try:
+            self._open_index(config, crawler, fingerprinter, backend)
+        except BaseException:
+            # this crawl does not go on with the directory: another one may use it
+            lock = getattr(self, "_dir_lock", None)
+            if lock is not None:
+                lock.close()
+            raise
+
+    def _open_index(self, config, crawler, fingerprinter, backend) -> None:
+        idf = None
+        if config.dir and fingerprinter is None and \
+                config.feature_options.get("weighting") == "idf":
+            from ._persist import load_idf, namespace_dir  # noqa: PLC0415
+            idf = load_idf(namespace_dir(config.dir, self.kind), config.on_error,
+                           self.stats, self.prefix)
         self.fingerprinter = fingerprinter if fingerprinter is not None else \
             config.make_fingerprinter(idf=idf)
         self.backend = backend if backend is not None else make_backend(

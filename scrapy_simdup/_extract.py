@@ -483,7 +483,10 @@ def _tag_end_py(html, lt: int) -> int:
 
 def long_tag_bytes_py(html, min_length: int) -> int:
     """The total length of the tags at least ``min_length`` long, outside
-    script and style bodies and comments (reference of ``_scan.long_tag_bytes``)."""
+    script and style bodies and comments (reference of ``_scan.long_tag_bytes``,
+    which measures a str beyond Latin-1 in UTF-8 bytes, as here)."""
+    if isinstance(html, str) and not html.isascii() and max(html) > "\xff":
+        html = html.encode("utf-8", "surrogatepass")
     html = _RAW_TEXT[type(html)].sub(lambda m: m.group(0)[:_tag_end_py(m.group(0), 0) + 1]
                                      if m.group(1) else m.group(0)[:0], html)
     lt = "<" if isinstance(html, str) else b"<"

@@ -571,6 +571,12 @@ def check_output_path(target, option: str, collection=None) -> None:
     if target is None or hasattr(target, "write"):
         return
     path = Path(target)
+    match = _OWN_FD.fullmatch(os.path.normpath(os.fspath(target)))
+    if match:   # /dev/fd/N: only a descriptor open now (the shell's), not one we open later
+        try:
+            os.fstat(int(match.group(1)))
+        except OSError:
+            raise ValueError(f"{option} {path}: not an open file descriptor") from None
     if collection is not None and path.resolve().parent == Path(collection).resolve():
         raise ValueError(f"{option} {path}: inside the collection directory; write it "
                          f"somewhere else")
@@ -792,14 +798,16 @@ _OWN_FD = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
 
 
 def _own_descriptor(target) -> int | None:
-    """The open descriptor that ``/dev/stdout``, ``/dev/stderr``,
-    ``/dev/fd/N`` or ``/proc/self/fd/N`` names, if it is open."""
+    """The descriptor (1 or 2) that ``/dev/stdout``, ``/dev/stderr``,
+    ``/dev/fd/1`` or ``/proc/self/fd/2`` (...) names, if it is open. Other
+    descriptors go the path's way (a pipe from the shell is written
+    directly, a regular file checked like any other)."""
     path = os.path.normpath(os.fspath(target))
     fd = {"/dev/stdout": 1, "/dev/stderr": 2}.get(path)
     if fd is None:
         match = _OWN_FD.fullmatch(path)
         fd = int(match.group(1)) if match else None
-    if fd is None:
+    if fd not in (1, 2):    # any other descriptor may be one this command opened itself
         return None
     try:
         os.fstat(fd)
@@ -814,8 +822,8 @@ def _output(target):
     (new or existing, through symlinks) is written to a temporary file beside
     it and renamed over it, with the old file's mode or the umask's, so a
     merge killed while writing leaves no half file; a FIFO or a device is
-    written directly, and ``/dev/stdout``, ``/dev/stderr`` or ``/dev/fd/N``
-    through the descriptor this process already holds (at its offset: a
+    written directly, and ``/dev/stdout`` or ``/dev/stderr`` through the
+    descriptor this process already holds (at its offset: a
     shell's ``> file`` or ``>> file`` is continued, not truncated or replaced)."""
     if hasattr(target, "write"):
         yield target

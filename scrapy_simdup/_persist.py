@@ -84,8 +84,10 @@ def lock_crawl_directory(directory, setting: str = "SIMDUP_DIR"):
     try:
         return lock_directory(directory, ".crawl.lock")
     except DirectoryBusyError as exc:
+        holder = ("another crawler in this process" if exc.holder == f"process {os.getpid()}"
+                  else exc.holder)
         raise ValueError(f"{setting} = {str(directory)!r} is in use by another crawl "
-                         f"({exc.holder}): give each crawl its own SIMDUP_DIR, and merge "
+                         f"({holder}): give each crawl its own SIMDUP_DIR, and merge "
                          f"their batches with `simdup merge DIR...`") from None
     except OSError as exc:      # a full disk, a .crawl.lock that is a directory, ...
         raise ValueError(f"{setting} = {str(directory)!r} cannot be used: cannot write "

@@ -2,6 +2,7 @@
 import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -105,6 +106,13 @@ def test_scrapy_command_reads_simdup_dir_from_the_project(crawl, tmp_path):
     out = _run(scrapy + ["simdup", "stats", "--exact", "--pairs", "x.jsonl"], cwd=project)
     assert out.returncode != 0 and "--exact, --pairs: merge options" in out.stdout + out.stderr
     assert not (project / "x.jsonl").exists()
+
+
+def test_scrapy_command_falls_back_on_a_project_distance_of_zero(crawl, tmp_path):
+    project, scrapy = _project(tmp_path, f"SIMDUP_DIR = {str(crawl)!r}\nSIMDUP_DISTANCE = 0\n")
+    out = _run(scrapy + ["simdup", "merge", "--exact", "--json"], cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["distance"] == 0      # not the default 9
 
 
 def test_scrapy_command_merges_at_the_distance_the_crawl_recorded(tmp_path):
@@ -234,6 +242,28 @@ def test_pairs_to_dev_stdout_redirected_to_a_file(crawl, tmp_path, append):
     assert any(line.startswith("simdup merge") for line in lines)
     assert lines.index(next(line for line in lines if line.startswith("{"))) < \
         lines.index(next(line for line in lines if line.startswith("simdup merge")))
+
+
+def test_pairs_to_a_descriptor_the_shell_did_not_open_is_refused(crawl):
+    """--pairs /dev/fd/3 with no descriptor 3 from the shell: the merge's own
+    files get that number later (the collection's lock), so it is refused."""
+    out = _run(_simdup() + ["merge", str(crawl), "--pairs", "/dev/fd/3"])
+    assert out.returncode == 2 and "not an open file descriptor" in out.stderr
+    assert not (crawl / "collection" / "pairs.jsonl").exists()
+
+
+def test_pairs_through_a_shell_process_substitution(crawl, tmp_path):
+    """`--pairs >(gzip > x)` names /dev/fd/63, a pipe the shell opened."""
+    counted = tmp_path / "lines.txt"
+    cmd = " ".join(_simdup()) + f" merge {crawl} --pairs >(wc -l > {counted})"
+    done = subprocess.run(["bash", "-c", cmd + "; wait"], capture_output=True, text=True,
+                          env=_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    for _ in range(50):
+        if counted.exists() and counted.read_text().strip():
+            break
+        time.sleep(0.1)
+    assert int(counted.read_text()) == 40
 
 
 @pytest.mark.parametrize("command", ["stats", "merge"])

@@ -234,3 +234,16 @@ def test_unusable_simdup_dir_fails_at_start_up(tmp_path, make_bad):
                 "jobdir_file": {"JOBDIR": str(a_file)}}[make_bad]
     with pytest.raises(ValueError, match="SIMDUP_DIR"):
         SimdupDownloaderMiddleware.from_crawler(_crawler({"SIMDUP_ENABLED": True, **settings}))
+
+
+def test_a_component_that_fails_to_open_frees_its_simdup_dir(tmp_path):
+    """The directory lock is taken before the index is opened; when opening
+    fails (here a Redis index that cannot be reached), the lock is released,
+    so another crawler of this process can use the directory."""
+    from scrapy_simdup._persist import lock_crawl_directory
+    d = tmp_path / "simdup"
+    settings = {"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d),
+                "SIMDUP_INDEX": "redis://127.0.0.1:1/0"}
+    component = SimdupDownloaderMiddleware.from_crawler(_crawler(settings))
+    assert component.refused == "simdup_index_unavailable"
+    lock_crawl_directory(d).close()     # free again (it said "another crawler" before)

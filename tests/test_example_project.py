@@ -94,6 +94,21 @@ def test_tag_mode_and_a_recrawl_are_evaluated(tmp_path):
     assert "from an earlier crawl" in log
 
 
+def test_evaluation_of_a_recrawl_that_misses_a_page(monkeypatch):
+    """A re-crawl flags /a as a copy of itself (the index held its cluster)
+    and misses /c: /c is a known near-duplicate missed, recall 2/3."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    from news.spiders.news import NewsSpider
+    spider = NewsSpider.__new__(NewsSpider)
+    spider.settings = {}
+    spider.cluster = {"/a": 1, "/b": 1, "/c": 1, "/x": 2}
+    spider.kept = ["/c", "/x"]
+    spider.flagged = [("/a", "/a", 0), ("/b", "/a", 1)]
+    result = spider.evaluate()
+    assert result["known_duplicates"] == 3 and result["correct"] == 2
+    assert result["recall"] == 2 / 3 and result["clusters_from_earlier_crawl"] == 1
+
+
 def test_missing_data_fails_with_a_clear_message(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "news"], cwd=EXAMPLE,
                           capture_output=True, text=True, timeout=120,

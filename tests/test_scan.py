@@ -131,6 +131,7 @@ def test_many_distinct_tag_names_overflow_the_cache():
     "<style>a<b{}</STYLE ><i>", "<scripts a=1>", "<SCRIPT src=x></Script><b>",
     "<!-- unclosed <<<", "<script>never closed <<<<", "<a" + " b=c" * 1000,
     "<a title='x>y' b=c>", '<a t=">>>" u="<<<">text', "<a t=\"unclosed>", "<a b = 'c>d'>",
+    "<p " + "é" * 10 + "€>", "<script>aaaaaaaaaa<div " + "x" * 20 + ">",
 ])
 @pytest.mark.parametrize("min_length", [0, 5, 100])
 def test_long_tag_bytes_matches_its_reference(html, min_length):

@@ -98,9 +98,9 @@ class NewsSpider(scrapy.Spider):
 
         Every page of a cluster but the first one the crawl meets is a known
         near-duplicate, and the first one too when the index already held
-        the cluster (a re-crawl with ``SIMDUP_DIR``: then every page of the
-        cluster is flagged, which one crawl alone cannot do, as the first
-        copy it meets is kept). A flag is correct when the page it
+        the cluster (a re-crawl with ``SIMDUP_DIR``: then a page is flagged
+        as a copy of itself, or every page of the cluster is flagged, which
+        one crawl alone cannot do, as the first copy it meets is kept). A flag is correct when the page it
         duplicates is in the same cluster. precision = correct / flagged,
         recall = correct / known near-duplicates among the pages reached.
         """
@@ -111,6 +111,8 @@ class NewsSpider(scrapy.Spider):
                 and self.cluster.get(path) == self.cluster.get(dup)]
         correct_per_cluster = Counter(self.cluster[path] for path, _ in same)
         clusters_seen_before = {c for c, n in per_cluster.items() if correct_per_cluster[c] == n}
+        # a page flagged as a copy of itself was seen by an earlier crawl too
+        clusters_seen_before |= {self.cluster[path] for path, dup in same if path == dup}
         known = sum(n - 1 + (c in clusters_seen_before) for c, n in per_cluster.items())
         flagged = len(self.flagged)
         wrong = [{"page": path, "duplicate_of": dup, "distance": distance}
