@@ -449,11 +449,6 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
     return b
 
 
-_RAW_TEXT = {kind: re.compile(fix(r"<(script|style)(?![\w:.-])[^>]*>.*?(?=</\1(?![\w:.-])|\Z)"
-                                   r"|<!--.*?(?:-->|\Z)"), re.S | re.I)
-             for kind, fix in ((str, str), (bytes, str.encode))}
-
-
 def _tag_end_py(html, lt: int) -> int:
     """Index of the '>' that ends the tag at ``lt`` (-1: none); in a start
     tag a quoted attribute value (after '=') may hold '>'."""
@@ -485,22 +480,37 @@ def long_tag_bytes_py(html, min_length: int) -> int:
     """The total length of the tags at least ``min_length`` long, outside
     script and style bodies and comments (reference of ``_scan.long_tag_bytes``,
     which measures a str beyond Latin-1 in UTF-8 bytes, as here)."""
-    if isinstance(html, str) and not html.isascii() and max(html) > "\xff":
-        html = html.encode("utf-8", "surrogatepass")
-    html = _RAW_TEXT[type(html)].sub(lambda m: m.group(0)[:_tag_end_py(m.group(0), 0) + 1]
-                                     if m.group(1) else m.group(0)[:0], html)
-    lt = "<" if isinstance(html, str) else b"<"
-    total = i = 0
+    if isinstance(html, str):
+        html = html.encode("utf-8" if not html.isascii() and max(html) > "\xff" else "latin-1",
+                           "surrogatepass")
+    total, i, n = 0, 0, len(html)
     while True:
-        start = html.find(lt, i)
-        if start < 0:
+        lt = html.find(b"<", i)
+        if lt < 0:
             return total
-        end = _tag_end_py(html, start)
-        if end < 0:
-            return total + (len(html) - start if len(html) - start >= min_length else 0)
-        if end - start >= min_length:
-            total += end - start
-        i = end + 1
+        if html[lt + 1:lt + 4] == b"!--":
+            p = lt + 4
+            while True:
+                gt = html.find(b">", p)
+                if gt < 0:
+                    return total
+                if gt - 2 >= lt + 4 and html[gt - 2:gt] == b"--":
+                    break
+                p = gt + 1
+            i = gt + 1
+            continue
+        raw = b"script" if _name_is_py(html, lt + 1, b"script") else \
+            b"style" if _name_is_py(html, lt + 1, b"style") else None
+        gt = _tag_end_py(html, lt)
+        if gt < 0:
+            return total + (n - lt if n - lt >= min_length else 0)
+        if gt - lt >= min_length:
+            total += gt - lt
+        i = gt + 1
+        if raw is not None:
+            i = _raw_end_py(html, i, raw)
+            if i >= n:
+                return total
 
 
 _KEPT_ATTRIBUTES = frozenset({b"class", b"id", b"hidden", b"aria-hidden", b"charset",

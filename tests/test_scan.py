@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import lxml.html
 import pytest
+from hypothesis import given, settings, strategies as st
 from lxml import etree
 
 from scrapy_simdup import _extract
@@ -178,3 +179,21 @@ def test_tame_html_on_the_shared_pages():
         tamed = tame_html(record.html)
         assert tamed == tame_html_py(record.html)
         assert len(tamed) <= len(record.html) and long_tag_bytes(tamed, 4096) == 0
+
+
+_MARKUP = st.text(alphabet=st.sampled_from(list("<>/!-='\" \nabcsriptyleCLASidhn\u00e9\u20ac?")),
+                  max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MARKUP)
+def test_tame_html_and_long_tag_bytes_match_their_references_on_any_markup(text):
+    """Random markup soup (unclosed tags, quotes, comments, scripts): the
+    compiled scans agree with their references and never read past the end."""
+    from scrapy_simdup._extract import long_tag_bytes_py, tame_html_py
+    from scrapy_simdup._scan import long_tag_bytes, tame_html
+    data = text.encode("utf-8")
+    assert tame_html(data) == tame_html_py(data)
+    for min_length in (0, 3):
+        assert long_tag_bytes(data, min_length) == long_tag_bytes_py(data, min_length)
+        assert long_tag_bytes(text, min_length) == long_tag_bytes_py(text, min_length)
