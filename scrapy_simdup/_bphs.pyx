@@ -30,14 +30,7 @@ cdef enum:
     MAX_G = 24
 
 
-cdef extern from "_resvec.h" nogil:
-    ctypedef struct resvec:
-        int64_t *q
-        int64_t *ids
-        uint8_t *d
-        Py_ssize_t n, cap
-    int res_push(resvec *r, int64_t q, int64_t id_, int d)
-    void res_free(resvec *r)
+from scrapy_simdup._resvec cimport res_free, res_push, resvec
 
 
 cdef inline int auto_bits(Py_ssize_t n) noexcept nogil:

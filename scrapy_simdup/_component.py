@@ -153,7 +153,7 @@ class SimdupComponent:
         self.logstats.record(self.kind, t1 - t0, t2 - t1)
         stats = self.stats
         stats.inc_value(self.prefix + "checked")
-        if getattr(fp, "truncated", False):     # fingerprinted from its first SIMDUP_MAX_BYTES
+        if getattr(fp, "truncated", False):     # from a cut text (SIMDUP_MAX_BYTES/MAX_TOKENS)
             stats.inc_value(self.prefix + "truncated")
         stats.set_value(self.prefix + "index_size", len(self.backend))
         probes = self.backend.probes

@@ -219,7 +219,6 @@ def _check_option(name, value, allowed):
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
-
 # What a page over max_bytes (or with too much in long tags, below) loses
 # before it is parsed, and cut if still over max_bytes: comments, script and
 # style bodies (their tags stay, for structure features), and every attribute
@@ -253,6 +252,7 @@ def has_text_features(features: str) -> bool:
     """Whether a ``features`` option (``"shingles+structure"``, ...) has a
     feature set made of the text (items and ``fingerprint_text`` need one)."""
     return bool({s.strip() for s in features.split("+")} - {"structure"})
+
 
 class Fingerprinter:
     """Turns pages into fingerprints with one fixed set of options.
@@ -399,10 +399,10 @@ class Fingerprinter:
                                               long_tag_bytes(html, LONG_TAG) > HUGE_TAGS)
 
     def _tame(self, html, unit: str):
-        """``(html, truncated)``: a page over ``max_bytes`` or with a huge tag
-        without its invisible bulk (:func:`strip_invisible_bulk`), then cut
-        at ``max_bytes`` if still over it; SkippedPage("too_large") instead
-        with ``on_too_large="skip"``."""
+        """``(html, truncated)``: a page over ``max_bytes`` or with too much in
+        long tags without its invisible bulk (:func:`strip_invisible_bulk`),
+        then cut at ``max_bytes`` if still over it; SkippedPage("too_large")
+        instead with ``on_too_large="skip"``."""
         if len(html) > self.max_bytes and self.on_too_large == "skip":
             raise SkippedPage("too_large", f"{len(html)} {unit}")
         if not self._needs_taming(html):

@@ -296,14 +296,7 @@ def ranks_of(_Model model, const double[:, ::1] W, const uint64_t[::1] a,
 
 
 # ------------------------------------------------------------ result vector
-cdef extern from "_resvec.h" nogil:
-    ctypedef struct resvec:
-        int64_t *q
-        int64_t *ids
-        uint8_t *d
-        Py_ssize_t n, cap
-    int res_push(resvec *r, int64_t q, int64_t id_, int d)
-    void res_free(resvec *r)
+from scrapy_simdup._resvec cimport res_free, res_push, resvec
 
 
 cdef inline int auto_header_bits(Py_ssize_t n) noexcept nogil:
