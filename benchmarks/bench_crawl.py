@@ -191,7 +191,7 @@ def main() -> None:
     print(f"ratio on/off (drop, per downloaded page): {drop_per_page / off['per_page']:.3f}")
     print(f"tree-only (no plugin; a middleware builds the tree the spider reuses): "
           f"{1e3 * tree['per_page']:.3f} ms/page, ratio to off {tree['per_page'] / off['per_page']:.3f}: "
-          f"the share of the tag-mode ratio that comes from parsing before the callback")
+          f"what parsing before the callback costs by itself (compare the medians below)")
     # Runs of one round are back to back, so a round's on/off ratio shares the
     # machine's state of the moment; the median over rounds is the figure least
     # moved by a slow or fast phase of this shared machine.
