@@ -204,7 +204,8 @@ def run_stats(args, out=sys.stdout) -> int:
         for problem in d["corrupt"]:
             out.write(f"  CORRUPT: {problem}\n")
     c = info["collection"]
-    if c is None:
+    # (a merge that failed before its first commit leaves an empty header)
+    if c is None or not (c["count"] or c["runs"] or c["merged_batches"]):
         out.write("collection: none yet (run `simdup merge`)\n")
         return 0
     out.write(f"collection {c['path']}\n")

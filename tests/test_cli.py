@@ -244,6 +244,17 @@ def test_pairs_to_dev_stdout_redirected_to_a_file(crawl, tmp_path, append):
         lines.index(next(line for line in lines if line.startswith("simdup merge")))
 
 
+def test_stats_after_a_merge_that_failed_says_none_yet(crawl):
+    """A merge stopped by a corrupt batch leaves an empty collection header:
+    stats still says there is no collection yet, not "0 fingerprints"."""
+    header = sorted(crawl.glob("batch-*.json"))[0]
+    header.write_text("{ damaged")
+    out = _run(_simdup() + ["merge", str(crawl)])
+    assert out.returncode == 2 and "corrupt" in out.stderr
+    out = _run(_simdup() + ["stats", str(crawl)])
+    assert out.returncode == 0 and "collection: none yet" in out.stdout, out.stdout
+
+
 def test_pairs_to_a_descriptor_the_shell_did_not_open_is_refused(crawl):
     """--pairs /dev/fd/3 with no descriptor 3 from the shell: the merge's own
     files get that number later (the collection's lock), so it is refused."""
