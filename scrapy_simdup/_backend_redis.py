@@ -28,13 +28,11 @@ import asyncio
 import re
 from collections import deque
 import logging
-import math
 import os
 import struct
-import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 

@@ -120,9 +120,14 @@ class SimdupComponent:
     @classmethod
     def from_crawler(cls, crawler):
         config = SimdupConfig.from_settings(crawler.settings)
-        if not config.enabled:
+        if not config.enabled or not cls.applies(config):
             raise NotConfigured
         return cls(crawler, config)
+
+    @classmethod
+    def applies(cls, config) -> bool:
+        """Whether this component has work under ``config`` (else NotConfigured)."""
+        return True
 
     # -- the one step ---------------------------------------------------------
     def skip(self, reason: str, key: str) -> Verdict:
@@ -153,7 +158,7 @@ class SimdupComponent:
         self.logstats.record(self.kind, t1 - t0, t2 - t1)
         stats = self.stats
         stats.inc_value(self.prefix + "checked")
-        if getattr(fp, "truncated", False):     # from a cut text (SIMDUP_MAX_BYTES/MAX_TOKENS)
+        if fp.truncated:     # from a cut text (SIMDUP_MAX_BYTES/MAX_TOKENS)
             stats.inc_value(self.prefix + "truncated")
         stats.set_value(self.prefix + "index_size", len(self.backend))
         probes = self.backend.probes

@@ -449,31 +449,52 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
     return b
 
 
-def _tag_end_py(html, lt: int) -> int:
+_KEPT_ATTRIBUTES = frozenset({b"class", b"id", b"hidden", b"aria-hidden", b"charset",
+                               b"http-equiv", b"content"})
+_SPACE = b" \t\n\x0c\r"
+
+
+def _tag_end_py(data: bytes, lt: int) -> int:
     """Index of the '>' that ends the tag at ``lt`` (-1: none); in a start
     tag a quoted attribute value (after '=') may hold '>'."""
-    text = isinstance(html, str)
-    gt = ">" if text else 62
-    nxt = html[lt + 1:lt + 2]
-    if not nxt or not nxt.isalpha() or not nxt.isascii():
-        return html.find(">" if text else b">", lt)
+    nxt = data[lt + 1:lt + 2]
+    if not nxt or not 97 <= (nxt[0] | 0x20) <= 122:      # not a start tag
+        return data.find(b">", lt)
     after_eq = False
-    p, n = lt + 1, len(html)
+    p, n = lt + 1, len(data)
     while p < n:
-        c = html[p]
-        if c == gt:
+        c = data[p]
+        if c == 62:                                     # '>'
             return p
-        if c in (("\"", "'") if text else (34, 39)) and after_eq:
-            p = html.find(c if text else bytes([c]), p + 1)
+        if c in (34, 39) and after_eq:                  # a quoted value
+            p = data.find(data[p:p + 1], p + 1)
             if p < 0:
                 return -1
             after_eq = False
-        elif c == ("=" if text else 61):
+        elif c == 61:                                   # '='
             after_eq = True
-        elif c not in ((" ", "\t", "\n", "\x0c", "\r") if text else (32, 9, 10, 12, 13)):
+        elif c not in _SPACE:
             after_eq = False
         p += 1
     return -1
+
+
+def _comment_end_py(data: bytes, lt: int) -> int:
+    """Index of the '>' of the '-->' closing the comment at ``lt`` (-1: none)."""
+    p = lt + 4
+    while True:
+        gt = data.find(b">", p)
+        if gt < 0 or (gt - 2 >= lt + 4 and data[gt - 2:gt] == b"--"):
+            return gt
+        p = gt + 1
+
+
+def _raw_text_py(data: bytes, lt: int) -> bytes | None:
+    """b"script" or b"style" when the tag at ``lt`` starts such a raw-text body."""
+    for name in (b"script", b"style"):
+        if _name_is_py(data, lt + 1, name):
+            return name
+    return None
 
 
 def long_tag_bytes_py(html, min_length: int) -> int:
@@ -489,18 +510,12 @@ def long_tag_bytes_py(html, min_length: int) -> int:
         if lt < 0:
             return total
         if html[lt + 1:lt + 4] == b"!--":
-            p = lt + 4
-            while True:
-                gt = html.find(b">", p)
-                if gt < 0:
-                    return total
-                if gt - 2 >= lt + 4 and html[gt - 2:gt] == b"--":
-                    break
-                p = gt + 1
+            gt = _comment_end_py(html, lt)
+            if gt < 0:
+                return total
             i = gt + 1
             continue
-        raw = b"script" if _name_is_py(html, lt + 1, b"script") else \
-            b"style" if _name_is_py(html, lt + 1, b"style") else None
+        raw = _raw_text_py(html, lt)
         gt = _tag_end_py(html, lt)
         if gt < 0:
             return total + (n - lt if n - lt >= min_length else 0)
@@ -511,11 +526,6 @@ def long_tag_bytes_py(html, min_length: int) -> int:
             i = _raw_end_py(html, i, raw)
             if i >= n:
                 return total
-
-
-_KEPT_ATTRIBUTES = frozenset({b"class", b"id", b"hidden", b"aria-hidden", b"charset",
-                               b"http-equiv", b"content"})
-_SPACE = b" \t\n\x0c\r"
 
 
 def _raw_end_py(data: bytes, i: int, name: bytes) -> int:
@@ -549,12 +559,7 @@ def tame_html_py(data: bytes) -> bytes:
             break
         out.append(data[i:lt])
         if data[lt + 1:lt + 4] == b"!--":
-            p = lt + 4
-            while True:
-                gt = data.find(b">", p)
-                if gt < 0 or (gt - 2 >= lt + 4 and data[gt - 2:gt] == b"--"):
-                    break
-                p = gt + 1
+            gt = _comment_end_py(data, lt)
             if gt < 0:
                 break
             i = gt + 1
@@ -580,8 +585,7 @@ def tame_html_py(data: bytes) -> bytes:
         while q < gt and data[q] not in _SPACE and data[q] != 47:
             q += 1
         out.append(data[lt:q])
-        raw = b"script" if _name_is_py(data, lt + 1, b"script") else \
-            b"style" if _name_is_py(data, lt + 1, b"style") else None
+        raw = _raw_text_py(data, lt)
         slash, p = False, q
         while p < gt:
             if data[p] in _SPACE:

@@ -19,7 +19,6 @@ import codecs
 import functools
 import threading
 
-import lxml.html
 import numpy as np
 from lxml import etree
 from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
@@ -576,12 +575,9 @@ class Fingerprinter:
             raise SkippedPage("empty")
         if looks_binary(body[:1024]):
             raise SkippedPage("binary")
-        truncated = False
-        if len(body) > self.max_bytes and self.on_too_large == "skip":
-            raise SkippedPage("too_large", f"{len(body)} bytes")
         if self._needs_taming(body):
-            # the byte path (invisible bulk stripped, then cut at max_bytes),
-            # even when a tree exists: the same page, the same fingerprint
+            # the byte path (invisible bulk stripped, then cut at max_bytes or
+            # skipped), even when a tree exists: the same page, the same fingerprint
             return self.fingerprint_html(body, url=response.url, encoding=response.encoding)
         if self.parser == "bs4":
             from ._extract_bs4 import parse_soup
@@ -591,7 +587,7 @@ class Fingerprinter:
             if not isinstance(root, etree._Element):
                 raise SkippedPage("not_html", "selector has no lxml tree")
             text, found, tags = self._text_from_root(root)
-        return self._finish(text, tags, found, truncated)
+        return self._finish(text, tags, found, False)
 
     def fingerprint_text(self, text: str) -> Fingerprint:
         """Fingerprint plain text (item fields); no extraction, same features."""

@@ -571,10 +571,10 @@ def check_output_path(target, option: str, collection=None) -> None:
     if target is None or hasattr(target, "write"):
         return
     path = Path(target)
-    match = _OWN_FD.fullmatch(os.path.normpath(os.fspath(target)))
-    if match:   # /dev/fd/N: only a descriptor open now (the shell's), not one we open later
+    fd = _fd_number(target)
+    if fd is not None:  # /dev/fd/N: only a descriptor open now (the shell's), not one we open later
         try:
-            os.fstat(int(match.group(1)))
+            os.fstat(fd)
         except OSError:
             raise ValueError(f"{option} {path}: not an open file descriptor") from None
     if collection is not None and path.resolve().parent == Path(collection).resolve():
@@ -673,16 +673,15 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         # (merges without --pairs leave the ranges alone)
         earlier = _unreported_ranges(coll)
         summary.earlier_unreported_pairs = sum(b - a for a, b in earlier)
-        own_from = None     # where this merge's pairs start in pairs.bin
+        own_from = coll.meta["pairs"]     # where this merge's pairs start in pairs.bin
         for d in dirs:
             summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
         started = time.perf_counter()
-        metas = pending
-        recipe = _single_recipe(coll, metas)
+        recipe = _single_recipe(coll, pending)
         run_pairs = []
         # group pending batches into Q's of at most chunk_size fingerprints
         groups, cur, cur_n = [], [], 0
-        for p, m in metas:
+        for p, m in pending:
             if cur and cur_n + m["count"] > chunk_size:
                 groups.append(cur)
                 cur, cur_n = [], 0
@@ -690,7 +689,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             cur_n += m["count"]
         if cur:
             groups.append(cur)
-        sizes = {p: m["count"] for p, m in metas}
+        sizes = {p: m["count"] for p, m in pending}
         chunks0 = coll.n_chunks(chunk_size)
         bar = Progress(sum(sum(sizes[p] for p in g) * (chunks0 + i + 1)
                            for i, g in enumerate(groups)), "simdup merge", progress)
@@ -756,7 +755,6 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
                 urls = [u for b in batches for u in read_urls(b, verify=verify)]
                 extra = None
                 if pairs_out is not None:
-                    own_from = coll.meta["pairs"] if own_from is None else own_from
                     extra = {"pairs_unreported": earlier + [
                         [own_from, coll.meta["pairs"] + len(pairs)]]}
                 coll.append(run, urls, pairs, {_batch_key(b.path, b.meta): {
@@ -775,15 +773,12 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         hist = np.bincount(all_run["distance"], minlength=distance + 1) if len(all_run) else []
         summary.distance_histogram = {str(i): int(c) for i, c in enumerate(hist) if c}
         if pairs_out is not None:
-            if commit:
-                ranges = earlier + ([[own_from, coll.meta["pairs"]]] if own_from is not None
-                                    else [])
-                write_pairs(coll, np.concatenate(
-                    [coll.pairs(a, b) for a, b in ranges] or [all_run[:0]]), pairs_out)
-                if "pairs_unreported" in coll.meta:
-                    coll.set_meta(pairs_unreported=None)
-            else:
-                write_pairs(coll, all_run, pairs_out)
+            # this merge's own pairs are all_run (stored unchanged), so only
+            # the ones an earlier interrupted merge owes are read back
+            owed = [coll.pairs(a, b) for a, b in earlier] if commit else []
+            write_pairs(coll, np.concatenate(owed + [all_run]), pairs_out)
+            if commit and "pairs_unreported" in coll.meta:
+                coll.set_meta(pairs_unreported=None)
         if clusters_out is not None:
             write_clusters(coll, coll.pairs(), clusters_out)
         return summary
@@ -797,16 +792,20 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
 _OWN_FD = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
 
 
+def _fd_number(target) -> int | None:
+    """N when ``target`` is ``/dev/fd/N`` or ``/proc/self/fd/N``."""
+    match = _OWN_FD.fullmatch(os.path.normpath(os.fspath(target)))
+    return int(match.group(1)) if match else None
+
+
 def _own_descriptor(target) -> int | None:
     """The descriptor (1 or 2) that ``/dev/stdout``, ``/dev/stderr``,
     ``/dev/fd/1`` or ``/proc/self/fd/2`` (...) names, if it is open. Other
     descriptors go the path's way (a pipe from the shell is written
     directly, a regular file checked like any other)."""
-    path = os.path.normpath(os.fspath(target))
-    fd = {"/dev/stdout": 1, "/dev/stderr": 2}.get(path)
+    fd = {"/dev/stdout": 1, "/dev/stderr": 2}.get(os.path.normpath(os.fspath(target)))
     if fd is None:
-        match = _OWN_FD.fullmatch(path)
-        fd = int(match.group(1)) if match else None
+        fd = _fd_number(target)
     if fd not in (1, 2):    # any other descriptor may be one this command opened itself
         return None
     try:
@@ -951,10 +950,9 @@ def stats(dirs, collection=None) -> dict:
             entry["fingerprints"] += meta["count"]
             online = meta.get("online_duplicates")
             if isinstance(online, dict):      # batches written before it was recorded: none
+                hist = entry["online_histogram"]
                 for dist, count in online.items():
-                    hist = entry["online_histogram"]
                     hist[str(dist)] = hist.get(str(dist), 0) + int(count)
-                    entry["online_duplicates"] += int(count)
             if not _is_merged(p, meta, merged):
                 entry["pending_batches"] += 1
                 entry["pending_fingerprints"] += meta["count"]
@@ -967,6 +965,7 @@ def stats(dirs, collection=None) -> dict:
                 entry["corrupt"].append(str(exc))
         entry["online_histogram"] = dict(sorted(entry["online_histogram"].items(),
                                                 key=lambda kv: int(kv[0])))
+        entry["online_duplicates"] = sum(entry["online_histogram"].values())
         out["directories"].append(entry)
     if coll is not None:
         coll.verify_files(("pairs.bin",))

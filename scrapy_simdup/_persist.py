@@ -161,11 +161,8 @@ class IndexStore:
             raise CorruptFileError(path, "index snapshot file is missing") from None
         except IsADirectoryError:
             raise CorruptFileError(path, "is a directory, not an index snapshot file") from None
-        if size < length:
-            raise CorruptFileError(path, f"index snapshot file is {size} bytes, the header "
-                                   f"needs {length} (truncated)")
         if len(data) != length:
-            raise CorruptFileError(path, f"index snapshot file is {len(data)} bytes, the header "
+            raise CorruptFileError(path, f"index snapshot file is {size} bytes, the header "
                                    f"needs {length} (truncated)")
         if (zlib.crc32(data) & 0xFFFFFFFF) != crc:
             raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
@@ -261,15 +258,15 @@ class PersistentBatchWriter:
             return
         # the table first, then the index that names it: a kill between the two
         # leaves the previous commit (index and table) in force
-        old_idf = self.settings.get("idf_file")
-        if self.idf is not None and idf_file_name(self.idf) != old_idf:
-            name = idf_file_name(self.idf)
+        name = idf_file_name(self.idf) if self.idf is not None else None
+        changed = name is not None and name != self.settings.get("idf_file")
+        if changed:
             self.idf.save(self.directory / name)
             self.settings = {**self.settings, "idf_file": name}
         self.store.append(np.array(self._stored_values, dtype=np.uint64), self._stored_keys,
                           self.settings)
-        if self.idf is not None and self.settings["idf_file"] != old_idf:
-            _remove_idf_files(self.directory, keep=self.settings["idf_file"])
+        if changed:
+            _remove_idf_files(self.directory, keep=name)
         self._stored_values, self._stored_keys = [], []
 
     def flush(self) -> None:

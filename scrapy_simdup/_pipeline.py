@@ -5,10 +5,9 @@ import itertools
 import logging
 
 from itemadapter import ItemAdapter
-from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.exceptions import DropItem
 
 from ._component import SimdupComponent
-from ._config import SimdupConfig
 from ._fingerprinter import has_text_features
 
 __all__ = ["SimdupPipeline", "NearDuplicateItem"]
@@ -64,17 +63,14 @@ class SimdupPipeline(SimdupComponent):
         self._warned_tag = False
 
     @classmethod
-    def from_crawler(cls, crawler):
-        config = SimdupConfig.from_settings(crawler.settings)
-        if not config.enabled:
-            raise NotConfigured
+    def applies(cls, config) -> bool:
         features = config.feature_options.get("features")
         if features is not None and not has_text_features(features):
             # items are text: HTML structure features cannot describe them
             logger.warning("SimdupPipeline is off: SIMDUP_FEATURES = %r has no text features "
                            "for items (add 'shingles' or 'spots' to check items)", features)
-            raise NotConfigured
-        return cls(crawler, config)
+            return False
+        return True
 
     async def process_item(self, item, spider=None):
         if self.refused:     # the crawl is being stopped: no item goes through unchecked

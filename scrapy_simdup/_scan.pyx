@@ -481,6 +481,50 @@ cdef inline bint _name_is(const unsigned char *p, const unsigned char *end,
                 or 97 <= (p[k] | 0x20) <= 122)
 
 
+cdef inline bint _space(unsigned char c) noexcept nogil:
+    return c == 32 or c == 9 or c == 10 or c == 12 or c == 13
+
+
+cdef inline bint _is_comment(const unsigned char *lt, const unsigned char *end) noexcept nogil:
+    return end - lt >= 4 and lt[1] == 33 and lt[2] == 45 and lt[3] == 45     # '<!--'
+
+
+cdef const unsigned char *_comment_end(const unsigned char *lt,
+                                       const unsigned char *end) noexcept nogil:
+    """The '>' of the '-->' closing the comment at ``lt`` (NULL: it runs to the end)."""
+    cdef const unsigned char *p = lt + 4
+    cdef const unsigned char *gt
+    while True:
+        gt = <const unsigned char *>memchr(p, 62, end - p)
+        if gt is NULL or (gt - 2 >= lt + 4 and (gt - 1)[0] == 45 and (gt - 2)[0] == 45):
+            return gt
+        p = gt + 1
+
+
+cdef const char *_raw_text(const unsigned char *lt, const unsigned char *end,
+                           Py_ssize_t *k) noexcept nogil:
+    """"script" or "style" when the tag at ``lt`` starts such a raw-text body
+    (its name's length in ``k``), else NULL."""
+    if _name_is(lt + 1, end, "script", 6):
+        k[0] = 6
+        return "script"
+    if _name_is(lt + 1, end, "style", 5):
+        k[0] = 5
+        return "style"
+    return NULL
+
+
+cdef const unsigned char *_raw_text_end(const unsigned char *p, const unsigned char *end,
+                                        const char *raw, Py_ssize_t k) noexcept nogil:
+    """The '<' of the end tag of the ``raw`` body starting at ``p`` (NULL: none)."""
+    cdef const unsigned char *q
+    while True:
+        q = <const unsigned char *>memchr(p, 60, end - p)
+        if q is NULL or (end - q > 1 and q[1] == 47 and _name_is(q + 2, end, raw, k)):
+            return q
+        p = q + 1
+
+
 cdef const unsigned char *_tag_end(const unsigned char *lt,
                                    const unsigned char *end) noexcept nogil:
     """The '>' that ends the tag at ``lt`` (NULL: none): in a start tag a
@@ -501,7 +545,7 @@ cdef const unsigned char *_tag_end(const unsigned char *lt,
             after_eq = False
         elif c == 61:                                   # '='
             after_eq = True
-        elif not (c == 32 or c == 9 or c == 10 or c == 12 or c == 13):
+        elif not _space(c):
             after_eq = False
         p += 1
     return NULL
@@ -512,32 +556,22 @@ cdef Py_ssize_t _long_tags_1(const unsigned char *data, Py_ssize_t n,
     """Total length of the tags of at least ``min_len`` characters (from '<'
     to the '>' ending the tag), one byte per character, not counting script
     and style bodies and comments (their '<' are not tags)."""
-    cdef Py_ssize_t i = 0, total = 0, k
+    cdef Py_ssize_t i = 0, total = 0, k = 0
     cdef const unsigned char *end = data + n
     cdef const unsigned char *lt
     cdef const unsigned char *gt
-    cdef const unsigned char *p
     cdef const char *raw
     while True:
         lt = <const unsigned char *>memchr(data + i, 60, n - i)         # '<'
         if lt is NULL:
             return total
-        if end - lt >= 4 and lt[1] == 33 and lt[2] == 45 and lt[3] == 45:   # '<!--'
-            p = lt + 4
-            while True:
-                gt = <const unsigned char *>memchr(p, 62, end - p)
-                if gt is NULL:
-                    return total         # the rest is a comment
-                if gt - 2 >= lt + 4 and (gt - 1)[0] == 45 and (gt - 2)[0] == 45:
-                    break
-                p = gt + 1
+        if _is_comment(lt, end):
+            gt = _comment_end(lt, end)
+            if gt is NULL:
+                return total         # the rest is a comment
             i = gt + 1 - data
             continue
-        raw = NULL
-        if _name_is(lt + 1, end, "script", 6):
-            raw, k = "script", 6
-        elif _name_is(lt + 1, end, "style", 5):
-            raw, k = "style", 5
+        raw = _raw_text(lt, end, &k)
         gt = _tag_end(lt, end)
         if gt is NULL:
             return total + (end - lt if end - lt >= min_len else 0)
@@ -545,14 +579,10 @@ cdef Py_ssize_t _long_tags_1(const unsigned char *data, Py_ssize_t n,
             total += gt - lt
         i = gt + 1 - data
         if raw is not NULL:          # skip to its end tag
-            while True:
-                p = <const unsigned char *>memchr(data + i, 60, n - i)
-                if p is NULL:
-                    return total
-                if end - p > 1 and p[1] == 47 and _name_is(p + 2, end, raw, k):
-                    i = p - data
-                    break
-                i = p + 1 - data
+            lt = _raw_text_end(data + i, end, raw, k)
+            if lt is NULL:
+                return total
+            i = lt - data
 
 
 def long_tag_bytes(html, Py_ssize_t min_length) -> int:
@@ -591,10 +621,6 @@ _KEPT_LEN[:] = [5, 2, 6, 11, 7, 10, 7]
 DEF LONG_VALUE = 1024
 
 
-cdef inline bint _space(unsigned char c) noexcept nogil:
-    return c == 32 or c == 9 or c == 10 or c == 12 or c == 13
-
-
 cdef bint _kept(const unsigned char *p, Py_ssize_t k) noexcept nogil:
     cdef int a
     cdef Py_ssize_t j
@@ -602,7 +628,7 @@ cdef bint _kept(const unsigned char *p, Py_ssize_t k) noexcept nogil:
         if _KEPT_LEN[a] != k:
             continue
         for j in range(k):
-            if (p[j] | 0x20) != <unsigned char>_KEPT[a][j] and p[j] != <unsigned char>_KEPT[a][j]:
+            if (p[j] | 0x20) != <unsigned char>_KEPT[a][j]:     # the names are lower case
                 break
         else:
             return True
@@ -626,7 +652,7 @@ cdef Py_ssize_t _tame_1(const unsigned char *data, Py_ssize_t n, unsigned char *
     cdef const unsigned char *v0
     cdef const unsigned char *v1
     cdef const char *raw
-    cdef Py_ssize_t i = 0, w = 0, k
+    cdef Py_ssize_t i = 0, w = 0, k = 0
     cdef bint slash
     while i < n:
         lt = <const unsigned char *>memchr(data + i, 60, n - i)           # '<'
@@ -634,13 +660,8 @@ cdef Py_ssize_t _tame_1(const unsigned char *data, Py_ssize_t n, unsigned char *
             _put(out, &w, data + i, n - i)
             break
         _put(out, &w, data + i, lt - (data + i))
-        if end - lt >= 4 and lt[1] == 33 and lt[2] == 45 and lt[3] == 45:   # a comment: dropped
-            p = lt + 4
-            while True:
-                gt = <const unsigned char *>memchr(p, 62, end - p)
-                if gt is NULL or (gt - 2 >= lt + 4 and (gt - 1)[0] == 45 and (gt - 2)[0] == 45):
-                    break
-                p = gt + 1
+        if _is_comment(lt, end):            # dropped
+            gt = _comment_end(lt, end)
             if gt is NULL:
                 break                       # the rest is a comment
             i = gt + 1 - data
@@ -665,11 +686,7 @@ cdef Py_ssize_t _tame_1(const unsigned char *data, Py_ssize_t n, unsigned char *
         while q < gt and not _space(q[0]) and q[0] != 47:
             q += 1
         _put(out, &w, lt, q - lt)           # '<name'
-        raw = NULL
-        if _name_is(lt + 1, end, "script", 6):
-            raw, k = "script", 6
-        elif _name_is(lt + 1, end, "style", 5):
-            raw, k = "style", 5
+        raw = _raw_text(lt, end, &k)
         slash = False
         p = q
         while p < gt:
@@ -718,15 +735,8 @@ cdef Py_ssize_t _tame_1(const unsigned char *data, Py_ssize_t n, unsigned char *
         _put(out, &w, b">", 1)
         i = gt + 1 - data
         if raw is not NULL:                 # the body goes; its end tag is copied next
-            while True:
-                p = <const unsigned char *>memchr(data + i, 60, n - i)
-                if p is NULL:
-                    i = n
-                    break
-                if end - p > 1 and p[1] == 47 and _name_is(p + 2, end, raw, k):
-                    i = p - data
-                    break
-                i = p + 1 - data
+            p = _raw_text_end(data + i, end, raw, k)
+            i = n if p is NULL else p - data
     return w
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
@@ -88,5 +87,4 @@ class Command(ScrapyCommand):
             else:
                 opts.fallback_distance = distance
         parser = argparse.ArgumentParser(prog=f"scrapy simdup {args[0]}")
-        self.exitcode = dispatch(parser, opts)
-        sys.stdout.flush()
+        self.exitcode = dispatch(parser, opts)    # (it flushes stdout itself)
