@@ -19,7 +19,7 @@ is the paper's test "at most ``h - i`` differing bits in the other ``64 - t``".
 (``active[i] = 0``), so later chunks skip it. The pure NumPy reference is
 ``tests/reference_batch.py``.
 """
-from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.stdlib cimport malloc, realloc, free
 
 import numpy as np
@@ -29,6 +29,12 @@ cdef extern from "_murmur3.h" nogil:
 
 cdef extern from *:
     void __builtin_prefetch(const void *addr) nogil
+
+cdef extern from "_joinscan.h" nogil:
+    int64_t simdup_next_candidate(uint32_t y, const uint32_t *low, int64_t i, int64_t n,
+                                  uint32_t h)
+    int simdup_join_select(int level)
+    int simdup_join_level_now
 
 # The index module's VOSH generator (pure C header, shared, not re-implemented).
 cdef extern from "_vosh.h" nogil:
@@ -48,11 +54,20 @@ ctypedef fused mask_t:
 
 
 cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
-                          const double[::1] table, bint use_cq, int t, int h, int k,
+                          const double[::1] table, const uint16_t[::1] level, bint use_cq,
+                          const int64_t[::1] rows, bint use_rows, int t, int h, int k,
                           mask_t[:, ::1] mv, int32_t[::1] nv) noexcept nogil:
     """VOSH over every row; the row's log-odds come from ``lw`` or from
     ``table[cq]``. ``uint32`` masks keep the top 32 bits (``t <= 32``: all a
-    flip set touches). Returns -1 if the heap storage is too small."""
+    flip set touches). With ``use_rows``, output row ``i`` is ``cq`` row
+    ``rows[i]``. Returns -1 if the heap storage is too small.
+
+    The bits are ordered by log-odds, descending, ties by column. With ``cq``
+    that order is computed without comparing doubles: ``level[c]`` is the
+    dense rank of ``table[c]`` (0 = largest), so the key ``level << 5 | column``
+    is unique per bit and its rank, a branch-free count of smaller keys, is
+    the bit's place (the same order as the insertion sort of the ``lw`` path,
+    at a fraction of its mispredicted branches)."""
     cdef Py_ssize_t m = mv.shape[0]
     cdef long cap = h + 2 * (k + 2) + 2
     cdef vosh_node *heap = <vosh_node *>malloc(cap * sizeof(vosh_node))
@@ -62,20 +77,40 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
     cdef uint64_t bit[32]
     cdef vosh_gen g
     cdef Py_ssize_t i
-    cdef int r, j, size, got, bad = 0
+    cdef int r, j, c, size, got, bad = 0
     cdef double v
     cdef uint64_t mk
+    cdef uint16_t keys[32]
+    cdef uint16_t kr
+    cdef Py_ssize_t row
+    for r in range(32):
+        keys[r] = 0xFFFF            # padding: never smaller than a key
     for i in range(m):
-        for r in range(t):          # stable insertion sort, descending
-            v = table[cq[i, r]] if use_cq else lw[i, r]
-            mk = (<uint64_t>1) << (63 - r)
-            j = r
-            while j > 0 and srt[j - 1] < v:
-                srt[j] = srt[j - 1]
-                bit[j] = bit[j - 1]
-                j -= 1
-            srt[j] = v
-            bit[j] = mk
+        if use_cq:
+            row = rows[i] if use_rows else i
+            if use_rows and i + 8 < m:
+                # gathered rows are cache misses: ask for one 8 elements ahead
+                __builtin_prefetch(&cq[rows[i + 8], 0])
+            for r in range(t):
+                keys[r] = <uint16_t>((level[cq[row, r]] << 5) | r)
+            for r in range(t):
+                kr = keys[r]
+                j = 0
+                for c in range(32):
+                    j += keys[c] < kr
+                srt[j] = table[cq[row, r]]
+                bit[j] = (<uint64_t>1) << (63 - r)
+        else:
+            for r in range(t):          # stable insertion sort, descending
+                v = lw[i, r]
+                mk = (<uint64_t>1) << (63 - r)
+                j = r
+                while j > 0 and srt[j - 1] < v:
+                    srt[j] = srt[j - 1]
+                    bit[j] = bit[j - 1]
+                    j -= 1
+                srt[j] = v
+                bit[j] = mk
         if vosh_init(&g, srt, bit, t, h, heap, cap) != 0:
             bad = -1
             break
@@ -127,27 +162,39 @@ def batch_flip_masks(const double[:, ::1] lw, int h, int k):
     cdef int32_t[::1] nv = nprobes
     cdef uint8_t[:, :] no_cq = np.zeros((1, 1), dtype=np.uint8)
     cdef double[::1] no_table = np.zeros(1)
+    cdef uint16_t[::1] no_level = np.zeros(1, dtype=np.uint16)
+    cdef int64_t[::1] no_rows = np.zeros(1, dtype=np.int64)
     cdef int rc
     with nogil:
-        rc = _flip_masks_rows(lw, no_cq, no_table, False, t, h, k, mv, nv)
+        rc = _flip_masks_rows(lw, no_cq, no_table, no_level, False, no_rows, False,
+                              t, h, k, mv, nv)
     if rc != 0:
         raise MemoryError("batch_flip_masks: out of memory")
     return masks, nprobes
 
 
 def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, int h, int k,
-                        bint high32=False):
+                        bint high32=False, rows=None):
     """:func:`batch_flip_masks` with the log-odds of bit ``63 - c`` of element
     ``i`` given as ``table[cq[i, c]]`` (the batch files' quantised weights and
     the volatility model tabulated per code), for ``c < t``. ``high32``: the
     masks as ``uint32`` (their top 32 bits, the only ones a flip set of
-    ``t <= 32`` header bits touches): half the memory of a batch's masks."""
+    ``t <= 32`` header bits touches): half the memory of a batch's masks.
+    ``rows``: int64 row numbers of ``cq``, the output's row ``i`` being the
+    masks of ``cq[rows[i]]`` (no gathered copy of ``cq``)."""
     if table.shape[0] != 256:
         raise ValueError("table must have 256 entries")
     if cq.shape[1] < t:
         raise ValueError(f"cq has {cq.shape[1]} columns, t = {t}")
     k = _check_flip_args(t, h, k)
     cdef Py_ssize_t m = cq.shape[0]
+    cdef int64_t[::1] row_v = np.zeros(1, dtype=np.int64)
+    cdef bint use_rows = rows is not None
+    if use_rows:
+        row_v = np.ascontiguousarray(rows, dtype=np.int64)
+        if row_v.shape[0] and (np.min(rows) < 0 or np.max(rows) >= m):
+            raise ValueError(f"rows must be in 0..{m - 1}")
+        m = row_v.shape[0]
     masks = np.zeros((m, k), dtype=np.uint32 if high32 else np.uint64)
     nprobes = np.zeros(m, dtype=np.int32)
     if k == 0 or m == 0:
@@ -156,15 +203,20 @@ def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, 
     cdef uint32_t[:, ::1] mv32
     cdef int32_t[::1] nv = nprobes
     cdef double[:, ::1] no_lw = np.zeros((1, 1))
+    # dense rank of each code's log-odds, largest first (equal values, equal rank)
+    distinct = np.unique(np.asarray(table))[::-1]
+    cdef uint16_t[::1] level = np.searchsorted(-distinct, -np.asarray(table)).astype(np.uint16)
     cdef int rc
     if high32:
         mv32 = masks
         with nogil:
-            rc = _flip_masks_rows(no_lw, cq, table, True, t, h, k, mv32, nv)
+            rc = _flip_masks_rows(no_lw, cq, table, level, True, row_v, use_rows,
+                                  t, h, k, mv32, nv)
     else:
         mv = masks
         with nogil:
-            rc = _flip_masks_rows(no_lw, cq, table, True, t, h, k, mv, nv)
+            rc = _flip_masks_rows(no_lw, cq, table, level, True, row_v, use_rows,
+                                  t, h, k, mv, nv)
     if rc != 0:
         raise MemoryError("batch_flip_masks_cq: out of memory")
     return masks, nprobes
@@ -305,22 +357,19 @@ def scan_chunk(const uint64_t[::1] chunk, const int64_t[::1] offsets, int t,
         free(buf.d)
 
 
-cdef uint64_t LOW32 = 0xFFFFFFFFu
-
-
 def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
                 const int32_t[::1] nprobes, int t):
     """Invert the probes of a batch: for every header ``b``, the elements that probe it.
 
-    Returns ``(offsets int64 (2^t + 1,), entries uint64 (total,))``: the
-    elements probing header ``b`` are ``entries[offsets[b]:offsets[b + 1]]``,
-    each packed as ``(low 32 bits of the element's value) << 32 | element
-    index`` (each element probes its own header plus ``nprobes[i]`` flipped
-    ones). ``masks``: uint64 XOR masks, or uint32 ones holding their top 32
-    bits (``batch_flip_masks_cq(high32=True)``). Built once per batch by a counting sort, so that matching a sorted
-    chunk is a merge of two header-ordered streams instead of ``m * k`` random
-    bucket visits, and the low bits carried along filter candidates without
-    touching ``q_values``.
+    Returns ``(offsets int64 (2^t + 1,), low uint32 (total,), idx uint32
+    (total,))``: the elements probing header ``b`` are
+    ``idx[offsets[b]:offsets[b + 1]]`` and ``low`` holds the low 32 bits of
+    their values, side by side (each element probes its own header plus
+    ``nprobes[i]`` flipped ones). ``masks``: uint64 XOR masks, or uint32 ones
+    holding their top 32 bits (``batch_flip_masks_cq(high32=True)``). Built
+    once per batch by a counting sort, so that matching a sorted chunk is a
+    merge of two header-ordered streams instead of ``m * k`` random bucket
+    visits; the low bits, a dense array, are what the join sweeps.
     """
     cdef Py_ssize_t m = q_values.shape[0]
     if masks.shape[0] != m or nprobes.shape[0] != m:
@@ -336,8 +385,9 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
     cdef int64_t[::1] off = offsets
     cdef Py_ssize_t i
     cdef int p, np_i
-    cdef uint64_t x, entry
-    cdef int64_t total = 0, b
+    cdef uint64_t x
+    cdef uint32_t xl
+    cdef int64_t total = 0, b, f
     # uint32 masks are the top 32 bits: (x ^ (f << 32)) >> shift == (x >> shift) ^ (f >> (32 - t))
     cdef int fshift = (shift - 32) if mask_t is uint32_t else shift
     with nogil:
@@ -350,45 +400,55 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
             total += np_i + 1
         for b in range(nb):
             off[b + 1] += off[b]
-    entries = np.empty(total, dtype=np.uint64)
-    cdef uint64_t[::1] ev = entries
+    low = np.empty(total, dtype=np.uint32)
+    idx = np.empty(total, dtype=np.uint32)
+    cdef uint32_t[::1] lv = low
+    cdef uint32_t[::1] iv = idx
     fill = offsets[:nb].copy()
     cdef int64_t[::1] fv = fill
     with nogil:
         for i in range(m):
             x = q_values[i]
-            entry = (x << 32) | <uint64_t>i
+            xl = <uint32_t>x
             np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
             b = <int64_t>(x >> shift)
-            ev[fv[b]] = entry
-            fv[b] += 1
+            f = fv[b]
+            lv[f] = xl
+            iv[f] = <uint32_t>i
+            fv[b] = f + 1
             for p in range(np_i):
                 b = <int64_t>((x >> shift) ^ (<uint64_t>masks[i, p] >> fshift))
-                ev[fv[b]] = entry
-                fv[b] += 1
-    return offsets, entries
+                f = fv[b]
+                lv[f] = xl
+                iv[f] = <uint32_t>i
+                fv[b] = f + 1
+    return offsets, low, idx
 
 
-def compact_probe_table(int64_t[::1] offsets, uint64_t[::1] entries, const uint8_t[::1] active):
+def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] low, uint32_t[::1] idx,
+                        const uint8_t[::1] active):
     """Drop inactive elements from a probe table in place (order kept).
 
-    Returns the new number of entries; ``entries`` beyond it is garbage.
+    Returns the new number of entries; ``low``/``idx`` beyond it are garbage.
     """
     cdef int64_t nb = offsets.shape[0] - 1
     cdef int64_t n_active = active.shape[0]
     cdef int64_t b, j, w = 0, start
     cdef uint32_t qi
     cdef int bad = 0
+    if low.shape[0] != idx.shape[0] or low.shape[0] < offsets[nb]:
+        raise ValueError("the probe table is shorter than its offsets say")
     with nogil:
         start = 0
         for b in range(nb):
             for j in range(start, offsets[b + 1]):
-                qi = <uint32_t>(entries[j] & LOW32)
+                qi = idx[j]
                 if qi >= n_active:
                     bad = 1
                     break
                 if active[qi]:
-                    entries[w] = entries[j]
+                    low[w] = low[j]
+                    idx[w] = qi
                     w += 1
             if bad:
                 break
@@ -399,27 +459,38 @@ def compact_probe_table(int64_t[::1] offsets, uint64_t[::1] entries, const uint8
     return w
 
 
+def join_kernel(int level=-1):
+    """Pick the join's candidate kernel: 2 AVX-512 (VPOPCNTDQ), 1 AVX2, 0 scalar,
+    -1 the best this CPU has. Returns the level in use (a level the CPU lacks
+    falls back to the best one below it). For tests and benchmarks; every
+    kernel gives the same results."""
+    return simdup_join_select(level)
+
+
 def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
-               const int64_t[::1] probe_offsets, const uint64_t[::1] entries,
-               const uint64_t[::1] q_values, int h, uint8_t[::1] active,
-               bint first_only):
+               const int64_t[::1] probe_offsets, const uint32_t[::1] low,
+               const uint32_t[::1] idx, const uint64_t[::1] q_values, int h,
+               uint8_t[::1] active, bint first_only):
     """Match a batch against one sorted chunk by walking both header-ordered tables.
 
     Same result set as :func:`scan_chunk` with the same probes (within one
     chunk; with ``first_only`` the one reported match of an element may
     differ). A chunk entry ``y`` is a candidate when the low 32 bits differ
-    in at most ``h`` positions (a lower bound of the distance); only then is
-    the element's full value read. Returns ``(qi int64, yi int64, distance uint8)``.
+    in at most ``h`` positions (a lower bound of the distance), found by a
+    SIMD sweep of ``low`` (:func:`join_kernel`); only then is the element's
+    full value read. Returns ``(qi int64, yi int64, distance uint8)``.
     """
     cdef int64_t nb = chunk_offsets.shape[0] - 1
     if probe_offsets.shape[0] != nb + 1:
         raise ValueError("chunk and probe tables use different header lengths")
-    if entries.shape[0] < probe_offsets[nb]:
+    if low.shape[0] != idx.shape[0] or low.shape[0] < probe_offsets[nb]:
         raise ValueError("the probe table is shorter than its offsets say")
     if active.shape[0] != q_values.shape[0]:
         raise ValueError("active and q_values differ in length")
     if h < 0 or h > 64:
         raise ValueError(f"h must be in 0..64, got {h}")
+    if simdup_join_level_now < 0:
+        simdup_join_select(-1)
     cdef PairBuf buf
     buf.q = NULL
     buf.y = NULL
@@ -428,38 +499,36 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     buf.cap = 0
     cdef int64_t b, lo, hi, j, e, plo, phi
     cdef uint32_t qi, yl
-    cdef uint64_t entry
     cdef int dist, failed = 0
     cdef int64_t n_active = active.shape[0]
+    cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
     with nogil:
         for b in range(nb):
             lo = chunk_offsets[b]
             hi = chunk_offsets[b + 1]
-            if lo == hi:
-                continue
             plo = probe_offsets[b]
             phi = probe_offsets[b + 1]
-            # chunk values outer, probe entries inner: a tight sequential loop
-            # of 32-bit popcounts; only candidates touch `active`/`q_values`
+            if lo == hi or plo == phi:
+                continue
+            # chunk values outer, a SIMD sweep of the bucket's probe entries
+            # inner; only candidates touch `idx`/`active`/`q_values`
             for j in range(lo, hi):
                 yl = <uint32_t>chunk[j]
-                for e in range(plo, phi):
-                    entry = entries[e]
-                    if simdup_popcount64(<uint64_t>((<uint32_t>(entry >> 32)) ^ yl)) > h:
-                        continue
-                    qi = <uint32_t>(entry & LOW32)
+                e = simdup_next_candidate(yl, lp, plo, phi, <uint32_t>h)
+                while e < phi:
+                    qi = idx[e]
                     if qi >= n_active:
                         failed = 2
                         break
-                    if not active[qi]:
-                        continue
-                    dist = simdup_popcount64(q_values[qi] ^ chunk[j])
-                    if dist <= h:
-                        if _push(&buf, qi, j, <uint8_t>dist) != 0:
-                            failed = 1
-                            break
-                        if first_only:
-                            active[qi] = 0
+                    if active[qi]:
+                        dist = simdup_popcount64(q_values[qi] ^ chunk[j])
+                        if dist <= h:
+                            if _push(&buf, qi, j, <uint8_t>dist) != 0:
+                                failed = 1
+                                break
+                            if first_only:
+                                active[qi] = 0
+                    e = simdup_next_candidate(yl, lp, e + 1, phi, <uint32_t>h)
                 if failed:
                     break
             if failed:

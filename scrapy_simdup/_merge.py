@@ -275,16 +275,17 @@ class Collection:
 # ----------------------------------------------------------------------------- matching
 
 
-HEADER_SLACK = 3
+HEADER_SLACK = 5
 
 
 def header_bits(chunk_size: int) -> int:
-    """PSM header length for chunks of ``chunk_size``: ``t = log2(m) - 3`` (4..30).
+    """PSM header length for chunks of ``chunk_size``: ``t = log2(m) - 5`` (4..30).
 
-    About 8 fingerprints per bucket: fewer header bits need fewer probes for
+    About 32 fingerprints per bucket: fewer header bits need fewer probes for
     the same recall (k(t) grows with t), and the extra bucket entries cost
-    one 32-bit popcount each in a sequential scan (bench_batch: at m = 1M,
-    t = 17 with 20 probes beats t = 20 with 27 probes on both time and recall).
+    a share of a SIMD 32-bit popcount each in the join's sweep (bench_batch
+    at m = 1M, n = 10M: t = 15 with 16 probes 1.25 s, t = 17 with 22 probes
+    1.59 s, t = 13 with 12 probes 1.46 s; recall 0.97 for all).
     """
     return int(min(30, max(4, round(math.log2(max(chunk_size, 2))) - HEADER_SLACK)))
 
@@ -331,24 +332,25 @@ class PSMBatchMatcher:
     elements are deactivated and periodically compacted out of the table.
     """
 
-    def __init__(self, q_values, q_cq, q_wrms, distance, probes, first, t):
+    def __init__(self, q_values, q_cq, distance, probes, first, t, rows=None):
+        """``q_cq[rows]`` are the stored weights of ``q_values`` (``rows``: None for all)."""
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
         self.t = t
         self.h = distance
         self.first = first
-        masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=True)
-        self.offsets, self.entries = _batchscan.probe_table(self.values, masks, nprobes, t)
+        masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=True, rows=rows)
+        self.offsets, self.low, self.idx = _batchscan.probe_table(self.values, masks, nprobes, t)
         del masks
         self._active_at_compaction = len(self.values)
 
     def match(self, chunk_values, active):
         chunk_offsets = _batchscan.bucket_offsets(chunk_values, self.t)
-        result = _batchscan.join_chunk(chunk_values, chunk_offsets, self.offsets, self.entries,
-                                       self.values, self.h, active, self.first)
+        result = _batchscan.join_chunk(chunk_values, chunk_offsets, self.offsets, self.low,
+                                       self.idx, self.values, self.h, active, self.first)
         n_active = int(np.count_nonzero(active))
         if n_active < 0.5 * self._active_at_compaction:
-            n = _batchscan.compact_probe_table(self.offsets, self.entries, active)
-            self.entries = self.entries[:n].copy()
+            n = _batchscan.compact_probe_table(self.offsets, self.low, self.idx, active)
+            self.low, self.idx = self.low[:n].copy(), self.idx[:n].copy()
             self._active_at_compaction = n_active
         return result
 
@@ -425,6 +427,37 @@ class IndexChunkMatcher:
 
 
 # ----------------------------------------------------------------------------- driver
+
+
+def _stable_argsort(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, values[order])``: the sort order of uint64 ``values``, equal
+    values in their original order. NumPy's stable sort of 64-bit keys is a
+    timsort (4x its SIMD quicksort), so the quicksort runs and only the runs
+    of equal values (exact duplicate pages) are put back in order."""
+    values = np.asarray(values, dtype=np.uint64)
+    order = np.argsort(values)
+    ordered = values[order]
+    tie = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(tie):
+        pos = np.union1d(tie, tie + 1)          # positions inside runs of equal values
+        starts = np.ones(len(pos), dtype=bool)
+        starts[1:] = (pos[1:] != pos[:-1] + 1) | (ordered[pos[1:]] != ordered[pos[:-1]])
+        run = np.cumsum(starts)
+        order[pos] = order[pos][np.lexsort((order[pos], run))]
+    return order, np.ascontiguousarray(ordered)
+
+
+def _sort_pairs(pairs: np.ndarray) -> np.ndarray:
+    """Pairs ordered by ``(id, duplicate_of)``: one 64-bit key and a SIMD
+    sort when both ids fit in 32 bits (a collection under 4G fingerprints),
+    else a lexsort."""
+    if not len(pairs):
+        return pairs
+    ids, dups = pairs["id"], pairs["duplicate_of"]
+    if ids.min() >= 0 and dups.min() >= 0 and ids.max() < 2**32 and dups.max() < 2**32:
+        key = (ids.astype(np.uint64) << np.uint64(32)) | dups.astype(np.uint64)
+        return pairs[np.argsort(key)]
+    return pairs[np.lexsort((dups, ids))]
 
 
 def _first_occurrences(keys: np.ndarray, n: int) -> np.ndarray:
@@ -702,15 +735,17 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             # Q is worked on sorted by value (it is appended sorted anyway): the
             # probe table is then built with mostly sequential writes. Matcher
             # indices are sorted positions; `order` maps them to arrival order.
-            order = np.argsort(records["value"], kind="stable")
-            sorted_q = np.ascontiguousarray(records["value"][order])
+            order, sorted_q = _stable_argsort(records["value"])
             active = np.ones(m, dtype=np.uint8)
             if exact:
                 matcher = ExactBatchMatcher(sorted_q, distance, tables)
+            elif engine == "index":
+                matcher = IndexChunkMatcher(sorted_q, np.ascontiguousarray(records["cq"][order]),
+                                            np.ascontiguousarray(records["wrms"][order]),
+                                            distance, probes, first, t)
             else:
-                matcher = (IndexChunkMatcher if engine == "index" else PSMBatchMatcher)(
-                    sorted_q, np.ascontiguousarray(records["cq"][order]),
-                    np.ascontiguousarray(records["wrms"][order]), distance, probes, first, t)
+                matcher = PSMBatchMatcher(sorted_q, records["cq"], distance, probes, first, t,
+                                          rows=order)
             found_q, found_dup, found_d = [], [], []
             for _start, chunk in coll.chunks(chunk_size, verify=verify):
                 if not active.any():
@@ -747,7 +782,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             pairs["id"] = gids[fq]
             pairs["duplicate_of"] = np.concatenate(found_dup)
             pairs["distance"] = np.concatenate(found_d)
-            pairs = pairs[np.lexsort((pairs["duplicate_of"], pairs["id"]))]
+            pairs = _sort_pairs(pairs)
             run = np.empty(m, dtype=H_DTYPE)
             run["value"] = sorted_q
             run["id"] = gids[order]

@@ -41,9 +41,15 @@ typedef struct {
 } vosh_gen;
 
 static inline int vosh_size(uint64_t e) {
+    /* elements fill bytes 7, 6, ... and each is nonzero: the size is where
+     * the lowest nonzero byte sits */
+#if defined(__GNUC__) || defined(__clang__)
+    return e ? 8 - (__builtin_ctzll(e) >> 3) : 0;
+#else
     int s = 0;
     while (s < VOSH_MAX_H && ((e >> (56 - 8 * s)) & 0xff)) s++;
     return s;
+#endif
 }
 
 static inline int vosh_less(const vosh_node *a, const vosh_node *b) {

@@ -55,40 +55,82 @@ def test_scan_and_join_equal_reference(case):
     want = matches(chunk, t, q, probes, nprobes, h, active)
     got = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, active.copy(), False)
     assert set(zip(*(a.tolist() for a in got))) == want
-    po, pe = _batchscan.probe_table(q, probes, nprobes, t)
+    po, pl, pi = _batchscan.probe_table(q, probes, nprobes, t)
     # the same table from uint32 masks (top 32 bits), as merge builds it
-    po32, pe32 = _batchscan.probe_table(q, (probes >> np.uint64(32)).astype(np.uint32),
-                                        nprobes, t)
-    assert np.array_equal(po32, po) and np.array_equal(pe32, pe)
-    elems = (pe & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    assert np.array_equal(pe >> np.uint64(32), q[elems] & np.uint64(0xFFFFFFFF))
+    po32, pl32, pi32 = _batchscan.probe_table(q, (probes >> np.uint64(32)).astype(np.uint32),
+                                              nprobes, t)
+    assert np.array_equal(po32, po) and np.array_equal(pl32, pl) and np.array_equal(pi32, pi)
+    elems = pi.astype(np.int64)
+    assert np.array_equal(pl, (q[elems] & np.uint64(0xFFFFFFFF)).astype(np.uint32))
     for b in range(len(po) - 1):       # every element listed under each header it probes
         for e in elems[po[b]:po[b + 1]]:
             x = int(q[e])
             assert b in {x >> (64 - t)} | {(x ^ int(probes[e][p])) >> (64 - t)
                                             for p in range(nprobes[e])}
-    assert len(pe) == len(q) + int(nprobes.sum())
-    got = _batchscan.join_chunk(chunk, offsets, po, pe, q, h, active.copy(), False)
-    assert set(zip(*(a.tolist() for a in got))) == want
+    assert len(pi) == len(pl) == len(q) + int(nprobes.sum())
+    for level in JOIN_KERNELS:
+        _batchscan.join_kernel(level)
+        got = _batchscan.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False)
+        assert set(zip(*(a.tolist() for a in got))) == want, level
+    _batchscan.join_kernel()
     # first-only: one match per element that has any, and it is a real match
     for fn in ("scan", "join"):
         act = active.copy()
         if fn == "scan":
             qi, yi, dd = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, act, True)
         else:
-            qi, yi, dd = _batchscan.join_chunk(chunk, offsets, po, pe, q, h, act, True)
+            qi, yi, dd = _batchscan.join_chunk(chunk, offsets, po, pl, pi, q, h, act, True)
         assert len(set(qi.tolist())) == len(qi)
         assert set(qi.tolist()) == {i for i, _, _ in want}
         assert {(a, b, c) for a, b, c in zip(qi.tolist(), yi.tolist(), dd.tolist())} <= want
         assert all(act[i] == 0 for i in qi.tolist())
     # compaction keeps exactly the active elements, in header order
     act = (np.random.default_rng(len(q)).random(len(q)) < 0.5).astype(np.uint8)
-    po2, pe2 = po.copy(), pe.copy()
-    n = _batchscan.compact_probe_table(po2, pe2, act)
+    po2, pl2, pi2 = po.copy(), pl.copy(), pi.copy()
+    n = _batchscan.compact_probe_table(po2, pl2, pi2, act)
     for b in range(len(po) - 1):
-        kept = [int(e) for e in pe[po[b]:po[b + 1]] if act[int(e) & 0xFFFFFFFF]]
-        assert pe2[po2[b]:po2[b + 1]].tolist() == kept
+        kept = [j for j in range(po[b], po[b + 1]) if act[pi[j]]]
+        assert pi2[po2[b]:po2[b + 1]].tolist() == pi[kept].tolist()
+        assert pl2[po2[b]:po2[b + 1]].tolist() == pl[kept].tolist()
     assert po2[-1] == n
+
+
+# every candidate kernel this CPU has (2 AVX-512, 1 AVX2, 0 scalar)
+JOIN_KERNELS = list(range(_batchscan.join_kernel() + 1))
+
+
+@pytest.mark.parametrize("level", JOIN_KERNELS)
+def test_join_kernels_find_every_candidate(level):
+    """The SIMD sweeps against the scalar one: every start offset and length
+    (tails of every size), every distance, and the lanes past the end never
+    counted (masked loads, scalar tails)."""
+    rng = np.random.default_rng(level)
+    assert _batchscan.join_kernel(level) == level
+    try:
+        for trial in range(400):
+            n = int(rng.integers(0, 70))
+            y = int(rng.integers(0, 2**32))
+            low = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+            near = rng.random(n) < 0.2        # some entries within a few bits of y
+            for j in np.flatnonzero(near):
+                v = y
+                for bit in rng.choice(32, size=int(rng.integers(0, 5)), replace=False):
+                    v ^= 1 << int(bit)
+                low[j] = v
+            h = int(rng.integers(0, 6)) if trial % 10 else int(rng.choice([32, 40, 64]))
+            q = np.zeros(n, dtype=np.uint64)
+            q[:] = low                       # full values = low bits: distance = low distance
+            chunk = np.array([y], dtype=np.uint64)
+            coff = np.array([0, 1], dtype=np.int64)
+            poff = np.array([0, n], dtype=np.int64)
+            idx = np.arange(n, dtype=np.uint32)
+            qi, yi, dd = _batchscan.join_chunk(chunk, coff, poff, low, idx, q, h,
+                                               np.ones(n, np.uint8), False)
+            want = [j for j in range(n) if bin(int(low[j]) ^ y).count("1") <= h]
+            assert sorted(qi.tolist()) == want, (trial, n, h)
+            assert dd.tolist() == [bin(int(low[j]) ^ y).count("1") for j in qi.tolist()]
+    finally:
+        _batchscan.join_kernel()
 
 
 @settings(max_examples=100)
@@ -106,11 +148,15 @@ def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
         assert all(a >= b - 1e-9 for a, b in zip(scores, scores[1:]))
         assert np.allclose(scores, top_flip_sets(lw[i], h, k))
     # the same from quantised weights and a per-code table
+    # (the cq path orders bits by code rank: a table with plateaus, equal
+    # log-odds for different codes, must give the lw path's column order)
     table = np.sort(rng.uniform(-12, -0.01, 256))[::-1].copy()
+    plateaus = np.round(table).copy()
     cq = rng.integers(0, 256, size=(3, t + 2)).astype(np.uint8)
-    masks2, n2 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
-    masks3, n3 = _batchscan.batch_flip_masks(np.ascontiguousarray(table[cq[:, :t]]), h, k)
-    assert np.array_equal(masks2, masks3) and np.array_equal(n2, n3)
+    for tab in (plateaus, table):
+        masks2, n2 = _batchscan.batch_flip_masks_cq(cq, tab, t, h, k)
+        masks3, n3 = _batchscan.batch_flip_masks(np.ascontiguousarray(tab[cq[:, :t]]), h, k)
+        assert np.array_equal(masks2, masks3) and np.array_equal(n2, n3)
     # uint32 masks (the top 32 bits, what merge keeps) are the same sets
     masks4, n4 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, True)
     assert masks4.dtype == np.uint32 and np.array_equal(n4, n2)
@@ -132,8 +178,10 @@ def test_bad_arguments_are_value_errors():
     with pytest.raises(ValueError, match="256"):
         _batchscan.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
     q = np.arange(4, dtype=np.uint64)
-    po, pe = _batchscan.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
+    po, pl, pi = _batchscan.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
     with pytest.raises(ValueError, match="differ in length"):
-        _batchscan.join_chunk(v, off, po, pe, q, 3, np.ones(2, np.uint8), False)
+        _batchscan.join_chunk(v, off, po, pl, pi, q, 3, np.ones(2, np.uint8), False)
     with pytest.raises(ValueError, match="beyond"):
-        _batchscan.join_chunk(v, off, po, pe, q[:2], 3, np.ones(2, np.uint8), False)
+        _batchscan.join_chunk(v, off, po, pl, pi, q[:2], 3, np.ones(2, np.uint8), False)
+    with pytest.raises(ValueError, match="shorter"):
+        _batchscan.join_chunk(v, off, po, pl[:2], pi[:2], q, 3, np.ones(4, np.uint8), False)
