@@ -45,6 +45,7 @@ cdef extern from "_vosh.h" nogil:
     int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
                   int t, int h, vosh_node *heap, long cap)
     int vosh_next(vosh_gen *g, uint64_t *mask_out, int *size_out)
+    void vosh_limit(vosh_gen *g, long k)
     long vosh_total(int t, int h)
 
 
@@ -116,6 +117,7 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
             break
         got = 0
         vosh_next(&g, &mk, &size)   # the empty set
+        vosh_limit(&g, k)
         while got < k and vosh_next(&g, &mk, &size) > 0:
             if mask_t is uint32_t:
                 mv[i, got] = <uint32_t>(mk >> 32)

@@ -38,6 +38,8 @@ typedef struct {
     int sorted;              /* 1: sorted-array queue (small frontiers) */
     vosh_node *heap;         /* caller-owned storage */
     long n, cap;
+    long lo;                 /* sorted queue: nodes [lo, n) are live */
+    long budget;             /* sets the caller will still take; -1: all */
 } vosh_gen;
 
 static inline int vosh_size(uint64_t e) {
@@ -61,13 +63,19 @@ static inline int vosh_less(const vosh_node *a, const vosh_node *b) {
 }
 
 static inline int vosh_push(vosh_gen *g, const vosh_node *x) {
+    vosh_node *h = g->heap;
+    if (g->sorted && g->budget >= 0 && g->n - g->lo >= g->budget) {
+        /* full: a node behind `budget` others is never taken. Drop the
+         * worst, or x itself if it is no better. */
+        if (g->budget == 0 || g->n == g->lo || !vosh_less(&h[g->lo], x)) return 0;
+        g->lo++;
+    }
     if (g->n >= g->cap) return -1;
     long i = g->n++;
-    vosh_node *h = g->heap;
     if (g->sorted) {
         /* ascending priority, the next set last: one unpredictable branch
          * per insert instead of one per heap level (faster for small k) */
-        while (i > 0 && vosh_less(x, &h[i - 1])) {
+        while (i > g->lo && vosh_less(x, &h[i - 1])) {
             h[i] = h[i - 1];
             i--;
         }
@@ -121,6 +129,7 @@ static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
     g->h = h < t ? h : t;
     if (g->h > VOSH_MAX_H) g->h = VOSH_MAX_H;
     g->heap = heap; g->cap = cap; g->n = 0; g->started = 0;
+    g->lo = 0; g->budget = -1;
     vosh_node r;
     r.key = 0.0;
     r.e = 0;
@@ -132,6 +141,14 @@ static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
     return 0;
 }
 
+/* The caller takes at most `k` more non-empty sets: a sorted queue then
+ * keeps only the k best nodes (shorter inserts), and vosh_next stops after
+ * k sets. The sets and their order are unchanged. */
+static inline void vosh_limit(vosh_gen *g, long k) {
+    g->budget = k < 0 ? -1 : k;
+    if (g->sorted && k >= 0 && g->n - g->lo > k) g->lo = g->n - k;
+}
+
 /* Next flip set: writes its header XOR mask and size. Returns 1, or 0 when
  * all sets are exhausted, or -1 when the heap storage ran out. */
 static inline int vosh_next(vosh_gen *g, uint64_t *mask_out, int *size_out) {
@@ -140,9 +157,10 @@ static inline int vosh_next(vosh_gen *g, uint64_t *mask_out, int *size_out) {
         *mask_out = 0; *size_out = 0;
         return 1;
     }
-    if (g->n == 0) return 0;
+    if (g->n == g->lo || g->budget == 0) return 0;
     vosh_node s;
     vosh_pop(g, &s);
+    if (g->budget > 0) g->budget--;
     int el[VOSH_MAX_H];
     int k = 0;
     uint64_t m = 0;
