@@ -180,8 +180,13 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def read_batch(json_path, with_urls: bool = True, verify: bool = True) -> Batch:
-    """Load a batch, checking lengths and checksums. Raises CorruptFileError naming the bad file."""
+def read_batch(json_path, with_urls: bool = True, verify: bool = True, out=None) -> Batch:
+    """Load a batch, checking lengths and checksums. Raises CorruptFileError naming the bad file.
+
+    ``out``: a BATCH_DTYPE array of the batch's ``count`` records to read the
+    data into (a merge reads its batches into one array, without a copy);
+    the batch's ``records`` is then ``out``.
+    """
     json_path = Path(json_path)
     meta = read_meta(json_path)
     name = json_path.name[: -len(".json")]
@@ -193,19 +198,52 @@ def read_batch(json_path, with_urls: bool = True, verify: bool = True) -> Batch:
     if size != meta["npy_bytes"]:
         raise CorruptFileError(npy_path, f"batch data is {size} bytes, header says {meta['npy_bytes']}"
                                " (truncated or overwritten)")
-    if verify and crc32_file(npy_path) != meta["npy_crc32"]:
-        raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
-    try:
-        records = np.load(npy_path, allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is corruption
-        raise CorruptFileError(npy_path, f"not a readable .npy file ({exc})") from None
-    if records.dtype != BATCH_DTYPE or records.ndim != 1 or len(records) != meta["count"]:
-        raise CorruptFileError(npy_path, f"unexpected array {records.dtype} {records.shape}, "
-                               f"expected {meta['count']} records of {BATCH_DTYPE}")
+    if out is not None and (out.dtype != BATCH_DTYPE or out.shape != (meta["count"],)):
+        raise ValueError(f"out must be {meta['count']} records of {BATCH_DTYPE}")
+    records = _read_records(npy_path, meta, verify, out)
     batch = Batch(name, json_path, records, [], meta)
     if with_urls:
         batch.urls = read_urls(batch, verify=verify)
     return batch
+
+
+def _read_records(npy_path: Path, meta: dict, verify: bool, out) -> np.ndarray:
+    """The records of a batch's ``.npy`` file, read once: the checksum is
+    taken over the bytes as they are read into the array."""
+    count = meta["count"]
+    try:
+        with open(npy_path, "rb", buffering=0) as handle:
+            try:
+                version = np.lib.format.read_magic(handle)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read_header(handle)
+            except Exception as exc:  # noqa: BLE001 - any parse failure is corruption
+                if verify and crc32_file(npy_path) != meta["npy_crc32"]:
+                    raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)") \
+                        from None
+                raise CorruptFileError(npy_path, f"not a readable .npy file ({exc})") from None
+            if dtype != BATCH_DTYPE or shape != (count,) or fortran:
+                raise CorruptFileError(npy_path, f"unexpected array {dtype} {shape}, "
+                                       f"expected {count} records of {BATCH_DTYPE}")
+            start = handle.tell()
+            if start + count * BATCH_DTYPE.itemsize != meta["npy_bytes"]:
+                raise CorruptFileError(npy_path, "batch data length does not match its .npy header")
+            handle.seek(0)
+            crc = zlib.crc32(handle.read(start))
+            records = np.empty(count, dtype=BATCH_DTYPE) if out is None else out
+            view = memoryview(records).cast("B")
+            got = 0
+            while got < len(view):
+                n = handle.readinto(view[got:])
+                if not n:
+                    raise CorruptFileError(npy_path, "batch data ends early (truncated)")
+                got += n
+    except OSError as exc:
+        raise CorruptFileError(npy_path, f"cannot be read ({exc.strerror or exc})") from None
+    if verify and zlib.crc32(view, crc) & 0xFFFFFFFF != meta["npy_crc32"]:
+        raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
+    return records
 
 
 def read_urls(batch: Batch, verify: bool = True) -> list[str]:

@@ -29,10 +29,12 @@ cdef extern from "_murmur3.h" nogil:
 
 cdef extern from *:
     void __builtin_prefetch(const void *addr) nogil
+    int ctz32 "__builtin_ctz" (unsigned int x) nogil
 
 cdef extern from "_joinscan.h" nogil:
-    int64_t simdup_next_candidate(uint32_t y, const uint32_t *low, int64_t i, int64_t n,
-                                  uint32_t h)
+    int64_t simdup_next_block(const uint32_t *y, int ny, const uint32_t *low, int64_t i,
+                              int64_t n, uint32_t h, uint32_t *masks)
+    int simdup_block_width
     int simdup_join_select(int level)
     int simdup_join_level_now
 
@@ -499,9 +501,12 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     buf.d = NULL
     buf.n = 0
     buf.cap = 0
-    cdef int64_t b, lo, hi, j, e, plo, phi
-    cdef uint32_t qi, yl
-    cdef int dist, failed = 0
+    cdef int64_t b, lo, hi, j, j0, e, e0, plo, phi
+    cdef uint32_t qi
+    cdef uint32_t ys[4]
+    cdef uint32_t masks[4]
+    cdef uint32_t mk
+    cdef int s, ny, dist, failed = 0
     cdef int64_t n_active = active.shape[0]
     cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
     with nogil:
@@ -512,27 +517,43 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             phi = probe_offsets[b + 1]
             if lo == hi or plo == phi:
                 continue
-            # chunk values outer, a SIMD sweep of the bucket's probe entries
-            # inner; only candidates touch `idx`/`active`/`q_values`
-            for j in range(lo, hi):
-                yl = <uint32_t>chunk[j]
-                e = simdup_next_candidate(yl, lp, plo, phi, <uint32_t>h)
-                while e < phi:
-                    qi = idx[e]
-                    if qi >= n_active:
-                        failed = 2
-                        break
-                    if active[qi]:
-                        dist = simdup_popcount64(q_values[qi] ^ chunk[j])
-                        if dist <= h:
-                            if _push(&buf, qi, j, <uint8_t>dist) != 0:
-                                failed = 1
+            # chunk values outer, four at a time; a SIMD sweep of the bucket's
+            # probe entries inner; only candidates touch idx/active/q_values
+            j0 = lo
+            while j0 < hi:
+                ny = <int>(hi - j0) if hi - j0 < 4 else 4
+                for s in range(ny):
+                    ys[s] = <uint32_t>chunk[j0 + s]
+                e0 = simdup_next_block(ys, ny, lp, plo, phi, <uint32_t>h, masks)
+                while e0 < phi:
+                    for s in range(ny):
+                        j = j0 + s
+                        mk = masks[s]
+                        while mk:
+                            e = e0 + ctz32(mk)
+                            mk &= mk - 1
+                            qi = idx[e]
+                            if qi >= n_active:
+                                failed = 2
                                 break
-                            if first_only:
-                                active[qi] = 0
-                    e = simdup_next_candidate(yl, lp, e + 1, phi, <uint32_t>h)
+                            if not active[qi]:
+                                continue
+                            dist = simdup_popcount64(q_values[qi] ^ chunk[j])
+                            if dist <= h:
+                                if _push(&buf, qi, j, <uint8_t>dist) != 0:
+                                    failed = 1
+                                    break
+                                if first_only:
+                                    active[qi] = 0
+                        if failed:
+                            break
+                    if failed:
+                        break
+                    e0 = simdup_next_block(ys, ny, lp, e0 + simdup_block_width, phi,
+                                           <uint32_t>h, masks)
                 if failed:
                     break
+                j0 += ny
             if failed:
                 break
     try:

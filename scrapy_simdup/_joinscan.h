@@ -1,18 +1,22 @@
 /* Candidate search of the batch join (PSM batch mode), with SIMD kernels.
  *
- * simdup_next_candidate(y, low, i, n, h) returns the first e in [i, n) with
- * popcount(low[e] ^ y) <= h, or n. `low` holds the low 32 bits of the batch
- * elements probing one header bucket; `y` the low 32 bits of a chunk value.
- * Nearly every comparison fails (a random pair passes with probability
- * ~1e-6 at h = 3), so the kernels are a tight XOR-popcount-compare sweep
- * that stops only on a candidate.
+ * simdup_next_block(y, ny, low, i, n, h, masks) sweeps low[i..n) against up
+ * to 4 values y[0..ny) at once (one load of `low` serves all of them) and
+ * returns the start e0 of the first block of simdup_block_width entries that
+ * holds a candidate, a `low[e]` with popcount(low[e] ^ y[s]) <= h; masks[s]
+ * has bit l set when low[e0 + l] is one for y[s]. Returns n if none is
+ * left; the next sweep starts at e0 + simdup_block_width. `low` holds the
+ * low 32 bits of the batch elements probing one header bucket; `y` those of
+ * chunk values in that bucket. Nearly every comparison fails (a random pair
+ * passes with probability ~1e-6 at h = 3), so the kernels are a tight
+ * XOR-popcount-compare sweep that stops only on a candidate.
  *
  * Three kernels, picked once at run time from what the CPU has (the module
  * is built for plain x86-64: the SIMD ones are compiled with per-function
  * target attributes, so the build needs no -m flags):
- *   2  AVX-512 with VPOPCNTDQ: 16 lanes, popcount in one instruction;
- *   1  AVX2: 8 lanes, popcount by nibble lookup (vpshufb);
- *   0  portable scalar.
+ *   2  AVX-512 with VPOPCNTDQ: blocks of 16, popcount in one instruction;
+ *   1  AVX2: blocks of 8, popcount by nibble lookup (vpshufb);
+ *   0  portable scalar, blocks of 32.
  * simdup_join_select(level) forces a lower one (tests, benchmarks).
  */
 #ifndef SIMDUP_JOINSCAN_H
@@ -29,10 +33,20 @@ static inline int simdup_popcount32(uint32_t x) {
 #endif
 }
 
-static int64_t simdup_next_candidate_scalar(uint32_t y, const uint32_t *low,
-                                            int64_t i, int64_t n, uint32_t h) {
-    for (; i < n; i++)
-        if ((uint32_t)simdup_popcount32(low[i] ^ y) <= h) return i;
+static int64_t simdup_next_block_scalar(const uint32_t *y, int ny, const uint32_t *low,
+                                        int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
+    for (; i < n; i += 32) {
+        int64_t w = n - i < 32 ? n - i : 32;
+        uint32_t any = 0;
+        for (int s = 0; s < ny; s++) {
+            uint32_t mk = 0;
+            for (int64_t l = 0; l < w; l++)
+                if ((uint32_t)simdup_popcount32(low[i + l] ^ y[s]) <= h) mk |= (uint32_t)1 << l;
+            masks[s] = mk;
+            any |= mk;
+        }
+        if (any) return i;
+    }
     return n;
 }
 
@@ -41,53 +55,78 @@ static int64_t simdup_next_candidate_scalar(uint32_t y, const uint32_t *low,
 #include <immintrin.h>
 
 __attribute__((target("avx512f,avx512vpopcntdq")))
-static int64_t simdup_next_candidate_avx512(uint32_t y, const uint32_t *low,
-                                            int64_t i, int64_t n, uint32_t h) {
-    const __m512i vy = _mm512_set1_epi32((int)y);
+static int64_t simdup_next_block_avx512(const uint32_t *y, int ny, const uint32_t *low,
+                                        int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
     const __m512i vh = _mm512_set1_epi32((int)h);
-    for (; i + 16 <= n; i += 16) {
-        __m512i v = _mm512_loadu_si512((const void *)(low + i));
-        __mmask16 k = _mm512_cmple_epu32_mask(_mm512_popcnt_epi32(_mm512_xor_si512(v, vy)), vh);
-        if (k) return i + __builtin_ctz((unsigned)k);
-    }
-    if (i < n) {
-        /* masked lanes are neither loaded (no fault past the end) nor compared */
-        __mmask16 live = (__mmask16)((1u << (n - i)) - 1u);
-        __m512i v = _mm512_maskz_loadu_epi32(live, (const void *)(low + i));
-        __mmask16 k = _mm512_mask_cmple_epu32_mask(
-            live, _mm512_popcnt_epi32(_mm512_xor_si512(v, vy)), vh);
-        if (k) return i + __builtin_ctz((unsigned)k);
+    /* slots past ny repeat y[0]; their masks are cleared below */
+    const __m512i y0 = _mm512_set1_epi32((int)y[0]);
+    const __m512i y1 = _mm512_set1_epi32((int)y[ny > 1 ? 1 : 0]);
+    const __m512i y2 = _mm512_set1_epi32((int)y[ny > 2 ? 2 : 0]);
+    const __m512i y3 = _mm512_set1_epi32((int)y[ny > 3 ? 3 : 0]);
+    __mmask16 live = 0xFFFF;
+    for (; i < n; i += 16) {
+        __m512i v;
+        if (n - i >= 16) {
+            v = _mm512_loadu_si512((const void *)(low + i));
+        } else {
+            /* masked lanes are neither loaded (no fault past the end) nor compared */
+            live = (__mmask16)((1u << (n - i)) - 1u);
+            v = _mm512_maskz_loadu_epi32(live, (const void *)(low + i));
+        }
+        __mmask16 k0 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y0)), vh);
+        __mmask16 k1 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y1)), vh);
+        __mmask16 k2 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y2)), vh);
+        __mmask16 k3 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y3)), vh);
+        if (k0 | k1 | k2 | k3) {
+            masks[0] = k0;
+            masks[1] = ny > 1 ? k1 : 0;
+            masks[2] = ny > 2 ? k2 : 0;
+            masks[3] = ny > 3 ? k3 : 0;
+            if (masks[0] | masks[1] | masks[2] | masks[3]) return i;
+        }
     }
     return n;
 }
 
+/* popcount of each 32-bit lane of v, compared with h: a lane mask (8 bits) */
 __attribute__((target("avx2")))
-static int64_t simdup_next_candidate_avx2(uint32_t y, const uint32_t *low,
-                                          int64_t i, int64_t n, uint32_t h) {
-    const __m256i vy = _mm256_set1_epi32((int)y);
-    /* c <= h as h + 1 > c (signed compare; counts are 0..32, h is small) */
-    const __m256i vh1 = _mm256_set1_epi32(h < 64 ? (int)h + 1 : 65);
+static inline int simdup_avx2_within(__m256i v, __m256i vh1) {
     const __m256i nib = _mm256_set1_epi8(0x0f);
     const __m256i lut = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
                                          0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256i c8 = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib)),
+                                 _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib)));
+    /* bytes -> 16-bit pair sums -> 32-bit lane sums */
+    __m256i c32 = _mm256_madd_epi16(_mm256_maddubs_epi16(c8, _mm256_set1_epi8(1)),
+                                    _mm256_set1_epi16(1));
+    /* c <= h as h + 1 > c (signed compare; counts are 0..32) */
+    return _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(vh1, c32)));
+}
+
+__attribute__((target("avx2")))
+static int64_t simdup_next_block_avx2(const uint32_t *y, int ny, const uint32_t *low,
+                                      int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
+    const __m256i vh1 = _mm256_set1_epi32(h < 64 ? (int)h + 1 : 65);
+    __m256i vy[4];
+    for (int s = 0; s < 4; s++) vy[s] = _mm256_set1_epi32((int)y[s < ny ? s : 0]);
     for (; i + 8 <= n; i += 8) {
-        __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(low + i)), vy);
-        __m256i c8 = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib)),
-                                     _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib)));
-        /* bytes -> 16-bit pair sums -> 32-bit lane sums */
-        __m256i c32 = _mm256_madd_epi16(_mm256_maddubs_epi16(c8, ones8), ones16);
-        int k = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(vh1, c32)));
-        if (k) return i + __builtin_ctz((unsigned)k);
+        __m256i v = _mm256_loadu_si256((const __m256i *)(low + i));
+        uint32_t any = 0;
+        for (int s = 0; s < ny; s++) {
+            masks[s] = (uint32_t)simdup_avx2_within(_mm256_xor_si256(v, vy[s]), vh1);
+            any |= masks[s];
+        }
+        if (any) return i;
     }
-    return simdup_next_candidate_scalar(y, low, i, n, h);
+    return simdup_next_block_scalar(y, ny, low, i, n, h, masks);
 }
 #endif
 
-typedef int64_t (*simdup_candidate_fn)(uint32_t, const uint32_t *, int64_t, int64_t, uint32_t);
+typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int64_t, int64_t,
+                                   uint32_t, uint32_t *);
 
-static simdup_candidate_fn simdup_next_candidate = simdup_next_candidate_scalar;
+static simdup_block_fn simdup_next_block = simdup_next_block_scalar;
+static int simdup_block_width = 32;
 static int simdup_join_level_now = -1;
 
 /* The best kernel the CPU has. */
@@ -107,12 +146,17 @@ static int simdup_join_best_level(void) {
 static int simdup_join_select(int level) {
     int best = simdup_join_best_level();
     if (level < 0 || level > best) level = best;
+    simdup_next_block = simdup_next_block_scalar;
+    simdup_block_width = 32;
 #ifdef SIMDUP_JOIN_X86
-    if (level == 2) simdup_next_candidate = simdup_next_candidate_avx512;
-    else if (level == 1) simdup_next_candidate = simdup_next_candidate_avx2;
-    else
+    if (level == 2) {
+        simdup_next_block = simdup_next_block_avx512;
+        simdup_block_width = 16;
+    } else if (level == 1) {
+        simdup_next_block = simdup_next_block_avx2;
+        simdup_block_width = 8;
+    }
 #endif
-    simdup_next_candidate = simdup_next_candidate_scalar;
     simdup_join_level_now = level;
     return level;
 }

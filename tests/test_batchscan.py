@@ -101,34 +101,34 @@ JOIN_KERNELS = list(range(_batchscan.join_kernel() + 1))
 
 @pytest.mark.parametrize("level", JOIN_KERNELS)
 def test_join_kernels_find_every_candidate(level):
-    """The SIMD sweeps against the scalar one: every start offset and length
-    (tails of every size), every distance, and the lanes past the end never
-    counted (masked loads, scalar tails)."""
+    """The SIMD sweeps against brute force: every bucket length (tails of
+    every size), 1-9 chunk values per bucket (the kernels take them four at
+    a time), every distance, and lanes past the end never counted (masked
+    loads, scalar tails)."""
     rng = np.random.default_rng(level)
     assert _batchscan.join_kernel(level) == level
     try:
         for trial in range(400):
             n = int(rng.integers(0, 70))
-            y = int(rng.integers(0, 2**32))
-            low = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-            near = rng.random(n) < 0.2        # some entries within a few bits of y
-            for j in np.flatnonzero(near):
-                v = y
+            ys = rng.integers(0, 2**32, int(rng.integers(1, 10)), dtype=np.uint64)
+            low = rng.integers(0, 2**32, n, dtype=np.uint64)
+            for j in np.flatnonzero(rng.random(n) < 0.3):   # some within a few bits of a y
+                v = int(rng.choice(ys))
                 for bit in rng.choice(32, size=int(rng.integers(0, 5)), replace=False):
                     v ^= 1 << int(bit)
                 low[j] = v
             h = int(rng.integers(0, 6)) if trial % 10 else int(rng.choice([32, 40, 64]))
-            q = np.zeros(n, dtype=np.uint64)
-            q[:] = low                       # full values = low bits: distance = low distance
-            chunk = np.array([y], dtype=np.uint64)
-            coff = np.array([0, 1], dtype=np.int64)
+            q = low.copy()                   # full values = low bits: distance = low distance
+            coff = np.array([0, len(ys)], dtype=np.int64)
             poff = np.array([0, n], dtype=np.int64)
             idx = np.arange(n, dtype=np.uint32)
-            qi, yi, dd = _batchscan.join_chunk(chunk, coff, poff, low, idx, q, h,
+            qi, yi, dd = _batchscan.join_chunk(ys, coff, poff, low.astype(np.uint32), idx, q, h,
                                                np.ones(n, np.uint8), False)
-            want = [j for j in range(n) if bin(int(low[j]) ^ y).count("1") <= h]
-            assert sorted(qi.tolist()) == want, (trial, n, h)
-            assert dd.tolist() == [bin(int(low[j]) ^ y).count("1") for j in qi.tolist()]
+            want = {(e, j, bin(int(low[e]) ^ int(ys[j])).count("1"))
+                    for e in range(n) for j in range(len(ys))
+                    if bin(int(low[e]) ^ int(ys[j])).count("1") <= h}
+            got = list(zip(qi.tolist(), yi.tolist(), dd.tolist()))
+            assert len(got) == len(set(got)) and set(got) == want, (trial, n, len(ys), h)
     finally:
         _batchscan.join_kernel()
 
