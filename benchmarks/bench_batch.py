@@ -1,6 +1,6 @@
 """PSM batch mode (``simdup merge``) against BPHS batch mode, same run.
 
-    python benchmarks/bench_batch.py            # n = 10M on disk, m = 1M (2 rounds, best kept)
+    python benchmarks/bench_batch.py            # n = 10M on disk, m = 1M (3 rounds, best kept)
     python benchmarks/bench_batch.py --quick    # n = 200K, m = 20K
 
 What is measured: one pending batch ``Q`` of ``m`` fingerprints (written as
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -179,7 +180,10 @@ def run_worker(method, crawl, collection, m, out, probes=None):
            str(collection), "--m", str(m), "--out", str(out)]
     if probes is not None:
         cmd += ["--probes", str(probes)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # one core per method: NumPy's OpenBLAS threads otherwise spin for ~0.1 s
+    # of CPU after import, inside the timed merge (no method calls BLAS)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{method} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -192,7 +196,7 @@ def main() -> None:
     ap.add_argument("--m", type=int)
     ap.add_argument("--small-n", type=int, help="second collection size for the memory check")
     ap.add_argument("--probes", type=int)
-    ap.add_argument("--repeat", type=int, default=2, help="rounds of all methods (best kept)")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of all methods (best kept)")
     ap.add_argument("--no-index-engine", action="store_true")
     ap.add_argument("--worker")
     ap.add_argument("--dir")

@@ -471,6 +471,45 @@ def join_kernel(int level=-1):
     return simdup_join_select(level)
 
 
+# candidates are checked in batches of CAND_BATCH: each needs three random
+# reads (its element number, `active`, its full value), and prefetching them
+# for a whole batch overlaps the cache misses instead of paying them in turn
+cdef enum:
+    CAND_BATCH = 64
+
+
+cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
+                           const uint32_t[::1] idx, const uint64_t[::1] q_values,
+                           const uint64_t[::1] chunk, uint8_t[::1] active, int h,
+                           bint first_only, PairBuf *buf) noexcept nogil:
+    """Check candidates ``(probe entry ce[c], chunk entry cj[c])`` in order;
+    matches go to ``buf``. Returns 0, 1 (out of memory) or 2 (bad element)."""
+    cdef uint32_t qs[CAND_BATCH]
+    cdef int64_t c, n_active = active.shape[0]
+    cdef uint32_t qi
+    cdef int dist
+    for c in range(nc):
+        __builtin_prefetch(&idx[ce[c]])
+    for c in range(nc):
+        qs[c] = idx[ce[c]]
+        if qs[c] < n_active:
+            __builtin_prefetch(&q_values[qs[c]])
+            __builtin_prefetch(&active[qs[c]])
+    for c in range(nc):
+        qi = qs[c]
+        if qi >= n_active:
+            return 2
+        if not active[qi]:
+            continue
+        dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
+        if dist <= h:
+            if _push(buf, qi, cj[c], <uint8_t>dist) != 0:
+                return 1
+            if first_only:
+                active[qi] = 0
+    return 0
+
+
 def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                const int64_t[::1] probe_offsets, const uint32_t[::1] low,
                const uint32_t[::1] idx, const uint64_t[::1] q_values, int h,
@@ -501,13 +540,14 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     buf.d = NULL
     buf.n = 0
     buf.cap = 0
-    cdef int64_t b, lo, hi, j, j0, e, e0, plo, phi
-    cdef uint32_t qi
+    cdef int64_t b, lo, hi, j0, e0, plo, phi
     cdef uint32_t ys[4]
     cdef uint32_t masks[4]
     cdef uint32_t mk
-    cdef int s, ny, dist, failed = 0
-    cdef int64_t n_active = active.shape[0]
+    cdef int s, ny, failed = 0
+    cdef int64_t ce[CAND_BATCH]
+    cdef int64_t cj[CAND_BATCH]
+    cdef int64_t nc = 0
     cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
     with nogil:
         for b in range(nb):
@@ -518,7 +558,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             if lo == hi or plo == phi:
                 continue
             # chunk values outer, four at a time; a SIMD sweep of the bucket's
-            # probe entries inner; only candidates touch idx/active/q_values
+            # probe entries inner; candidates are queued for _check_candidates
             j0 = lo
             while j0 < hi:
                 ny = <int>(hi - j0) if hi - j0 < 4 else 4
@@ -527,24 +567,18 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 e0 = simdup_next_block(ys, ny, lp, plo, phi, <uint32_t>h, masks)
                 while e0 < phi:
                     for s in range(ny):
-                        j = j0 + s
                         mk = masks[s]
                         while mk:
-                            e = e0 + ctz32(mk)
-                            mk &= mk - 1
-                            qi = idx[e]
-                            if qi >= n_active:
-                                failed = 2
-                                break
-                            if not active[qi]:
-                                continue
-                            dist = simdup_popcount64(q_values[qi] ^ chunk[j])
-                            if dist <= h:
-                                if _push(&buf, qi, j, <uint8_t>dist) != 0:
-                                    failed = 1
+                            if nc == CAND_BATCH:
+                                failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
+                                                           active, h, first_only, &buf)
+                                nc = 0
+                                if failed:
                                     break
-                                if first_only:
-                                    active[qi] = 0
+                            ce[nc] = e0 + ctz32(mk)
+                            cj[nc] = j0 + s
+                            nc += 1
+                            mk &= mk - 1
                         if failed:
                             break
                     if failed:
@@ -556,6 +590,9 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 j0 += ny
             if failed:
                 break
+        if not failed and nc:
+            failed = _check_candidates(nc, ce, cj, idx, q_values, chunk, active, h,
+                                       first_only, &buf)
     try:
         if failed == 2:
             raise ValueError("the probe table names an element beyond `active`")
