@@ -156,6 +156,11 @@ def worker(args) -> None:
     """Run one merge (without committing) and report time, peak RSS and pairs."""
     from scrapy_simdup._merge import merge  # noqa: PLC0415
 
+    if args.join_kernel is not None:
+        from scrapy_simdup import _batchscan  # noqa: PLC0415
+
+        if _batchscan.join_kernel(args.join_kernel) != args.join_kernel:
+            raise SystemExit(f"join kernel {args.join_kernel} is not available on this CPU")
     rss0 = _peak_rss_mb()
     kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),
           "bphs": dict(exact=True, first=False, tables=4),
@@ -175,11 +180,13 @@ def worker(args) -> None:
                       "rss_start_mb": rss0, "rss_peak_mb": rss1}))
 
 
-def run_worker(method, crawl, collection, m, out, probes=None):
+def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None):
     cmd = [sys.executable, __file__, "--worker", method, "--dir", str(crawl), "--collection",
            str(collection), "--m", str(m), "--out", str(out)]
     if probes is not None:
         cmd += ["--probes", str(probes)]
+    if join_kernel is not None:
+        cmd += ["--join-kernel", str(join_kernel)]
     # one core per method: NumPy's OpenBLAS threads otherwise spin for ~0.1 s
     # of CPU after import, inside the timed merge (no method calls BLAS)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -202,6 +209,7 @@ def main() -> None:
     ap.add_argument("--dir")
     ap.add_argument("--collection")
     ap.add_argument("--out")
+    ap.add_argument("--join-kernel", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
@@ -275,6 +283,22 @@ def main() -> None:
         f"{res['psm-f']['rss_peak_mb']:.0f} MB (ratio {res['psm-f']['rss_peak_mb'] / small['rss_peak_mb']:.2f}"
         f" for {n / small_n:.0f}x the collection)")
     log(f"on-disk collection: {sum(p.stat().st_size for p in Path(collection).iterdir()) / 2**20:.0f} MB")
+    # the batch join's SIMD sweep on CPUs with less than this one: the same
+    # merge with each lower kernel forced (same pairs, other speed)
+    from scrapy_simdup import _batchscan  # noqa: PLC0415
+
+    best = _batchscan.join_kernel()
+    names = {2: "AVX-512", 1: "AVX2", 0: "scalar"}
+    log("")
+    log(f"## PSM-F with the join kernels below this CPU's best ({names[best]}), best of {args.repeat}")
+    for level in range(best - 1, -1, -1):
+        runs = [run_worker("psm-f", crawl, collection, m, out / "psm-f-kernel.npy", args.probes,
+                           join_kernel=level) for _ in range(args.repeat)]
+        r = min(runs, key=lambda x: x["cpu"])
+        same = r["pairs"] == res["psm-f"]["pairs"]
+        log(f"psm-f {names[level]:8s} {r['cpu']:7.2f} s CPU  {r['m'] / r['cpu']:>10,.0f} fp/s "
+            f"per CPU-second  {bc / r['cpu']:5.2f}x BPHS  pairs {r['pairs']:,}"
+            f"{'' if same else '  (DIFFERENT PAIRS)'}")
 
 
 if __name__ == "__main__":

@@ -36,16 +36,23 @@ static inline int simdup_popcount32(uint32_t x) {
 static int64_t simdup_next_block_scalar(const uint32_t *y, int ny, const uint32_t *low,
                                         int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
     for (; i < n; i += 32) {
-        int64_t w = n - i < 32 ? n - i : 32;
-        uint32_t any = 0;
-        for (int s = 0; s < ny; s++) {
-            uint32_t mk = 0;
-            for (int64_t l = 0; l < w; l++)
-                if ((uint32_t)simdup_popcount32(low[i + l] ^ y[s]) <= h) mk |= (uint32_t)1 << l;
-            masks[s] = mk;
-            any |= mk;
+        int w = n - i < 32 ? (int)(n - i) : 32;
+        uint32_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
+        /* branch-free: every value is compared with all four slots (slots
+         * past ny repeat y[0] and are cleared below) */
+        uint32_t y0 = y[0], y1 = y[ny > 1 ? 1 : 0], y2 = y[ny > 2 ? 2 : 0], y3 = y[ny > 3 ? 3 : 0];
+        for (int l = 0; l < w; l++) {
+            uint32_t v = low[i + l];
+            m0 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y0) <= h) << l;
+            m1 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y1) <= h) << l;
+            m2 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y2) <= h) << l;
+            m3 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y3) <= h) << l;
         }
-        if (any) return i;
+        masks[0] = m0;
+        masks[1] = ny > 1 ? m1 : 0;
+        masks[2] = ny > 2 ? m2 : 0;
+        masks[3] = ny > 3 ? m3 : 0;
+        if (masks[0] | masks[1] | masks[2] | masks[3]) return i;
     }
     return n;
 }
