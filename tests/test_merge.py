@@ -386,3 +386,38 @@ def test_pairs_go_through_symlinks_and_to_fifos(corpus, tmp_path):
     merge([tmp_path / "more"], tmp_path / "coll", distance=H, pairs_out=fifo)
     reader.join(timeout=30)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_stable_argsort_keeps_equal_values_in_arrival_order(seed):
+    """The merge's SIMD argsort puts runs of equal values (exact duplicate
+    pages) back in arrival order: the same order as NumPy's stable sort."""
+    from scrapy_simdup._merge import _stable_argsort
+
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    # runs of equal values, some adjacent in sorted order
+    values[rng.integers(0, 5000, 1500)] = values[rng.integers(0, 50, 1500)]
+    values[:3] = [7, 7, 8]
+    order, ordered = _stable_argsort(values)
+    want = np.argsort(values, kind="stable")
+    assert np.array_equal(order, want)
+    assert np.array_equal(ordered, values[want])
+    empty, _ = _stable_argsort(np.zeros(0, dtype=np.uint64))
+    assert len(empty) == 0
+
+
+def test_pairs_are_sorted_by_id_then_duplicate_of():
+    from scrapy_simdup._merge import PAIR_DTYPE, _sort_pairs
+
+    rng = np.random.default_rng(3)
+    for hi in (1000, 2**40):          # one 64-bit key, and the lexsort beyond 32-bit ids
+        pairs = np.zeros(3000, dtype=PAIR_DTYPE)
+        pairs["id"] = rng.integers(0, hi, 3000)
+        pairs["duplicate_of"] = rng.integers(0, hi, 3000)
+        pairs["distance"] = rng.integers(0, 4, 3000)
+        got = _sort_pairs(pairs)
+        want = pairs[np.lexsort((pairs["duplicate_of"], pairs["id"]))]
+        assert np.array_equal(got[["id", "duplicate_of"]], want[["id", "duplicate_of"]])
+        assert sorted(got.tolist()) == sorted(pairs.tolist())
+    assert len(_sort_pairs(np.zeros(0, dtype=PAIR_DTYPE))) == 0
