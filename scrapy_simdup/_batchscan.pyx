@@ -463,6 +463,13 @@ def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] low, uint32_t[::1] i
     return w
 
 
+def join_kernel_level():
+    """The join kernel in use (picking the best one on first use)."""
+    if simdup_join_level_now < 0:
+        simdup_join_select(-1)
+    return simdup_join_level_now
+
+
 def join_kernel(int level=-1):
     """Pick the join's candidate kernel: 2 AVX-512 (VPOPCNTDQ), 1 AVX2, 0 scalar,
     -1 the best this CPU has. Returns the level in use (a level the CPU lacks

@@ -290,19 +290,28 @@ class Collection:
 # ----------------------------------------------------------------------------- matching
 
 
+#: header bits below log2(chunk size): 5 with a SIMD join kernel (AVX2 or
+#: AVX-512), 3 with the scalar one (see header_bits)
 HEADER_SLACK = 5
+HEADER_SLACK_SCALAR = 3
 
 
 def header_bits(chunk_size: int) -> int:
-    """PSM header length for chunks of ``chunk_size``: ``t = log2(m) - 5`` (4..30).
+    """PSM header length for chunks of ``chunk_size``: ``t = log2(m) - 5`` (4..30),
+    or ``log2(m) - 3`` on a CPU without AVX2.
 
-    About 32 fingerprints per bucket: fewer header bits need fewer probes for
-    the same recall (k(t) grows with t), and the extra bucket entries cost
-    a share of a SIMD 32-bit popcount each in the join's sweep (bench_batch
-    at m = 1M, n = 10M: t = 15 with 16 probes 1.25 s, t = 17 with 22 probes
-    1.59 s, t = 13 with 12 probes 1.46 s; recall 0.97 for all).
+    Fewer header bits need fewer probes for the same recall (k(t) grows with
+    t) and put more chunk entries in each bucket, each one more comparison in
+    the join's sweep. With SIMD, about 32 entries per bucket is best
+    (bench_batch at m = 1M, n = 10M: t = 15 with 16 probes 1.25 s, t = 17
+    with 22 probes 1.59 s, t = 13 with 12 probes 1.46 s; recall 0.97 for
+    all); the scalar sweep, 4x slower per comparison, is best at about 8
+    (t = 17 with 22 probes: 2.3 s against 3.6 s at t = 15). So which near-duplicates a merge
+    finds (it is probabilistic) can differ between CPUs with and without
+    AVX2; on one machine it is deterministic.
     """
-    return int(min(30, max(4, round(math.log2(max(chunk_size, 2))) - HEADER_SLACK)))
+    slack = HEADER_SLACK if _batchscan.join_kernel_level() > 0 else HEADER_SLACK_SCALAR
+    return int(min(30, max(4, round(math.log2(max(chunk_size, 2))) - slack)))
 
 
 def default_probes(distance: int, chunk_size: int) -> int:
