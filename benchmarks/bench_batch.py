@@ -220,6 +220,7 @@ def main() -> None:
     from scrapy_simdup._batchprobes import volatility_model  # noqa: PLC0415
     from scrapy_simdup._merge import default_probes  # noqa: PLC0415
 
+    user_probes = args.probes
     if args.probes is None:  # what `simdup merge` uses when no --probes/--recall is given
         args.probes = default_probes(H, m)
     log(f"# bench_batch: n = {n:,} on disk, m = {m:,}, distance {H}, "
@@ -283,9 +284,10 @@ def main() -> None:
         f"{res['psm-f']['rss_peak_mb']:.0f} MB (ratio {res['psm-f']['rss_peak_mb'] / small['rss_peak_mb']:.2f}"
         f" for {n / small_n:.0f}x the collection)")
     log(f"on-disk collection: {sum(p.stat().st_size for p in Path(collection).iterdir()) / 2**20:.0f} MB")
-    # the batch join's SIMD sweep on CPUs with less than this one: the same
-    # merge with each lower kernel forced (AVX2: same header length and
-    # pairs; scalar: 2 more header bits, so other probes and pairs)
+    # the batch join's SIMD sweep on CPUs with less than this one: the
+    # default merge with each lower kernel forced (AVX2: same header length,
+    # probes and pairs; scalar: 2 more header bits, so the probes and pairs
+    # of its own default)
     from scrapy_simdup import _batchscan  # noqa: PLC0415
 
     best = _batchscan.join_kernel()
@@ -293,7 +295,7 @@ def main() -> None:
     log("")
     log(f"## PSM-F with the join kernels below this CPU's best ({names[best]}), best of {args.repeat}")
     for level in range(best - 1, -1, -1):
-        runs = [run_worker("psm-f", crawl, collection, m, out / "psm-f-kernel.npy", args.probes,
+        runs = [run_worker("psm-f", crawl, collection, m, out / "psm-f-kernel.npy", user_probes,
                            join_kernel=level) for _ in range(args.repeat)]
         r = min(runs, key=lambda x: x["cpu"])
         pairs, _ = pairset("psm-f-kernel")

@@ -213,22 +213,30 @@ def _read_records(npy_path: Path, meta: dict, verify: bool, out) -> np.ndarray:
     count = meta["count"]
     try:
         with open(npy_path, "rb", buffering=0) as handle:
+            problem = None
             try:
                 version = np.lib.format.read_magic(handle)
+                if version not in ((1, 0), (2, 0), (3, 0)):
+                    raise ValueError(f"unknown .npy format version {version}")
                 read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                                else np.lib.format.read_array_header_2_0)
                 shape, fortran, dtype = read_header(handle)
             except Exception as exc:  # noqa: BLE001 - any parse failure is corruption
+                problem = f"not a readable .npy file ({exc})"
+            else:
+                if dtype != BATCH_DTYPE or shape != (count,):
+                    problem = (f"unexpected array {dtype} {shape}, expected {count} records "
+                               f"of {BATCH_DTYPE}")
+                elif fortran:
+                    problem = "unexpected Fortran-order array"
+                elif handle.tell() + count * BATCH_DTYPE.itemsize != meta["npy_bytes"]:
+                    problem = "batch data length does not match its .npy header"
+            if problem is not None:
+                # a damaged file is reported as such, whatever part of it broke
                 if verify and crc32_file(npy_path) != meta["npy_crc32"]:
-                    raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)") \
-                        from None
-                raise CorruptFileError(npy_path, f"not a readable .npy file ({exc})") from None
-            if dtype != BATCH_DTYPE or shape != (count,) or fortran:
-                raise CorruptFileError(npy_path, f"unexpected array {dtype} {shape}, "
-                                       f"expected {count} records of {BATCH_DTYPE}")
+                    raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
+                raise CorruptFileError(npy_path, problem)
             start = handle.tell()
-            if start + count * BATCH_DTYPE.itemsize != meta["npy_bytes"]:
-                raise CorruptFileError(npy_path, "batch data length does not match its .npy header")
             handle.seek(0)
             crc = zlib.crc32(handle.read(start))
             records = np.empty(count, dtype=BATCH_DTYPE) if out is None else out

@@ -2,8 +2,9 @@
 
 Computed once per merge for the whole batch (the paper: "pre-process Q by
 identifying the volatile bits ... saves time in identifying top
-bit-combinations every time a new chunk is loaded"), then reused for every
-chunk of the collection by :func:`scrapy_simdup._batchscan.scan_chunk`.
+bit-combinations every time a new chunk is loaded"), inverted into the probe
+table (:func:`scrapy_simdup._batchscan.probe_table`) and reused for every
+chunk of the collection by :func:`scrapy_simdup._batchscan.join_chunk`.
 
 The flip sets come in VOSH order (non-increasing ``p(S)``) from the index
 module's compiled generator (``_vosh.h``, called by

@@ -32,8 +32,9 @@ cdef extern from *:
     int ctz32 "__builtin_ctz" (unsigned int x) nogil
 
 cdef extern from "_joinscan.h" nogil:
-    int64_t simdup_next_block(const uint32_t *y, int ny, const uint32_t *low, int64_t i,
-                              int64_t n, uint32_t h, uint32_t *masks)
+    ctypedef int64_t (*simdup_block_fn)(const uint32_t *y, int ny, const uint32_t *low,
+                                        int64_t i, int64_t n, uint32_t h, uint32_t *masks)
+    simdup_block_fn simdup_next_block
     int simdup_block_width
     int simdup_join_select(int level)
     int simdup_join_level_now
@@ -188,6 +189,8 @@ def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, 
     masks of ``cq[rows[i]]`` (no gathered copy of ``cq``)."""
     if table.shape[0] != 256:
         raise ValueError("table must have 256 entries")
+    if np.isnan(np.asarray(table)).any():
+        raise ValueError("table has NaN log-odds")
     if cq.shape[1] < t:
         raise ValueError(f"cq has {cq.shape[1]} columns, t = {t}")
     k = _check_flip_args(t, h, k)
@@ -195,8 +198,11 @@ def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, 
     cdef int64_t[::1] row_v = np.zeros(1, dtype=np.int64)
     cdef bint use_rows = rows is not None
     if use_rows:
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
+            raise ValueError("rows must be a 1-D array of integers")
         row_v = np.ascontiguousarray(rows, dtype=np.int64)
-        if row_v.shape[0] and (np.min(rows) < 0 or np.max(rows) >= m):
+        if row_v.shape[0] and (np.min(row_v) < 0 or np.max(row_v) >= m):
             raise ValueError(f"rows must be in 0..{m - 1}")
         m = row_v.shape[0]
     masks = np.zeros((m, k), dtype=np.uint32 if high32 else np.uint64)
@@ -541,6 +547,9 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
         raise ValueError(f"h must be in 0..64, got {h}")
     if simdup_join_level_now < 0:
         simdup_join_select(-1)
+    # one kernel for the whole chunk, even if join_kernel() is called meanwhile
+    cdef simdup_block_fn next_block = simdup_next_block
+    cdef int64_t width = simdup_block_width
     cdef PairBuf buf
     buf.q = NULL
     buf.y = NULL
@@ -571,7 +580,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 ny = <int>(hi - j0) if hi - j0 < 4 else 4
                 for s in range(ny):
                     ys[s] = <uint32_t>chunk[j0 + s]
-                e0 = simdup_next_block(ys, ny, lp, plo, phi, <uint32_t>h, masks)
+                e0 = next_block(ys, ny, lp, plo, phi, <uint32_t>h, masks)
                 while e0 < phi:
                     for s in range(ny):
                         mk = masks[s]
@@ -590,8 +599,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                             break
                     if failed:
                         break
-                    e0 = simdup_next_block(ys, ny, lp, e0 + simdup_block_width, phi,
-                                           <uint32_t>h, masks)
+                    e0 = next_block(ys, ny, lp, e0 + width, phi, <uint32_t>h, masks)
                 if failed:
                     break
                 j0 += ny

@@ -302,11 +302,11 @@ def header_bits(chunk_size: int) -> int:
 
     Fewer header bits need fewer probes for the same recall (k(t) grows with
     t) and put more chunk entries in each bucket, each one more comparison in
-    the join's sweep. With SIMD, about 32 entries per bucket is best
-    (bench_batch at m = 1M, n = 10M: t = 15 with 16 probes 1.25 s, t = 17
-    with 22 probes 1.59 s, t = 13 with 12 probes 1.46 s; recall 0.97 for
-    all); the scalar sweep, 4x slower per comparison, is best at about 8
-    (t = 17 with 22 probes: 2.3 s against 3.6 s at t = 15). So which near-duplicates a merge
+    the join's sweep. With SIMD, about 32 entries per bucket is best; the
+    scalar sweep, 4x slower per comparison, is best at about 8 (tuned on the
+    bench_batch workload at m = 1M, n = 10M, in-process timings not kept in
+    the results file: with AVX-512, t = 15 beat t = 17 and t = 13 by 20%
+    and 15%; scalar, t = 17 beat t = 15 by 35%). So which near-duplicates a merge
     finds (it is probabilistic) can differ between CPUs with and without
     AVX2; on one machine it is deterministic.
     """

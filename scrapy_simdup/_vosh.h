@@ -67,7 +67,8 @@ static inline int vosh_push(vosh_gen *g, const vosh_node *x) {
     if (g->sorted && g->budget >= 0 && g->n - g->lo >= g->budget) {
         /* full: a node behind `budget` others is never taken. Drop the
          * worst, or x itself if it is no better. */
-        if (g->budget == 0 || g->n == g->lo || !vosh_less(&h[g->lo], x)) return 0;
+        /* (budget > 0 here means the queue is not empty) */
+        if (g->budget == 0 || !vosh_less(&h[g->lo], x)) return 0;
         g->lo++;
     }
     if (g->n >= g->cap) return -1;

@@ -113,6 +113,42 @@ def test_flipped_byte_is_a_checksum_error(tmp_path):
     assert err.value.path == str(npy)
 
 
+@pytest.mark.parametrize("damage", ["fortran", "version", "dtype", "count"])
+@pytest.mark.parametrize("verify", [True, False])
+def test_odd_npy_headers_are_named(tmp_path, damage, verify):
+    """A .npy header the batch header does not describe (rewritten with a
+    consistent length and checksum, so only the header check can catch it)."""
+    header = _one_batch(tmp_path)
+    npy = header.with_suffix(".npy")
+    records = np.load(npy)
+    if damage == "fortran":
+        data = npy.read_bytes().replace(b"'fortran_order': False", b"'fortran_order': True ")
+    elif damage == "version":
+        data = bytearray(npy.read_bytes())
+        data[6] = 4                                  # format version 4.0
+        data = bytes(data)
+    else:
+        import io
+        buf = io.BytesIO()
+        np.save(buf, records[:-1] if damage == "count" else records.astype(
+            [(n, "<f8" if n == "value" else records.dtype[n]) for n in records.dtype.names]))
+        data = buf.getvalue()
+    npy.write_bytes(data)
+    meta = read_meta(header)
+    import zlib
+    meta.update(npy_bytes=len(data), npy_crc32=zlib.crc32(data) & 0xFFFFFFFF)
+    header.write_text(json.dumps(meta))
+    want = {"fortran": "Fortran", "version": "version", "dtype": "unexpected array",
+            "count": "unexpected array"}[damage]
+    with pytest.raises(CorruptFileError, match=want) as err:
+        read_batch(header, verify=verify)
+    assert err.value.path == str(npy)
+    # a merge reading it into its own array says the same
+    out = np.empty(meta["count"], dtype=BATCH_DTYPE)
+    with pytest.raises(CorruptFileError, match=want):
+        read_batch(header, verify=verify, out=out)
+
+
 def test_damaged_urls_and_header(tmp_path):
     header = _one_batch(tmp_path)
     urls = header.with_suffix(".urls")

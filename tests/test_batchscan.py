@@ -68,11 +68,13 @@ def test_scan_and_join_equal_reference(case):
             assert b in {x >> (64 - t)} | {(x ^ int(probes[e][p])) >> (64 - t)
                                             for p in range(nprobes[e])}
     assert len(pi) == len(pl) == len(q) + int(nprobes.sum())
-    for level in JOIN_KERNELS:
-        _batchscan.join_kernel(level)
-        got = _batchscan.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False)
-        assert set(zip(*(a.tolist() for a in got))) == want, level
-    _batchscan.join_kernel()
+    try:
+        for level in JOIN_KERNELS:
+            _batchscan.join_kernel(level)
+            got = _batchscan.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False)
+            assert set(zip(*(a.tolist() for a in got))) == want, level
+    finally:
+        _batchscan.join_kernel()
     # first-only: one match per element that has any, and it is a real match
     for fn in ("scan", "join"):
         act = active.copy()
@@ -177,6 +179,15 @@ def test_bad_arguments_are_value_errors():
         _batchscan.batch_flip_masks(np.zeros((2, 4)), 17, 3)
     with pytest.raises(ValueError, match="256"):
         _batchscan.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
+    table = -np.arange(1.0, 257.0)
+    cq = np.zeros((2, 4), np.uint8)
+    with pytest.raises(ValueError, match="NaN"):
+        _batchscan.batch_flip_masks_cq(cq, np.where(np.arange(256) == 0, np.nan, table), 4, 3, 3)
+    for rows in (np.array([np.nan, 1.0]), np.array([0, 2]), np.array([-1, 0]), np.zeros((1, 1), int)):
+        with pytest.raises(ValueError, match="rows"):
+            _batchscan.batch_flip_masks_cq(cq, table, 4, 3, 3, rows=rows)
+    m1, _ = _batchscan.batch_flip_masks_cq(cq, table, 4, 3, 3, rows=np.array([1, 1, 0]))
+    assert m1.shape == (3, 3)
     q = np.arange(4, dtype=np.uint64)
     po, pl, pi = _batchscan.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
     with pytest.raises(ValueError, match="differ in length"):
