@@ -142,11 +142,29 @@ static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
     return 0;
 }
 
-/* The caller takes at most `k` more non-empty sets: a sorted queue then
- * keeps only the k best nodes (shorter inserts), and vosh_next stops after
- * k sets. The sets and their order are unchanged. */
+/* The caller takes at most `k` more non-empty sets: the queue then keeps
+ * only the k best nodes, as a sorted array when k <= VOSH_SORTED_BUDGET
+ * (shorter inserts, no heap), and vosh_next stops after k sets. The sets
+ * and their order are unchanged. Call it right after vosh_init (and the
+ * empty set), while the queue holds only the roots. */
+#define VOSH_SORTED_BUDGET 512
 static inline void vosh_limit(vosh_gen *g, long k) {
     g->budget = k < 0 ? -1 : k;
+    if (!g->sorted && k >= 0 && k <= VOSH_SORTED_BUDGET) {
+        /* a bounded queue is cheaper as a sorted array than as a heap (at
+         * most k live nodes): sort what the heap holds (the roots) */
+        vosh_node *h = g->heap;
+        for (long i = 1; i < g->n; i++) {
+            vosh_node x = h[i];
+            long j = i;
+            while (j > 0 && vosh_less(&x, &h[j - 1])) {
+                h[j] = h[j - 1];
+                j--;
+            }
+            h[j] = x;
+        }
+        g->sorted = 1;
+    }
     if (g->sorted && k >= 0 && g->n - g->lo > k) g->lo = g->n - k;
 }
 
