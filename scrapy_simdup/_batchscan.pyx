@@ -53,6 +53,7 @@ cdef extern from "_vosh.h" nogil:
 
 
 ctypedef fused mask_t:
+    uint16_t
     uint32_t
     uint64_t
 
@@ -122,7 +123,9 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
         vosh_next(&g, &mk, &size)   # the empty set
         vosh_limit(&g, k)
         while got < k and vosh_next(&g, &mk, &size) > 0:
-            if mask_t is uint32_t:
+            if mask_t is uint16_t:     # the header bits alone (t <= 16)
+                mv[i, got] = <uint16_t>(mk >> (64 - t))
+            elif mask_t is uint32_t:
                 mv[i, got] = <uint32_t>(mk >> 32)
             else:
                 mv[i, got] = mk
@@ -179,14 +182,16 @@ def batch_flip_masks(const double[:, ::1] lw, int h, int k):
 
 
 def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, int h, int k,
-                        bint high32=False, rows=None):
+                        bint high32=False, rows=None, bint header16=False):
     """:func:`batch_flip_masks` with the log-odds of bit ``63 - c`` of element
     ``i`` given as ``table[cq[i, c]]`` (the batch files' quantised weights and
     the volatility model tabulated per code), for ``c < t``. ``high32``: the
     masks as ``uint32`` (their top 32 bits, the only ones a flip set of
     ``t <= 32`` header bits touches): half the memory of a batch's masks.
-    ``rows``: int64 row numbers of ``cq``, the output's row ``i`` being the
-    masks of ``cq[rows[i]]`` (no gathered copy of ``cq``)."""
+    ``header16``: ``uint16`` masks of the header bits alone, ``mask >> (64 -
+    t)`` (``t <= 16``): a quarter of the memory. ``rows``: int64 row numbers
+    of ``cq``, the output's row ``i`` being the masks of ``cq[rows[i]]`` (no
+    gathered copy of ``cq``)."""
     if table.shape[0] != 256:
         raise ValueError("table must have 256 entries")
     if np.isnan(np.asarray(table)).any():
@@ -205,19 +210,28 @@ def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, 
         if row_v.shape[0] and (np.min(row_v) < 0 or np.max(row_v) >= m):
             raise ValueError(f"rows must be in 0..{m - 1}")
         m = row_v.shape[0]
-    masks = np.zeros((m, k), dtype=np.uint32 if high32 else np.uint64)
+    if header16 and t > 16:
+        raise ValueError(f"header16 masks need t <= 16, got {t}")
+    masks = np.zeros((m, k), dtype=np.uint16 if header16 else
+                     np.uint32 if high32 else np.uint64)
     nprobes = np.zeros(m, dtype=np.int32)
     if k == 0 or m == 0:
         return masks, nprobes
     cdef uint64_t[:, ::1] mv
     cdef uint32_t[:, ::1] mv32
+    cdef uint16_t[:, ::1] mv16
     cdef int32_t[::1] nv = nprobes
     cdef double[:, ::1] no_lw = np.zeros((1, 1))
     # dense rank of each code's log-odds, largest first (equal values, equal rank)
     distinct = np.unique(np.asarray(table))[::-1]
     cdef uint16_t[::1] level = np.searchsorted(-distinct, -np.asarray(table)).astype(np.uint16)
     cdef int rc
-    if high32:
+    if header16:
+        mv16 = masks
+        with nogil:
+            rc = _flip_masks_rows(no_lw, cq, table, level, True, row_v, use_rows,
+                                  t, h, k, mv16, nv)
+    elif high32:
         mv32 = masks
         with nogil:
             rc = _flip_masks_rows(no_lw, cq, table, level, True, row_v, use_rows,
@@ -375,8 +389,9 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
     (total,))``: the elements probing header ``b`` are
     ``idx[offsets[b]:offsets[b + 1]]`` and ``low`` holds the low 32 bits of
     their values, side by side (each element probes its own header plus
-    ``nprobes[i]`` flipped ones). ``masks``: uint64 XOR masks, or uint32 ones
-    holding their top 32 bits (``batch_flip_masks_cq(high32=True)``). Built
+    ``nprobes[i]`` flipped ones). ``masks``: uint64 XOR masks, uint32 ones
+    holding their top 32 bits (``batch_flip_masks_cq(high32=True)``), or
+    uint16 ones holding the header bits alone (``header16=True``). Built
     once per batch by a counting sort, so that matching a sorted chunk is a
     merge of two header-ordered streams instead of ``m * k`` random bucket
     visits; the low bits, a dense array, are what the join sweeps.
@@ -398,8 +413,11 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
     cdef uint64_t x
     cdef uint32_t xl
     cdef int64_t total = 0, b, f
-    # uint32 masks are the top 32 bits: (x ^ (f << 32)) >> shift == (x >> shift) ^ (f >> (32 - t))
-    cdef int fshift = (shift - 32) if mask_t is uint32_t else shift
+    # uint32 masks are the top 32 bits: (x ^ (f << 32)) >> shift == (x >> shift) ^ (f >> (32 - t));
+    # uint16 ones the header bits alone
+    cdef int fshift = 0 if mask_t is uint16_t else (shift - 32) if mask_t is uint32_t else shift
+    if mask_t is uint16_t and t > 16:
+        raise ValueError(f"uint16 (header) masks need t <= 16, got {t}")
     with nogil:
         for i in range(m):
             x = q_values[i]

@@ -362,7 +362,9 @@ class PSMBatchMatcher:
         self.t = t
         self.h = distance
         self.first = first
-        masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=True, rows=rows)
+        # the smallest masks that hold the flips: the header bits alone when t <= 16
+        masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=t > 16, header16=t <= 16,
+                                     rows=rows)
         self.offsets, self.low, self.idx = _batchscan.probe_table(self.values, masks, nprobes, t)
         del masks
         self._active_at_compaction = len(self.values)

@@ -60,6 +60,10 @@ def test_scan_and_join_equal_reference(case):
     po32, pl32, pi32 = _batchscan.probe_table(q, (probes >> np.uint64(32)).astype(np.uint32),
                                               nprobes, t)
     assert np.array_equal(po32, po) and np.array_equal(pl32, pl) and np.array_equal(pi32, pi)
+    # and from uint16 masks of the header bits alone (t <= 16)
+    po16, pl16, pi16 = _batchscan.probe_table(
+        q, (probes >> np.uint64(64 - t)).astype(np.uint16), nprobes, t)
+    assert np.array_equal(po16, po) and np.array_equal(pl16, pl) and np.array_equal(pi16, pi)
     elems = pi.astype(np.int64)
     assert np.array_equal(pl, (q[elems] & np.uint64(0xFFFFFFFF)).astype(np.uint32))
     for b in range(len(po) - 1):       # every element listed under each header it probes
@@ -163,6 +167,10 @@ def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
     masks4, n4 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, True)
     assert masks4.dtype == np.uint32 and np.array_equal(n4, n2)
     assert np.array_equal(masks4.astype(np.uint64) << np.uint64(32), masks2)
+    # uint16 masks of the header bits alone
+    masks5, n5 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, header16=True)
+    assert masks5.dtype == np.uint16 and np.array_equal(n5, n2)
+    assert np.array_equal(masks5.astype(np.uint64) << np.uint64(64 - t), masks2)
 
 
 def test_bad_arguments_are_value_errors():
@@ -181,6 +189,12 @@ def test_bad_arguments_are_value_errors():
         _batchscan.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
     table = -np.arange(1.0, 257.0)
     cq = np.zeros((2, 4), np.uint8)
+    with pytest.raises(ValueError, match="t <= 16"):
+        _batchscan.batch_flip_masks_cq(np.zeros((2, 20), np.uint8), -np.arange(1.0, 257.0), 17, 3, 3,
+                                       header16=True)
+    with pytest.raises(ValueError, match="t <= 16"):
+        _batchscan.probe_table(np.arange(4, dtype=np.uint64), np.zeros((4, 1), np.uint16),
+                               np.zeros(4, np.int32), 17)
     with pytest.raises(ValueError, match="NaN"):
         _batchscan.batch_flip_masks_cq(cq, np.where(np.arange(256) == 0, np.nan, table), 4, 3, 3)
     for rows in (np.array([np.nan, 1.0]), np.array([0, 2]), np.array([-1, 0]), np.zeros((1, 1), int)):
