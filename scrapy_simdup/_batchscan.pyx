@@ -382,37 +382,45 @@ def scan_chunk(const uint64_t[::1] chunk, const int64_t[::1] offsets, int t,
 
 
 def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
-                const int32_t[::1] nprobes, int t):
+                const int32_t[::1] nprobes, int t, int runs=1):
     """Invert the probes of a batch: for every header ``b``, the elements that probe it.
 
-    Returns ``(offsets int64 (2^t + 1,), low uint32 (total,), idx uint32
-    (total,))``: the elements probing header ``b`` are
-    ``idx[offsets[b]:offsets[b + 1]]`` and ``low`` holds the low 32 bits of
-    their values, side by side (each element probes its own header plus
-    ``nprobes[i]`` flipped ones). ``masks``: uint64 XOR masks, uint32 ones
-    holding their top 32 bits (``batch_flip_masks_cq(high32=True)``), or
-    uint16 ones holding the header bits alone (``header16=True``). Built
+    Returns ``(offsets int64 (2^t * runs + 1,), low uint32 (total,), idx
+    uint32 (total,))``. With ``runs = 1`` the elements probing header ``b``
+    are ``idx[offsets[b]:offsets[b + 1]]``; with ``runs = R`` they come in
+    ``R`` runs by the number ``s`` of header bits their probe flipped, run
+    ``(b, s)`` being ``idx[offsets[b * R + s]:offsets[b * R + s + 1]]`` (the
+    last run: ``R - 1`` flips or more). ``low`` holds the low 32 bits of
+    the elements' values, side by side (each element probes its own header
+    plus ``nprobes[i]`` flipped ones). ``masks``: uint64 XOR masks, uint32
+    ones holding their top 32 bits (``batch_flip_masks_cq(high32=True)``),
+    or uint16 ones holding the header bits alone (``header16=True``). Built
     once per batch by a counting sort, so that matching a sorted chunk is a
     merge of two header-ordered streams instead of ``m * k`` random bucket
-    visits; the low bits, a dense array, are what the join sweeps.
+    visits; the low bits, a dense array, are what the join sweeps. The runs
+    let the join ask less of an entry whose probe already used up ``s`` of
+    the distance in the header (:func:`join_chunk`).
     """
     cdef Py_ssize_t m = q_values.shape[0]
     if masks.shape[0] != m or nprobes.shape[0] != m:
         raise ValueError("q_values, masks and nprobes must have the same length")
     if t < 1 or t > 32:
         raise ValueError(f"t must be in 1..32, got {t}")
+    if runs < 1 or runs > 65:
+        raise ValueError(f"runs must be in 1..65, got {runs}")
     if m >= 0xFFFFFFFF:
         raise ValueError("a batch holds at most 2^32 - 1 elements")
     cdef int64_t nb = (<int64_t>1) << t
+    cdef int64_t R = runs
     cdef int shift = 64 - t
     cdef Py_ssize_t kmax = masks.shape[1]
-    offsets = np.zeros(nb + 1, dtype=np.int64)
+    offsets = np.zeros(nb * R + 1, dtype=np.int64)
     cdef int64_t[::1] off = offsets
     cdef Py_ssize_t i
-    cdef int p, np_i
-    cdef uint64_t x
+    cdef int p, np_i, flips
+    cdef uint64_t x, mk
     cdef uint32_t xl
-    cdef int64_t total = 0, b, f
+    cdef int64_t total = 0, b, f, key
     # uint32 masks are the top 32 bits: (x ^ (f << 32)) >> shift == (x >> shift) ^ (f >> (32 - t));
     # uint16 ones the header bits alone
     cdef int fshift = 0 if mask_t is uint16_t else (shift - 32) if mask_t is uint32_t else shift
@@ -422,34 +430,39 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
         for i in range(m):
             x = q_values[i]
             np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
-            off[(x >> shift) + 1] += 1
+            off[(x >> shift) * R + 1] += 1
             for p in range(np_i):
-                off[((x >> shift) ^ (<uint64_t>masks[i, p] >> fshift)) + 1] += 1
+                mk = <uint64_t>masks[i, p] >> fshift
+                flips = simdup_popcount64(mk)
+                key = <int64_t>((x >> shift) ^ mk) * R + (flips if flips < R else R - 1)
+                off[key + 1] += 1
             total += np_i + 1
-        for b in range(nb):
+        for b in range(nb * R):
             off[b + 1] += off[b]
     low = np.empty(total, dtype=np.uint32)
     idx = np.empty(total, dtype=np.uint32)
     cdef uint32_t[::1] lv = low
     cdef uint32_t[::1] iv = idx
-    fill = offsets[:nb].copy()
+    fill = offsets[:nb * R].copy()
     cdef int64_t[::1] fv = fill
     with nogil:
         for i in range(m):
             x = q_values[i]
             xl = <uint32_t>x
             np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
-            b = <int64_t>(x >> shift)
-            f = fv[b]
+            key = <int64_t>(x >> shift) * R
+            f = fv[key]
             lv[f] = xl
             iv[f] = <uint32_t>i
-            fv[b] = f + 1
+            fv[key] = f + 1
             for p in range(np_i):
-                b = <int64_t>((x >> shift) ^ (<uint64_t>masks[i, p] >> fshift))
-                f = fv[b]
+                mk = <uint64_t>masks[i, p] >> fshift
+                flips = simdup_popcount64(mk)
+                key = <int64_t>((x >> shift) ^ mk) * R + (flips if flips < R else R - 1)
+                f = fv[key]
                 lv[f] = xl
                 iv[f] = <uint32_t>i
-                fv[b] = f + 1
+                fv[key] = f + 1
     return offsets, low, idx
 
 
@@ -550,14 +563,18 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     Same result set as :func:`scan_chunk` with the same probes (within one
     chunk; with ``first_only`` the one reported match of an element may
     differ). A chunk entry ``y`` is a candidate when the low 32 bits differ
-    in at most ``h`` positions (a lower bound of the distance), found by a
-    SIMD sweep of ``low`` (:func:`join_kernel`); only then is the element's
-    full value read. Returns ``(qi int64, yi int64, distance uint8)``.
+    in at most ``h`` positions (a lower bound of the distance; ``h - r`` in
+    run ``r`` of a table built with runs, whose probe flipped ``r`` header
+    bits), found by a SIMD sweep of ``low`` (:func:`join_kernel`); only then
+    is the element's full value read. ``probe_offsets`` comes from
+    :func:`probe_table` (its number of runs per bucket is read from its
+    length). Returns ``(qi int64, yi int64, distance uint8)``.
     """
     cdef int64_t nb = chunk_offsets.shape[0] - 1
-    if probe_offsets.shape[0] != nb + 1:
+    if nb < 1 or (probe_offsets.shape[0] - 1) % nb:
         raise ValueError("chunk and probe tables use different header lengths")
-    if low.shape[0] != idx.shape[0] or low.shape[0] < probe_offsets[nb]:
+    cdef int64_t R = (probe_offsets.shape[0] - 1) // nb
+    if low.shape[0] != idx.shape[0] or low.shape[0] < probe_offsets[nb * R]:
         raise ValueError("the probe table is shorter than its offsets say")
     if active.shape[0] != q_values.shape[0]:
         raise ValueError("active and q_values differ in length")
@@ -574,7 +591,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     buf.d = NULL
     buf.n = 0
     buf.cap = 0
-    cdef int64_t b, lo, hi, j0, e0, plo, phi
+    cdef int64_t b, lo, hi, j0, e0, plo, phi, r
+    cdef int hr
     cdef uint32_t ys[4]
     cdef uint32_t masks[4]
     cdef uint32_t mk
@@ -587,37 +605,47 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
         for b in range(nb):
             lo = chunk_offsets[b]
             hi = chunk_offsets[b + 1]
-            plo = probe_offsets[b]
-            phi = probe_offsets[b + 1]
-            if lo == hi or plo == phi:
+            if lo == hi or probe_offsets[b * R] == probe_offsets[b * R + R]:
                 continue
             # chunk values outer, four at a time; a SIMD sweep of the bucket's
-            # probe entries inner; candidates are queued for _check_candidates
+            # probe entries inner, run by run (run r: the probe flipped r
+            # header bits, so the low bits may differ in at most h - r);
+            # candidates are queued for _check_candidates
             j0 = lo
             while j0 < hi:
                 ny = <int>(hi - j0) if hi - j0 < 4 else 4
                 for s in range(ny):
                     ys[s] = <uint32_t>chunk[j0 + s]
-                e0 = next_block(ys, ny, lp, plo, phi, <uint32_t>h, masks)
-                while e0 < phi:
-                    for s in range(ny):
-                        mk = masks[s]
-                        while mk:
-                            if nc == CAND_BATCH:
-                                failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
-                                                           active, h, first_only, &buf)
-                                nc = 0
-                                if failed:
-                                    break
-                            ce[nc] = e0 + ctz32(mk)
-                            cj[nc] = j0 + s
-                            nc += 1
-                            mk &= mk - 1
+                for r in range(R):
+                    hr = h - <int>r if R > 1 else h
+                    if hr < 0:
+                        break
+                    plo = probe_offsets[b * R + r]
+                    phi = probe_offsets[b * R + r + 1]
+                    if plo == phi:
+                        continue
+                    e0 = next_block(ys, ny, lp, plo, phi, <uint32_t>hr, masks)
+                    while e0 < phi:
+                        for s in range(ny):
+                            mk = masks[s]
+                            while mk:
+                                if nc == CAND_BATCH:
+                                    failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
+                                                               active, h, first_only, &buf)
+                                    nc = 0
+                                    if failed:
+                                        break
+                                ce[nc] = e0 + ctz32(mk)
+                                cj[nc] = j0 + s
+                                nc += 1
+                                mk &= mk - 1
+                            if failed:
+                                break
                         if failed:
                             break
+                        e0 = next_block(ys, ny, lp, e0 + width, phi, <uint32_t>hr, masks)
                     if failed:
                         break
-                    e0 = next_block(ys, ny, lp, e0 + width, phi, <uint32_t>h, masks)
                 if failed:
                     break
                 j0 += ny

@@ -79,6 +79,22 @@ def test_scan_and_join_equal_reference(case):
             assert set(zip(*(a.tolist() for a in got))) == want, level
     finally:
         _batchscan.join_kernel()
+    # a table in runs by flipped header bits (run r: threshold h - r on the
+    # low bits): the same matches, each entry in the run of its flip count
+    for runs in (2, h + 1, 9):
+        pr, prl, pri = _batchscan.probe_table(q, probes, nprobes, t, runs=runs)
+        assert len(pr) == (1 << t) * runs + 1 and len(pri) == len(pi)
+        for key in range(len(pr) - 1):
+            b, r = divmod(key, runs)
+            for e in pri[pr[key]:pr[key + 1]]:
+                x = int(q[e])
+                flips = [bin(int(probes[e][p]) >> (64 - t)).count("1") for p in range(nprobes[e])
+                         if (x ^ int(probes[e][p])) >> (64 - t) == b]
+                if x >> (64 - t) == b:
+                    flips.append(0)
+                assert min(r, runs - 1) in [min(f, runs - 1) for f in flips]
+        got = _batchscan.join_chunk(chunk, offsets, pr, prl, pri, q, h, active.copy(), False)
+        assert set(zip(*(a.tolist() for a in got))) == want, runs
     # first-only: one match per element that has any, and it is a real match
     for fn in ("scan", "join"):
         act = active.copy()

@@ -439,3 +439,23 @@ def test_header_bits_follow_the_join_kernel():
         assert header_bits(10) == 4               # the floor
     finally:
         _batchscan.join_kernel()
+
+
+def test_probe_runs_change_the_speed_not_the_pairs(corpus, tmp_path, monkeypatch):
+    """At h >= 6 the probe table is split in runs by flipped header bits, with
+    a tighter low-bit filter per run: the same pairs as one run per bucket."""
+    from scrapy_simdup import _merge
+
+    d = tmp_path / "crawl"
+    _write(d, corpus)
+    assert _merge.probe_runs(4, 9) == 9 and _merge.probe_runs(4, 3) == 1
+
+    def pairs(name, **kw):
+        s = merge([d], tmp_path / name, distance=9, chunk_size=256, commit=False, **kw)
+        return set(zip(s.pairs_array["id"].tolist(), s.pairs_array["duplicate_of"].tolist()))
+
+    exact = pairs("exact", exact=True, first=False)
+    with_runs = pairs("runs", first=False)
+    monkeypatch.setattr(_merge, "probe_runs", lambda t, distance: 1)
+    one_run = pairs("one", first=False)
+    assert with_runs == one_run and with_runs <= exact and len(with_runs) >= 0.9 * len(exact)
