@@ -51,7 +51,8 @@ import numpy as np
 from . import _batchscan
 from ._atomic import (CorruptFileError, DirectoryBusyError, atomic_write, atomic_write_json,
                       crc32_file, fsync_dir, lock_directory, read_json)
-from ._batchfile import BATCH_DTYPE, list_batches, read_batch, read_meta, read_urls, unfinished_batches
+from ._batchfile import (BATCH_DTYPE, list_batches, read_batch, read_meta, read_urls,
+                         unfinished_batches)
 from ._batchprobes import probe_masks, probes_for_recall
 from ._defaults import DEFAULT_DISTANCE, MAX_DISTANCE
 
@@ -184,9 +185,8 @@ class Collection:
         ``chunk_size`` records (a run longer than that is one chunk of its own).
 
         ``records`` is a view of one buffer that the next chunk overwrites (a
-        fresh buffer per chunk costs the kernel a page fault per 4 KiB, a
-        third of a merge's time on this project's VMs): copy what must outlive
-        the iteration.
+        fresh buffer per chunk costs a page fault per 4 KiB, slow on virtual
+        machines): copy what must outlive the iteration.
         """
         path = self.path / "H.bin"
         groups = self._groups(chunk_size)
@@ -358,7 +358,7 @@ def probe_runs(t: int, distance: int) -> int:
     Worth it only where false candidates cost: random low bits pass an
     ``h``-bit filter with probability 1e-6 at h = 3 but 1e-3 at h = 7 and
     1e-2 at h = 9 (there the runs make 15x fewer of them; a merge of 1M
-    against 2M went from 16.8 s to 12.3 s), while more, shorter sweeps cost
+    against 2M went from 16.8 s to about 12 s), while more, shorter sweeps cost
     about 5% at h = 3. One run below PROBE_RUNS_FROM, and when the offsets
     would pass 2^24 entries (128 MiB)."""
     if distance < PROBE_RUNS_FROM:
