@@ -37,6 +37,7 @@ cdef extern from "_vosh.h" nogil:
     int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
                   int t, int h, vosh_node *heap, long cap)
     int vosh_next(vosh_gen *g, uint64_t *mask_out, int *size_out)
+    void vosh_limit(vosh_gen *g, long k)
     long vosh_total(int t, int h)
     int VOSH_MAX_H
 
@@ -198,6 +199,7 @@ def flip_masks_c(_Model model, W, int header_bits, int distance, long max_probes
     cdef uint64_t m
     try:
         vosh_init(&g, lw, mk, keep, distance, heap, cap)
+        vosh_limit(&g, max_probes)      # at most max_probes sets are taken
         while k < max_probes:
             rc = vosh_next(&g, &m, &size)
             if rc <= 0:
@@ -240,6 +242,7 @@ def flip_masks_many_c(_Model model, const double[:, ::1] W, int header_bits, int
             if prepare(&model.m, &W[i, 0], header_bits, keep, lw, mk) < 0:
                 raise ValueError("W must be finite (no NaN or infinity)")
             vosh_init(&g, lw, mk, keep, distance, heap, cap)
+            vosh_limit(&g, max_probes)
             k = 0
             while k < max_probes:
                 rc = vosh_next(&g, &m, &size)
@@ -284,6 +287,7 @@ def ranks_of(_Model model, const double[:, ::1] W, const uint64_t[::1] a,
                 if prepare(&model.m, &W[i, 0], t, t, lw, mk) < 0:
                     continue
                 vosh_init(&g, lw, mk, t, distance, heap, cap)
+                vosh_limit(&g, cap_rank)
                 k = 0
                 while k < cap_rank and vosh_next(&g, &m, &size) > 0:
                     k += 1
@@ -541,6 +545,7 @@ cdef class PSMCore:
         if prepare(&self._model.m, W, t, keep, lw, mk) < 0:
             return -1
         vosh_init(&g, lw, mk, keep, h, heap, heapcap)
+        vosh_limit(&g, maxk)            # the query takes at most maxk sets
         while k < maxk:
             nb = 0
             while nb < BATCH and k < maxk:
@@ -620,6 +625,7 @@ cdef class PSMCore:
                        t, keep, lw[g], mk[g]) < 0:
                 return -(3 + g)
             vosh_init(&gen[g], lw[g], mk[g], keep, h, heap + g * heapcap, heapcap)
+            vosh_limit(&gen[g], maxk)
             nk[g] = 0
             live[g] = True
         for stage in range(2):
