@@ -37,7 +37,7 @@ cdef extern from "_joinscan.h" nogil:
     simdup_block_fn simdup_next_block
     int simdup_block_width
     int simdup_join_select(int level)
-    int simdup_join_level_now
+    int simdup_join_level()
 
 # The index module's VOSH generator (pure C header, shared, not re-implemented).
 cdef extern from "_vosh.h" nogil:
@@ -426,13 +426,13 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
     cdef int fshift = 0 if mask_t is uint16_t else (shift - 32) if mask_t is uint32_t else shift
     if mask_t is uint16_t and t > 16:
         raise ValueError(f"uint16 (header) masks need t <= 16, got {t}")
+    # p = -1 is the element's own header (no flips), then its flipped ones
     with nogil:
         for i in range(m):
             x = q_values[i]
             np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
-            off[(x >> shift) * R + 1] += 1
-            for p in range(np_i):
-                mk = <uint64_t>masks[i, p] >> fshift
+            for p in range(-1, np_i):
+                mk = 0 if p < 0 else <uint64_t>masks[i, p] >> fshift
                 flips = simdup_popcount64(mk)
                 key = <int64_t>((x >> shift) ^ mk) * R + (flips if flips < R else R - 1)
                 off[key + 1] += 1
@@ -450,13 +450,8 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
             x = q_values[i]
             xl = <uint32_t>x
             np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
-            key = <int64_t>(x >> shift) * R
-            f = fv[key]
-            lv[f] = xl
-            iv[f] = <uint32_t>i
-            fv[key] = f + 1
-            for p in range(np_i):
-                mk = <uint64_t>masks[i, p] >> fshift
+            for p in range(-1, np_i):
+                mk = 0 if p < 0 else <uint64_t>masks[i, p] >> fshift
                 flips = simdup_popcount64(mk)
                 key = <int64_t>((x >> shift) ^ mk) * R + (flips if flips < R else R - 1)
                 f = fv[key]
@@ -502,9 +497,7 @@ def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] low, uint32_t[::1] i
 
 def join_kernel_level():
     """The join kernel in use (picking the best one on first use)."""
-    if simdup_join_level_now < 0:
-        simdup_join_select(-1)
-    return simdup_join_level_now
+    return simdup_join_level()
 
 
 def join_kernel(int level=-1):
@@ -580,8 +573,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
         raise ValueError("active and q_values differ in length")
     if h < 0 or h > 64:
         raise ValueError(f"h must be in 0..64, got {h}")
-    if simdup_join_level_now < 0:
-        simdup_join_select(-1)
+    simdup_join_level()
     # one kernel for the whole chunk, even if join_kernel() is called meanwhile
     cdef simdup_block_fn next_block = simdup_next_block
     cdef int64_t width = simdup_block_width

@@ -33,14 +33,29 @@ static inline int simdup_popcount32(uint32_t x) {
 #endif
 }
 
+/* The chunk value of slot s: slots past ny repeat y[0], so that every
+ * kernel compares four values without a branch... */
+static inline uint32_t simdup_slot(const uint32_t *y, int ny, int s) {
+    return y[s < ny ? s : 0];
+}
+
+/* ...and their candidates are cleared here. Returns whether any is left. */
+static inline uint32_t simdup_keep_slots(uint32_t *masks, int ny, uint32_t m0, uint32_t m1,
+                                         uint32_t m2, uint32_t m3) {
+    masks[0] = m0;
+    masks[1] = ny > 1 ? m1 : 0;
+    masks[2] = ny > 2 ? m2 : 0;
+    masks[3] = ny > 3 ? m3 : 0;
+    return masks[0] | masks[1] | masks[2] | masks[3];
+}
+
 static int64_t simdup_next_block_scalar(const uint32_t *y, int ny, const uint32_t *low,
                                         int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
     for (; i < n; i += 32) {
         int w = n - i < 32 ? (int)(n - i) : 32;
         uint32_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
-        /* branch-free: every value is compared with all four slots (slots
-         * past ny repeat y[0] and are cleared below) */
-        uint32_t y0 = y[0], y1 = y[ny > 1 ? 1 : 0], y2 = y[ny > 2 ? 2 : 0], y3 = y[ny > 3 ? 3 : 0];
+        uint32_t y0 = simdup_slot(y, ny, 0), y1 = simdup_slot(y, ny, 1),
+                 y2 = simdup_slot(y, ny, 2), y3 = simdup_slot(y, ny, 3);
         for (int l = 0; l < w; l++) {
             uint32_t v = low[i + l];
             m0 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y0) <= h) << l;
@@ -48,11 +63,7 @@ static int64_t simdup_next_block_scalar(const uint32_t *y, int ny, const uint32_
             m2 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y2) <= h) << l;
             m3 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y3) <= h) << l;
         }
-        masks[0] = m0;
-        masks[1] = ny > 1 ? m1 : 0;
-        masks[2] = ny > 2 ? m2 : 0;
-        masks[3] = ny > 3 ? m3 : 0;
-        if (masks[0] | masks[1] | masks[2] | masks[3]) return i;
+        if (simdup_keep_slots(masks, ny, m0, m1, m2, m3)) return i;
     }
     return n;
 }
@@ -65,11 +76,10 @@ __attribute__((target("avx512f,avx512vpopcntdq")))
 static int64_t simdup_next_block_avx512(const uint32_t *y, int ny, const uint32_t *low,
                                         int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
     const __m512i vh = _mm512_set1_epi32((int)h);
-    /* slots past ny repeat y[0]; their masks are cleared below */
-    const __m512i y0 = _mm512_set1_epi32((int)y[0]);
-    const __m512i y1 = _mm512_set1_epi32((int)y[ny > 1 ? 1 : 0]);
-    const __m512i y2 = _mm512_set1_epi32((int)y[ny > 2 ? 2 : 0]);
-    const __m512i y3 = _mm512_set1_epi32((int)y[ny > 3 ? 3 : 0]);
+    const __m512i y0 = _mm512_set1_epi32((int)simdup_slot(y, ny, 0));
+    const __m512i y1 = _mm512_set1_epi32((int)simdup_slot(y, ny, 1));
+    const __m512i y2 = _mm512_set1_epi32((int)simdup_slot(y, ny, 2));
+    const __m512i y3 = _mm512_set1_epi32((int)simdup_slot(y, ny, 3));
     __mmask16 live = 0xFFFF;
     for (; i < n; i += 16) {
         __m512i v;
@@ -84,13 +94,8 @@ static int64_t simdup_next_block_avx512(const uint32_t *y, int ny, const uint32_
         __mmask16 k1 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y1)), vh);
         __mmask16 k2 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y2)), vh);
         __mmask16 k3 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y3)), vh);
-        if (k0 | k1 | k2 | k3) {
-            masks[0] = k0;
-            masks[1] = ny > 1 ? k1 : 0;
-            masks[2] = ny > 2 ? k2 : 0;
-            masks[3] = ny > 3 ? k3 : 0;
-            if (masks[0] | masks[1] | masks[2] | masks[3]) return i;
-        }
+        if ((k0 | k1 | k2 | k3) && simdup_keep_slots(masks, ny, k0, k1, k2, k3))
+            return i;
     }
     return n;
 }
@@ -115,7 +120,7 @@ static int64_t simdup_next_block_avx2(const uint32_t *y, int ny, const uint32_t 
                                       int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
     const __m256i vh1 = _mm256_set1_epi32(h < 64 ? (int)h + 1 : 65);
     __m256i vy[4];
-    for (int s = 0; s < 4; s++) vy[s] = _mm256_set1_epi32((int)y[s < ny ? s : 0]);
+    for (int s = 0; s < 4; s++) vy[s] = _mm256_set1_epi32((int)simdup_slot(y, ny, s));
     for (; i + 8 <= n; i += 8) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(low + i));
         uint32_t any = 0;
@@ -166,6 +171,12 @@ static int simdup_join_select(int level) {
 #endif
     simdup_join_level_now = level;
     return level;
+}
+
+/* The kernel in use, picking the best one on first use. */
+static int simdup_join_level(void) {
+    if (simdup_join_level_now < 0) simdup_join_select(-1);
+    return simdup_join_level_now;
 }
 
 #endif

@@ -15,6 +15,7 @@
 #ifndef SIMDUP_VOSH_H
 #define SIMDUP_VOSH_H
 #include <stdint.h>
+#include <string.h>
 
 /* Flip sets hold at most 8 header bits (one byte per element in a node).
  * A search at a larger distance h still accepts every entry within h; it
@@ -151,20 +152,16 @@ static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
 #define VOSH_SORTED_BUDGET 1024
 static inline void vosh_limit(vosh_gen *g, long k) {
     g->budget = k < 0 ? -1 : k;
-    if (!g->sorted && k >= 0 && k <= VOSH_SORTED_BUDGET) {
+    if (!g->sorted && k >= 0 && k <= VOSH_SORTED_BUDGET && g->n <= VOSH_MAX_H) {
         /* a bounded queue is cheaper as a sorted array than as a heap (at
-         * most k live nodes): sort what the heap holds (the roots) */
-        vosh_node *h = g->heap;
-        for (long i = 1; i < g->n; i++) {
-            vosh_node x = h[i];
-            long j = i;
-            while (j > 0 && vosh_less(&x, &h[j - 1])) {
-                h[j] = h[j - 1];
-                j--;
-            }
-            h[j] = x;
-        }
+         * most k live nodes): push what the heap holds (the roots) again,
+         * into the sorted array */
+        vosh_node roots[VOSH_MAX_H];
+        long n = g->n;
+        memcpy(roots, g->heap, (size_t)n * sizeof(vosh_node));
         g->sorted = 1;
+        g->n = 0;
+        for (long i = 0; i < n; i++) vosh_push(g, &roots[i]);
     }
     if (g->sorted && k >= 0 && g->n - g->lo > k) g->lo = g->n - k;
 }
