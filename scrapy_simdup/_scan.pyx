@@ -51,6 +51,13 @@ cdef enum:
 cdef enum:
     TAG_CACHE = 256     # slots of the tag-name cache (direct mapped)
 
+# _extract.TIGHT_SHARE_NUM / _DEN (the main container's narrowing; a test
+# checks the two agree)
+cdef enum:
+    TIGHT_SHARE_NUM = 7
+    TIGHT_SHARE_DEN = 10
+TIGHT_SHARE = (TIGHT_SHARE_NUM, TIGHT_SHARE_DEN)
+
 
 cdef struct TagSlot:
     const char *name        # libxml2 interns names per document: key by pointer
@@ -384,28 +391,43 @@ def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozense
 
 cdef Py_ssize_t _select(Py_ssize_t n_blocks, Py_ssize_t n_cont, const Py_ssize_t *nchars,
                         const Py_ssize_t *owner, const Py_ssize_t *parent,
-                        const Py_ssize_t *unl, const char *ok, bint use_flags,
-                        Py_ssize_t *good, Py_ssize_t *bad, Py_ssize_t *best_good) noexcept:
-    """The container maximising good - bad text (``BlockBuilder._select``)."""
-    cdef Py_ssize_t i, c, p, best = 0, score, best_score
+                        const Py_ssize_t *ends, const Py_ssize_t *unl, const char *ok,
+                        bint use_flags, Py_ssize_t *good, Py_ssize_t *bad,
+                        Py_ssize_t *blocks, Py_ssize_t *best_good) noexcept:
+    """The container maximising good - bad text, narrowed to the child holding
+    most of its content (``BlockBuilder._select``, ``TIGHT_SHARE``)."""
+    cdef Py_ssize_t i, c, p, best = 0, score, best_score, child, top
     for c in range(n_cont):
         good[c] = 0
         bad[c] = 0
+        blocks[c] = 0
     for i in range(n_blocks):
         c = owner[i]
         if ok[i] and (not use_flags or unl[c] == 0):
             good[c] += nchars[i]
+            blocks[c] += 1
         else:
             bad[c] += nchars[i]
     for c in range(n_cont - 1, 0, -1):     # children have larger ids
         p = parent[c]
         good[p] += good[c]
         bad[p] += bad[c]
+        blocks[p] += blocks[c]
     best_score = good[0] - bad[0]
     for c in range(1, n_cont):
         score = good[c] - bad[c]
         if score > best_score:
             best, best_score = c, score
+    while True:
+        child, top, c = -1, -1, best + 1
+        while c < ends[best]:       # the direct children: skip each one's subtree
+            if good[c] > top:
+                child, top = c, good[c]
+            c = ends[c]
+        if child < 0 or top * TIGHT_SHARE_DEN < good[best] * TIGHT_SHARE_NUM \
+                or top <= bad[child] or blocks[child] < 2:
+            break
+        best = child
     best_good[0] = good[best]
     return best
 
@@ -419,7 +441,7 @@ def main_text_raw(list texts, list nchars, list lchars, list owner, list parent,
     if n_blocks == 0:
         return "", False
     cdef Py_ssize_t *buf = <Py_ssize_t *>PyMem_Malloc(
-        (3 * n_blocks + 6 * n_cont) * sizeof(Py_ssize_t) + n_blocks)
+        (3 * n_blocks + 7 * n_cont) * sizeof(Py_ssize_t) + n_blocks)
     if buf is NULL:
         raise MemoryError()
     cdef Py_ssize_t *nch = buf
@@ -430,7 +452,8 @@ def main_text_raw(list texts, list nchars, list lchars, list owner, list parent,
     cdef Py_ssize_t *un = ends + n_cont
     cdef Py_ssize_t *good = un + n_cont
     cdef Py_ssize_t *bad = good + n_cont
-    cdef char *ok = <char *>(bad + n_cont)
+    cdef Py_ssize_t *blocks = bad + n_cont
+    cdef char *ok = <char *>(blocks + n_cont)
     cdef list out = []
     try:
         for i in range(n_blocks):
@@ -443,10 +466,11 @@ def main_text_raw(list texts, list nchars, list lchars, list owner, list parent,
             ends[c] = end[c]
             un[c] = unl[c]
         # pass 1 scores text outside unlikely regions; pass 2 ignores the flags
-        best = _select(n_blocks, n_cont, nch, own, par, un, ok, True, good, bad, &good_chars)
+        best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, True, good, bad,
+                       blocks, &good_chars)
         if good_chars < min_main_chars:
-            best = _select(n_blocks, n_cont, nch, own, par, un, ok, False, good, bad,
-                           &good_chars)
+            best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, False, good, bad,
+                           blocks, &good_chars)
         if good_chars < min_main_chars:
             return "\n".join(texts), False
         lo, hi, level = best, ends[best], un[best]
