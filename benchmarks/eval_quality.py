@@ -525,7 +525,7 @@ def main(argv=None):
          f_ours >= peer_best["MinHashLSH 128 (main text)"] - 0.02),
         (f"same-template pair precision {rep[1][best_k, 3]:.4f} >= 0.99 "
          f"({int(rep[1][best_k, 4])} false same-template pairs)", rep[1][best_k, 3] >= 0.99),
-        (f"projected unrelated matches per page at {SCALE_PAGES:,} pages {rep[4][best_k]:.2g} "
+        (f"projected unrelated matches per page at {SCALE_PAGES:,} pages {rep[4][best_k]:.3g} "
          f"<= {SCALE_BUDGET}", rep[4][best_k] <= SCALE_BUDGET),
     ]
     for text, ok in checks:
