@@ -32,12 +32,18 @@ cdef extern from "_murmur3.h" nogil:
     uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
     int simdup_popcount64(uint64_t x)
 
-# SIGN_TABLE[b][k] = +1.0 if bit k of byte b is set else -1.0: one row covers
-# 8 weight slots, so the weighted inner loop is 8 short contiguous FMAs.
-cdef double SIGN_TABLE[256][8]
 # SPREAD_TABLE[b] puts bit k of byte b into byte k of a 64-bit word, so one
 # addition bumps 8 byte-wide counters at once (unit-weight fast path).
 cdef uint64_t SPREAD_TABLE[256]
+
+# The weighted accumulation runs in _simhash_kernel.h (scalar, AVX2 or
+# AVX-512F, picked at run time; bit-identical W).
+cdef extern from "_simhash_kernel.h" nogil:
+    void simdup_simhash_tables()
+    int simdup_simhash_select(int level)
+    int simdup_simhash_level_now
+    void simdup_accumulate(const uint64_t *hashes, const double *weights, Py_ssize_t n,
+                           double *W)
 
 
 cdef void _init_tables() noexcept:
@@ -47,14 +53,26 @@ cdef void _init_tables() noexcept:
         spread = 0
         for k in range(8):
             if (b >> k) & 1:
-                SIGN_TABLE[b][k] = 1.0
                 spread |= (<uint64_t>1) << (8 * k)
-            else:
-                SIGN_TABLE[b][k] = -1.0
         SPREAD_TABLE[b] = spread
+    simdup_simhash_tables()
+    simdup_simhash_select(-1)
 
 
 _init_tables()
+
+
+def simhash_kernel(int level=-1):
+    """Pick the weighted simhash kernel: 2 AVX-512F, 1 AVX2, 0 scalar, -1 the
+    best this CPU has. Returns the level in use (a level the CPU lacks falls
+    back to the best one below it). For tests and benchmarks; every kernel
+    gives the same ``W``, bit for bit."""
+    return simdup_simhash_select(level)
+
+
+def simhash_kernel_level():
+    """The weighted simhash kernel in use."""
+    return simdup_simhash_level_now
 
 
 cdef inline uint64_t _hash_object(object feature) except? 0:
@@ -131,20 +149,7 @@ cdef void _accumulate_unit(const uint64_t *hashes, Py_ssize_t n, double *W) noex
 cdef void _accumulate_weighted(const uint64_t *hashes, const double *weights,
                                Py_ssize_t n, double *W) noexcept nogil:
     """W[j] = sum_i w_i * (+1 if bit j of hash_i else -1)."""
-    cdef Py_ssize_t i
-    cdef uint64_t h
-    cdef double w
-    cdef const double *row
-    cdef int b, k
-    for k in range(64):
-        W[k] = 0.0
-    for i in range(n):
-        h = hashes[i]
-        w = weights[i]
-        for b in range(8):
-            row = SIGN_TABLE[(h >> (8 * b)) & 0xFF]
-            for k in range(8):
-                W[8 * b + k] += w * row[k]
+    simdup_accumulate(hashes, weights, n, W)
 
 
 cdef inline uint64_t _value_from_weights(const double *W) noexcept nogil:

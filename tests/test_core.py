@@ -73,6 +73,34 @@ def test_simhash_weighted_matches_reference(pairs):
         assert (value >> int(j)) & 1 == (ref_value >> int(j)) & 1
 
 
+SIMHASH_KERNELS = list(range(_core.simhash_kernel() + 1))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1000])
+def test_simhash_kernels_give_bit_identical_W(n):
+    # every kernel adds +w or -w to each W[j] in feature order: the same doubles
+    rng = np.random.default_rng(n)
+    hashes = rng.integers(0, 2**64, size=n, dtype=np.uint64)
+    weights = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 6, size=n)
+    if n:
+        weights[::5] = 0.0
+        weights[1::7] = -0.0
+    results = []
+    try:
+        for level in SIMHASH_KERNELS:
+            assert _core.simhash_kernel(level) == level
+            value, W = _core.simhash_hashes(hashes, weights)
+            results.append((value, W.tobytes()))
+    finally:
+        _core.simhash_kernel()
+    assert all(r == results[0] for r in results)
+    ref = np.where((hashes[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1), 1.0, -1.0)
+    W_ref = np.zeros(64)
+    for i in range(n):        # the reference's order: feature after feature
+        W_ref += weights[i] * ref[i]
+    assert results[0][1] == W_ref.tobytes()
+
+
 def test_unit_path_counts_past_byte_counter_flush():
     # The unit-weight path flushes 8-bit lane counters every 255 features.
     features = [f"f{i % 300}" for i in range(2000)]
