@@ -161,6 +161,15 @@ def main() -> None:
     hashes = _core.hash_features(flat)
     t_hash = timed(lambda _: _core.hash_features(flat), None, repeat)
     t_acc = timed(lambda _: _core.simhash_hashes(hashes), None, repeat)
+    # the crawl's path: log-tf weights (every kernel gives the same W, bit for bit)
+    weights = 1.0 + np.log(np.random.default_rng(0).integers(1, 4, size=len(hashes)).astype(float))
+    t_weighted = {}
+    try:
+        for level in range(_core.simhash_kernel() + 1):
+            _core.simhash_kernel(level)
+            t_weighted[level] = timed(lambda _: _core.simhash_hashes(hashes, weights), None, repeat)
+    finally:
+        _core.simhash_kernel()
 
     print(f"\nper page, interleaved (features/s over the pages each method ran on):")
     print(f"{'method':48s} {'features/s':>14s} {'pages':>6s}")
@@ -174,6 +183,10 @@ def main() -> None:
     print(f"  hash (MurmurHash3 of UTF-8)      {n_features / t_hash:14,.0f} features/s")
     print(f"  accumulate W (unit weights)      {n_features / t_acc:14,.0f} features/s")
     print(f"  hash + accumulate                {n_features / (t_hash + t_acc):14,.0f} features/s")
+    names = {0: "scalar", 1: "AVX2", 2: "AVX-512F"}
+    for level, t in t_weighted.items():
+        print(f"  accumulate W (weighted, {names[level]:8s}) {n_features / t:14,.0f} features/s"
+              f"  ({t_weighted[0] / t:.1f}x the scalar kernel)")
 
     ours = rate["scrapy_simdup.simhash"]
     print("\nratios (features/s of scrapy_simdup.simhash / peer; per page, interleaved):")
