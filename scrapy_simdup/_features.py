@@ -157,6 +157,42 @@ def weigh(hashes: np.ndarray, weighting: str, idf=None) -> tuple[np.ndarray, np.
     return uniq, w
 
 
+# weighted_features' compiled path: the weight of each count, made by the
+# same NumPy call as weigh()'s (equal to it, value for value: tested)
+_WEIGHT_CODES = {"count": 0, "logtf": 1, "binary": 2}
+_LOGTF_COUNTS = 4096
+_logtf_table = None
+
+
+def _logtf_of_count() -> np.ndarray:
+    global _logtf_table
+    if _logtf_table is None:
+        counts = np.arange(_LOGTF_COUNTS, dtype=np.int64)
+        counts[0] = 1                          # (count 0 never occurs)
+        _logtf_table = 1.0 + np.log(counts)
+    return _logtf_table
+
+
+def weighted_features(th: np.ndarray, feature_sets, shingle_size: int, tags=None,
+                      weighting: str = "logtf", idf=None) -> tuple[np.ndarray, np.ndarray]:
+    """``weigh(features_from_token_hashes(th, ...), weighting, idf)``: distinct
+    feature hashes (ascending) and their weights. Word features with the
+    count, logtf or binary weighting take one compiled call (a crawl pays
+    for every NumPy call with cold caches); the rest takes the NumPy path."""
+    code = _WEIGHT_CODES.get(weighting)
+    if (_textfeat is not None and code is not None and "structure" not in feature_sets
+            and ("shingles" in feature_sets or "spots" in feature_sets)):
+        th = np.ascontiguousarray(th, dtype=np.uint64)
+        out = _textfeat.weighted_features(th, shingle_size, "shingles" in feature_sets,
+                                          "spots" in feature_sets, STOP_HASHES,
+                                          _SALT["shingles"], _SALT["spots"], code,
+                                          _logtf_of_count())
+        if out is not None:
+            return out
+    raw = features_from_token_hashes(th, feature_sets, shingle_size, tags)
+    return weigh(raw, weighting, idf)
+
+
 def features_from_tokens(tokens: list[str], feature_sets, shingle_size: int,
                          tags: list[str] | None = None,
                          tag_shingle_size: int = 4) -> np.ndarray:

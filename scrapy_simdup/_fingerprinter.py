@@ -27,8 +27,8 @@ from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
 from . import _core
 from ._extract import EXTRACTOR_VERSION, extract_lxml, long_tag_bytes, tame_html
 from ._idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
-from ._features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS,
-                        features_from_token_hashes, text_token_hashes, weigh)
+from ._features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS, text_token_hashes,
+                        weighted_features)
 from ._tokenize import TOKENIZER_VERSION
 
 try:
@@ -493,8 +493,8 @@ class Fingerprinter:
             th, truncated = th[: self.max_tokens], True
         if not th.shape[0] and not (self._want_tags and tags):
             raise SkippedPage("empty")
-        raw = features_from_token_hashes(th, self.feature_sets, self.shingle_size, tags)
-        hashes, weights = weigh(raw, self.weighting, self.idf)
+        hashes, weights = weighted_features(th, self.feature_sets, self.shingle_size, tags,
+                                            self.weighting, self.idf)
         return hashes, weights, truncated
 
     def _simhash(self, hashes, weights, main_found, truncated) -> Fingerprint:

@@ -19,6 +19,7 @@ compare it with:
 """
 from libc.stdint cimport uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
+from libc.stdlib cimport calloc, free, qsort
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
@@ -136,62 +137,175 @@ cdef inline Py_ssize_t _emit_run(const char *utf8, Py_ssize_t lo, Py_ssize_t hi,
     return 1
 
 
-def text_features(const uint64_t[::1] th, Py_ssize_t shingle_size, bint shingles, bint spots,
-                  const uint64_t[::1] stop_hashes, uint64_t shingle_salt, uint64_t spot_salt):
-    """Shingle hashes then spot-signature hashes (chain 2) of token hashes."""
+cdef Py_ssize_t _features_into(const uint64_t[::1] th, Py_ssize_t shingle_size, bint shingles,
+                               bint spots, const uint64_t[::1] stop_hashes,
+                               uint64_t shingle_salt, uint64_t spot_salt,
+                               uint64_t *o) except -1:
+    """Shingle then spot-signature hashes of ``th`` into ``o`` (room for
+    ``2 * len(th)``); returns how many."""
     cdef Py_ssize_t n = th.shape[0], k = 0, m = 0, i, j, c, q, n_stop = stop_hashes.shape[0]
-    cdef Py_ssize_t lo, hi, mid, n_content = 0, n_spots = 0, chain = 2
+    cdef Py_ssize_t lo, hi, mid, n_content = 0, n_spots = 0, chain = 2, n_stops = 0
     cdef uint64_t s, t
+    cdef int64_t *content
+    cdef int64_t *stops
     if shingles and n > 0:
         k = shingle_size if shingle_size < n else n
         m = n - k + 1
-    out = np.empty(m + n, dtype=np.uint64)
-    cdef uint64_t[::1] o = out
     for i in range(m):
         s = th[i] ^ shingle_salt
         for j in range(1, k):
             s = s * M + th[i + j]
         o[i] = fmix64(s)
     if not spots or n < chain + 1:
-        return out[:m]
+        return m
     # positions of stopword tokens (binary search in the sorted stopword
     # hashes, as np.isin) and of content tokens, both in text order
-    content_arr = np.empty(n, dtype=np.int64)
-    stop_arr = np.empty(n, dtype=np.int64)
-    cdef int64_t[::1] content = content_arr
-    cdef int64_t[::1] stops = stop_arr
-    cdef Py_ssize_t n_stops = 0
-    for i in range(n):
-        t = th[i]
-        lo = 0
-        hi = n_stop
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if stop_hashes[mid] < t:
-                lo = mid + 1
+    content = <int64_t *>PyMem_Malloc(2 * n * sizeof(int64_t))
+    if content is NULL:
+        raise MemoryError()
+    stops = content + n
+    try:
+        for i in range(n):
+            t = th[i]
+            lo = 0
+            hi = n_stop
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if stop_hashes[mid] < t:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < n_stop and stop_hashes[lo] == t:
+                stops[n_stops] = i
+                n_stops += 1
             else:
-                hi = mid
-        if lo < n_stop and stop_hashes[lo] == t:
-            stops[n_stops] = i
-            n_stops += 1
-        else:
-            content[n_content] = i
-            n_content += 1
-    if n_stops == 0 or n_content < chain:
-        return out[:m]
-    j = 0
-    for q in range(n_stops):
-        i = stops[q]
-        while j < n_content and content[j] <= i:     # first content token after i
+                content[n_content] = i
+                n_content += 1
+        if n_stops == 0 or n_content < chain:
+            return m
+        j = 0
+        for q in range(n_stops):
+            i = stops[q]
+            while j < n_content and content[j] <= i:     # first content token after i
+                j += 1
+            if j + chain > n_content:
+                break
+            s = th[i] ^ spot_salt
+            for c in range(chain):
+                s = s * M + th[content[j + c]]
+            o[m + n_spots] = fmix64(s)
+            n_spots += 1
+        return m + n_spots
+    finally:
+        PyMem_Free(content)
+
+
+def text_features(const uint64_t[::1] th, Py_ssize_t shingle_size, bint shingles, bint spots,
+                  const uint64_t[::1] stop_hashes, uint64_t shingle_salt, uint64_t spot_salt):
+    """Shingle hashes then spot-signature hashes (chain 2) of token hashes."""
+    out = np.empty(2 * th.shape[0], dtype=np.uint64)
+    cdef uint64_t[::1] o = out
+    cdef Py_ssize_t count = _features_into(th, shingle_size, shingles, spots, stop_hashes,
+                                           shingle_salt, spot_salt,
+                                           &o[0] if o.shape[0] else NULL)
+    return out[:count]
+
+
+cdef int _cmp_u64(const void *a, const void *b) noexcept nogil:
+    cdef uint64_t x = (<const uint64_t *>a)[0], y = (<const uint64_t *>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef void _sort_hashes(uint64_t *a, uint64_t *tmp, Py_ssize_t n) noexcept nogil:
+    """Sort ``n`` hash values ascending (``tmp``: room for ``n``). Feature
+    hashes are uniform, so a counting pass on the top bits leaves about one
+    value per bucket and one insertion pass finishes the job; if that pass
+    shifts far more than expected (crafted input), qsort does it instead."""
+    cdef Py_ssize_t i, j, b, nb, shifts = 0
+    cdef int bits = 1
+    cdef uint64_t x
+    cdef Py_ssize_t *start
+    if n < 2:
+        return
+    while bits < 16 and (<Py_ssize_t>1 << bits) < n:
+        bits += 1
+    nb = <Py_ssize_t>1 << bits
+    start = <Py_ssize_t *>calloc(nb + 1, sizeof(Py_ssize_t))
+    if start is NULL:
+        qsort(a, n, sizeof(uint64_t), _cmp_u64)
+        return
+    for i in range(n):
+        start[(a[i] >> (64 - bits)) + 1] += 1
+    for b in range(nb):
+        start[b + 1] += start[b]
+    for i in range(n):
+        b = a[i] >> (64 - bits)
+        tmp[start[b]] = a[i]
+        start[b] += 1
+    free(start)
+    for i in range(n):
+        x = tmp[i]
+        j = i
+        while j > 0 and a[j - 1] > x:
+            a[j] = a[j - 1]
+            j -= 1
+        a[j] = x
+        shifts += i - j
+        if shifts > 8 * n + 64:
+            # a[0..i] holds tmp[0..i], sorted; the rest is still in tmp
+            memcpy(a + i + 1, tmp + i + 1, (n - i - 1) * sizeof(uint64_t))
+            qsort(a, n, sizeof(uint64_t), _cmp_u64)
+            return
+
+
+def weighted_features(const uint64_t[::1] th, Py_ssize_t shingle_size, bint shingles,
+                      bint spots, const uint64_t[::1] stop_hashes, uint64_t shingle_salt,
+                      uint64_t spot_salt, int weighting, const double[::1] weight_of_count):
+    """``_features.weigh(text_features(...), weighting)`` in one call: the
+    distinct feature hashes, ascending, and their weights, from
+    ``weight_of_count[count]`` (``weighting`` 1: the log-tf table) or the count
+    itself (0) or 1.0 (2). None when a count is beyond the table (the caller
+    takes the NumPy path). Fewer NumPy calls per page matter in a crawl,
+    where each one runs with cold caches."""
+    cdef Py_ssize_t n = th.shape[0], count
+    cdef uint64_t *buf = <uint64_t *>PyMem_Malloc((4 * n + 1) * sizeof(uint64_t))
+    if buf is NULL:
+        raise MemoryError()
+    cdef uint64_t *tmp = buf + 2 * n
+    try:
+        count = _features_into(th, shingle_size, shingles, spots, stop_hashes, shingle_salt,
+                               spot_salt, buf)
+        _sort_hashes(buf, tmp, count)
+        return _count_and_weigh(buf, count, weighting, weight_of_count)
+    finally:
+        PyMem_Free(buf)
+
+
+cdef object _count_and_weigh(const uint64_t *sorted_hashes, Py_ssize_t count, int weighting,
+                             const double[::1] weight_of_count):
+    """Distinct values of a sorted array and their weights (see weighted_features)."""
+    uniq = np.empty(count, dtype=np.uint64)
+    weights = np.empty(count, dtype=np.float64)
+    cdef uint64_t[::1] uv = uniq
+    cdef double[::1] wv = weights
+    cdef Py_ssize_t i = 0, j, u = 0, c, table = weight_of_count.shape[0]
+    while i < count:
+        j = i + 1
+        while j < count and sorted_hashes[j] == sorted_hashes[i]:
             j += 1
-        if j + chain > n_content:
-            break
-        s = th[i] ^ spot_salt
-        for c in range(chain):
-            s = s * M + th[content[j + c]]
-        o[m + n_spots] = fmix64(s)
-        n_spots += 1
-    return out[:m + n_spots]
+        c = j - i
+        uv[u] = sorted_hashes[i]
+        if weighting == 0:
+            wv[u] = <double>c
+        elif weighting == 1:
+            if c >= table:
+                return None
+            wv[u] = weight_of_count[c]
+        else:
+            wv[u] = 1.0
+        u += 1
+        i = j
+    return uniq[:u], weights[:u]
 
 
 def unique_counts(const uint64_t[::1] sorted_hashes):

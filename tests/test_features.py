@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scrapy_simdup import _core
-from scrapy_simdup._features import (STOP_HASHES, STOPWORDS, features_from_tokens,
-                                     shingle_hashes, spot_hashes, weigh)
+from scrapy_simdup._features import (STOP_HASHES, STOPWORDS, _logtf_of_count,
+                                     features_from_tokens, shingle_hashes, spot_hashes, weigh,
+                                     weighted_features)
 from scrapy_simdup._tokenize import normalize, tokenize
 
 MASK = (1 << 64) - 1
@@ -185,6 +186,41 @@ def test_compiled_text_features_match_numpy(tokens, k, sets):
     assert got.tolist() == expected
     assert _textfeat.text_features(th, k, False, False, STOP_HASHES, _SALT["shingles"],
                                    _SALT["spots"]).size == 0
+
+
+def _weighted_reference(th, names, k, weighting):
+    return weigh(features_from_token_hashes(th, names, k, compiled=False), weighting)
+
+
+@given(st.lists(st.sampled_from(["the", "a", "said", "x", "y", "z", "w", "is"])
+                | st.text("abcdef", min_size=1, max_size=4), max_size=300),
+       st.integers(1, 5), st.sampled_from(["shingles", "spots", "shingles+spots"]),
+       st.sampled_from(["count", "logtf", "binary"]))
+def test_weighted_features_match_numpy(tokens, k, sets, weighting):
+    # a small vocabulary: many repeated features, so counts above 1
+    th = np.array([_core.hash64(t) for t in tokens], dtype=np.uint64)
+    names = set(sets.split("+"))
+    got = weighted_features(th, names, k, None, weighting)
+    ref = _weighted_reference(th, names, k, weighting)
+    assert got[0].tolist() == ref[0].tolist()
+    assert got[1].tobytes() == ref[1].tobytes()
+
+
+def test_weighted_features_sorts_any_input():
+    # values crafted to share their top bits (one bucket of the counting
+    # pass: the insertion pass gives up and qsort sorts), and counts beyond
+    # the compiled log-tf table (the NumPy path answers)
+    rng = np.random.default_rng(1)
+    same_top = (rng.integers(0, 2**40, size=3000, dtype=np.uint64) | np.uint64(7 << 60))
+    for values in (same_top, np.repeat(np.uint64(5), 5000),
+                   rng.integers(0, 2**64, size=4000, dtype=np.uint64)):
+        for weighting in ("count", "logtf", "binary"):
+            got = weighted_features(values, {"shingles"}, 1, None, weighting)
+            ref = _weighted_reference(values, {"shingles"}, 1, weighting)
+            assert got[0].tolist() == ref[0].tolist()
+            assert got[1].tobytes() == ref[1].tobytes()
+    assert _textfeat.weighted_features(np.repeat(np.uint64(5), 5000), 1, True, False,
+                                       STOP_HASHES, 1, 2, 1, _logtf_of_count()) is None
 
 
 @given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 3), max_size=60))
