@@ -12,6 +12,8 @@ compare it with:
 * ``text_features`` == the shingle and spot-signature hashes of
   ``_features.shingle_hashes``/``spot_hashes`` (concatenated).
 * ``unique_counts(sorted_hashes)`` == ``np.unique(..., return_counts=True)``.
+* ``weighted_features(...)`` == ``_features.weigh(text_features(...), weighting)``
+  for the count, logtf and binary weightings, in one call.
 * ``fold_text(text, table)`` == ``_tokenize.normalize(text)`` in one pass over
   the text, or None when a character needs the full normalisation (see
   ``_tokenize.fold_table``).
