@@ -16,8 +16,8 @@ comments and processing instructions contribute only their tails.
 """
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcpy, strlen, strcmp
-from libc.stdint cimport uintptr_t
+from libc.string cimport memcpy, memcmp, memset, strlen, strcmp
+from libc.stdint cimport uintptr_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from lxml.includes cimport tree
 from lxml.includes.tree cimport xmlNode, xmlAttr
@@ -57,6 +57,82 @@ cdef enum:
     TIGHT_SHARE_NUM = 7
     TIGHT_SHARE_DEN = 10
 TIGHT_SHARE = (TIGHT_SHARE_NUM, TIGHT_SHARE_DEN)
+
+
+cdef extern from "_murmur3.h" nogil:
+    uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
+
+# The verdicts on class/id labels, kept in C: the label's UTF-8 bytes (read
+# from libxml2's attribute text, no Python string) -> unlikely or not. Exact
+# (keys are compared byte for byte) and bounded: emptied when full. A label
+# not in it, or one it cannot hold, goes through unlikely_label(), whose
+# answer it then keeps; the verdict is a function of the label alone, so
+# what the cache holds never changes a result.
+cdef enum:
+    LABEL_SLOTS = 1 << 15           # a power of two, kept at most half full
+    LABEL_ARENA = 1 << 20
+    LABEL_MAX = 240                 # longer labels take the Python path
+
+cdef struct LabelSlot:
+    uint64_t hash
+    uint32_t offset
+    uint16_t length
+    uint8_t used
+    uint8_t unlikely
+
+cdef LabelSlot _label_slots[LABEL_SLOTS]
+cdef char _label_arena[LABEL_ARENA]
+cdef Py_ssize_t _label_arena_used = 0
+cdef Py_ssize_t _labels_held = 0
+
+
+cdef int _label_find(const char *key, Py_ssize_t n, uint64_t h) noexcept:
+    """The cached verdict of a label (0 or 1), or -1 if it is not cached."""
+    cdef Py_ssize_t i = h & (LABEL_SLOTS - 1)
+    while _label_slots[i].used:
+        if (_label_slots[i].hash == h and _label_slots[i].length == n
+                and memcmp(&_label_arena[_label_slots[i].offset], key, n) == 0):
+            return _label_slots[i].unlikely
+        i = (i + 1) & (LABEL_SLOTS - 1)
+    return -1
+
+
+cdef void _label_keep(const char *key, Py_ssize_t n, uint64_t h, bint unlikely) noexcept:
+    global _label_arena_used, _labels_held
+    cdef Py_ssize_t i
+    if 2 * (_labels_held + 1) > LABEL_SLOTS or _label_arena_used + n > LABEL_ARENA:
+        memset(_label_slots, 0, sizeof(_label_slots))
+        _label_arena_used = 0
+        _labels_held = 0
+    i = h & (LABEL_SLOTS - 1)
+    while _label_slots[i].used:
+        i = (i + 1) & (LABEL_SLOTS - 1)
+    memcpy(&_label_arena[_label_arena_used], key, n)
+    _label_slots[i].hash = h
+    _label_slots[i].offset = <uint32_t>_label_arena_used
+    _label_slots[i].length = <uint16_t>n
+    _label_slots[i].used = 1
+    _label_slots[i].unlikely = unlikely
+    _label_arena_used += n
+    _labels_held += 1
+
+
+cdef inline bint _attr_text(xmlAttr *attr, const char **text, Py_ssize_t *n) noexcept:
+    """The value of ``attr`` (NULL: absent, empty) as libxml2's own UTF-8, when
+    it is one text node (what lxml's attributeValue then returns); False if
+    it is not (entity references, no value), for the Python path."""
+    cdef xmlNode *child
+    if attr is NULL:
+        text[0] = NULL
+        n[0] = 0
+        return True
+    child = attr.children
+    if child is NULL or child.next is not NULL or child.type != tree.XML_TEXT_NODE \
+            or child.content is NULL:
+        return False
+    text[0] = <const char *>child.content
+    n[0] = strlen(text[0])
+    return True
 
 
 cdef struct TagSlot:
@@ -259,6 +335,12 @@ cdef class _Scanner:
         cdef xmlAttr *a_id = NULL
         cdef bint hidden = False, unlikely = False, aria_seen = False
         cdef object cls = None, eid = None, label, hit
+        cdef const char *ctext
+        cdef const char *itext
+        cdef Py_ssize_t clen, ilen, klen
+        cdef char key[LABEL_MAX + 1]
+        cdef uint64_t kh
+        cdef int verdict
         while attr is not NULL:     # xmlGetNoNsProp: the first attribute without namespace
             if attr.ns is NULL:
                 if a_class is NULL and strcmp(<const char *>attr.name, "class") == 0:
@@ -284,6 +366,29 @@ cdef class _Scanner:
         if self.main and not flags & F_NEVER:
             if flags & F_BOILER:
                 unlikely = True
+            elif (a_class is not NULL or a_id is not NULL) and cls is None \
+                    and _attr_text(a_class, &ctext, &clen) and _attr_text(a_id, &itext, &ilen) \
+                    and clen + ilen < LABEL_MAX:
+                # the label "class id" (or the one that is not empty) as bytes
+                if clen:
+                    memcpy(key, ctext, clen)
+                if clen and ilen:
+                    key[clen] = 32
+                    clen += 1
+                if ilen:
+                    memcpy(key + clen, itext, ilen)
+                klen = clen + ilen
+                if klen:
+                    kh = simdup_murmur3_64(key, klen, 0)
+                    verdict = _label_find(key, klen, kh)
+                    if verdict < 0:
+                        label = PyUnicode_DecodeUTF8(key, klen, NULL)
+                        hit = self.label_cache.get(label)
+                        if hit is None:
+                            hit = self.unlikely_label(label)
+                        verdict = 1 if hit else 0
+                        _label_keep(key, klen, kh, verdict)
+                    unlikely = verdict
             elif a_class is not NULL or a_id is not NULL:
                 if cls is None and a_class is not NULL:
                     cls = cetree.attributeValue(node, a_class)

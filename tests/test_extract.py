@@ -146,6 +146,23 @@ def test_compiled_and_reference_narrowing_share_the_threshold():
     assert _scan.TIGHT_SHARE == (_extract.TIGHT_SHARE_NUM, _extract.TIGHT_SHARE_DEN)
 
 
+def test_class_and_id_labels_give_the_reference_verdicts():
+    # the compiled scan keeps label verdicts in a C cache (emptied when full):
+    # labels with entities, empty values, class + id, labels too long for the
+    # cache, and more distinct labels than it holds all agree with the reference
+    pieces = ['<div class="comments">c {0}</div>', '<div id="sidebar" class="">s {0}</div>',
+              '<div class="x&amp;y share">e {0}</div>', '<div class="post" id="related">r {0}</div>',
+              '<div class="' + "long " * 60 + 'promo">l {0}</div>', '<p class="body-text">t {0}</p>',
+              '<div class="c{0} ad">u {0}</div>', '<div class="c{0} article">v {0}</div>']
+    # 20 000 distinct labels: more than the cache holds (16 384), so it is emptied mid-page
+    body = "".join(pieces[i % 8].format(i) for i in range(80_000))
+    root = parse_html_text(f"<html><body><article><p>{ARTICLE}</p></article>{body}</body></html>")
+    reference = _blocks(scan_lxml_py(root, "main"))
+    assert sum(reference[6]) > 0 and 0 in reference[6]      # some regions flagged, some not
+    for _ in range(3):         # later passes answer from the cache (and refill it when full)
+        assert _blocks(scan_lxml(root, "main")) == reference
+
+
 def test_comment_and_processing_instruction_tails_are_kept():
     root = parse_html_text("<html><body><p>Hello <!-- note -->wonderful<?pi x?> world</p></body></html>")
     for b in (scan_lxml(root, "visible"), scan_lxml_py(root, "visible"),
