@@ -82,7 +82,7 @@ def token_hashes(str text):
     cdef const char *utf8
     cdef Py_ssize_t size
     if PyUnicode_IS_COMPACT_ASCII(text):
-        utf8 = <const char *>data
+        return _ascii_token_hashes(<const unsigned char *>data, n)
     else:
         try:
             utf8 = PyUnicode_AsUTF8AndSize(text, &size)
@@ -122,6 +122,34 @@ def token_hashes(str text):
                 continue
             break
         count += _emit_run(utf8, run_b, b, &h[count])
+    return out[:count]
+
+
+cdef bint _ASCII_WORD[128]
+for _c in range(128):
+    _ASCII_WORD[_c] = chr(_c).isalnum() or _c == 95
+
+
+cdef object _ascii_token_hashes(const unsigned char *p, Py_ssize_t n):
+    """token_hashes of an ASCII text, byte by byte: \\w+('\\w+)* (no
+    no-space scripts here, so no cuts and no apostrophes left at an end)."""
+    out = np.empty(n // 2 + 1, dtype=np.uint64)   # a token and a separator at least
+    cdef uint64_t[::1] h = out
+    cdef Py_ssize_t count = 0, i = 0, start
+    while i < n:
+        if not _ASCII_WORD[p[i]]:
+            i += 1
+            continue
+        start = i
+        while True:
+            while i < n and _ASCII_WORD[p[i]]:
+                i += 1
+            if i + 1 < n and p[i] == 39 and _ASCII_WORD[p[i + 1]]:
+                i += 1      # an inner apostrophe: the token goes on
+                continue
+            break
+        h[count] = simdup_murmur3_64(p + start, i - start, 0)
+        count += 1
     return out[:count]
 
 
