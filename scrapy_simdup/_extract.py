@@ -36,8 +36,9 @@ EXTRACTOR_VERSION = 3   # 2: block sizes count visible (non-space) characters
 
 # The main container is then narrowed: while its child with the most content
 # text holds at least TIGHT_SHARE_NUM / TIGHT_SHARE_DEN of the container's
-# content text, more content than other text and at least two content blocks
-# (never one long paragraph alone), that child is the container. A wrapper
+# content text, more content than other text, at least two content blocks
+# (never one long paragraph alone) and enough text to count as main content
+# (min_main_chars), that child is the container. A wrapper
 # that also holds an author bio, a byline table or a comment section
 # otherwise wins or loses against the article's own element by a few hundred
 # characters, so a page and its copy with a comment block added could
@@ -225,10 +226,10 @@ class BlockBuilder:
             return "", False
         ok = [n >= min_block_chars and self.lchars[i] <= n * max_link_density
               for i, n in enumerate(self.nchars)]
-        best = self._select(ok, True)
+        best = self._select(ok, True, min_main_chars)
         good = self._good
         if good < min_main_chars:
-            best = self._select(ok, False)
+            best = self._select(ok, False, min_main_chars)
             good = self._good
         if good < min_main_chars:
             return "\n".join(self.texts), False
@@ -244,7 +245,7 @@ class BlockBuilder:
             return "\n".join(self.texts), False
         return "\n".join(out), True
 
-    def _select(self, ok, use_flags: bool) -> int:
+    def _select(self, ok, use_flags: bool, min_main_chars: int = 0) -> int:
         n_cont = len(self.parent)
         good = [0] * n_cont
         bad = [0] * n_cont
@@ -277,7 +278,7 @@ class BlockBuilder:
                     child, top = c, good[c]
                 c = end[c]
             if child < 0 or top * TIGHT_SHARE_DEN < good[best] * TIGHT_SHARE_NUM \
-                    or top <= bad[child] or blocks[child] < 2:
+                    or top <= bad[child] or blocks[child] < 2 or top < min_main_chars:
                 break
             best = child
         self._good = good[best]

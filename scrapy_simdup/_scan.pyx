@@ -19,6 +19,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy, memcmp, memset, strlen, strcmp
 from libc.stdint cimport uintptr_t, uint8_t, uint16_t, uint32_t, uint64_t
 
+from os import urandom as _urandom
+
 from lxml.includes cimport tree
 from lxml.includes.tree cimport xmlNode, xmlAttr
 cimport lxml.includes.etreepublic as cetree
@@ -84,6 +86,23 @@ cdef LabelSlot _label_slots[LABEL_SLOTS]
 cdef char _label_arena[LABEL_ARENA]
 cdef Py_ssize_t _label_arena_used = 0
 cdef Py_ssize_t _labels_held = 0
+# a seed of this process's own: a page cannot pick labels that collide in it
+cdef uint32_t _label_seed = int.from_bytes(_urandom(4), "little")
+# the verdict function the cached verdicts came from (another one empties it)
+cdef object _label_owner = None
+
+
+cdef void _label_clear() noexcept:
+    global _label_arena_used, _labels_held
+    memset(_label_slots, 0, sizeof(_label_slots))
+    _label_arena_used = 0
+    _labels_held = 0
+
+
+def clear_label_cache():
+    """Forget the cached class/id verdicts (after changing what makes a label
+    unlikely; a scan with another ``unlikely_label`` does it by itself)."""
+    _label_clear()
 
 
 cdef int _label_find(const char *key, Py_ssize_t n, uint64_t h) noexcept:
@@ -101,9 +120,7 @@ cdef void _label_keep(const char *key, Py_ssize_t n, uint64_t h, bint unlikely) 
     global _label_arena_used, _labels_held
     cdef Py_ssize_t i
     if 2 * (_labels_held + 1) > LABEL_SLOTS or _label_arena_used + n > LABEL_ARENA:
-        memset(_label_slots, 0, sizeof(_label_slots))
-        _label_arena_used = 0
-        _labels_held = 0
+        _label_clear()
     i = h & (LABEL_SLOTS - 1)
     while _label_slots[i].used:
         i = (i + 1) & (LABEL_SLOTS - 1)
@@ -379,7 +396,7 @@ cdef class _Scanner:
                     memcpy(key + clen, itext, ilen)
                 klen = clen + ilen
                 if klen:
-                    kh = simdup_murmur3_64(key, klen, 0)
+                    kh = simdup_murmur3_64(key, klen, _label_seed)
                     verdict = _label_find(key, klen, kh)
                     if verdict < 0:
                         label = PyUnicode_DecodeUTF8(key, klen, NULL)
@@ -471,8 +488,12 @@ cdef class _Scanner:
 def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozenset blocks,
                   frozenset boiler, frozenset never, dict label_cache, unlikely_label):
     """Returns (texts, nchars, lchars, owner, parent, end, unl, tags)."""
+    global _label_owner
     cdef _Scanner s = _Scanner.__new__(_Scanner)
     cdef xmlNode *c_root
+    if unlikely_label is not _label_owner:
+        _label_clear()
+        _label_owner = unlikely_label
     s.main = main
     s.want_tags = want_tags
     s.invisible, s.blocks, s.boiler, s.never = invisible, blocks, boiler, never
@@ -497,8 +518,8 @@ def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozense
 cdef Py_ssize_t _select(Py_ssize_t n_blocks, Py_ssize_t n_cont, const Py_ssize_t *nchars,
                         const Py_ssize_t *owner, const Py_ssize_t *parent,
                         const Py_ssize_t *ends, const Py_ssize_t *unl, const char *ok,
-                        bint use_flags, Py_ssize_t *good, Py_ssize_t *bad,
-                        Py_ssize_t *blocks, Py_ssize_t *best_good) noexcept:
+                        bint use_flags, Py_ssize_t min_main_chars, Py_ssize_t *good,
+                        Py_ssize_t *bad, Py_ssize_t *blocks, Py_ssize_t *best_good) noexcept:
     """The container maximising good - bad text, narrowed to the child holding
     most of its content (``BlockBuilder._select``, ``TIGHT_SHARE``)."""
     cdef Py_ssize_t i, c, p, best = 0, score, best_score, child, top
@@ -530,7 +551,7 @@ cdef Py_ssize_t _select(Py_ssize_t n_blocks, Py_ssize_t n_cont, const Py_ssize_t
                 child, top = c, good[c]
             c = ends[c]
         if child < 0 or top * TIGHT_SHARE_DEN < good[best] * TIGHT_SHARE_NUM \
-                or top <= bad[child] or blocks[child] < 2:
+                or top <= bad[child] or blocks[child] < 2 or top < min_main_chars:
             break
         best = child
     best_good[0] = good[best]
@@ -570,12 +591,16 @@ def main_text_raw(list texts, list nchars, list lchars, list owner, list parent,
             par[c] = parent[c]
             ends[c] = end[c]
             un[c] = unl[c]
+            # a container's subtree ends after it and inside the list (the
+            # narrowing walks children by these ends)
+            if not c < ends[c] <= n_cont:
+                raise ValueError(f"end[{c}] = {ends[c]} is not in {c + 1}..{n_cont}")
         # pass 1 scores text outside unlikely regions; pass 2 ignores the flags
-        best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, True, good, bad,
-                       blocks, &good_chars)
+        best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, True, min_main_chars,
+                       good, bad, blocks, &good_chars)
         if good_chars < min_main_chars:
-            best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, False, good, bad,
-                           blocks, &good_chars)
+            best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, False, min_main_chars,
+                           good, bad, blocks, &good_chars)
         if good_chars < min_main_chars:
             return "\n".join(texts), False
         lo, hi, level = best, ends[best], un[best]

@@ -43,7 +43,9 @@ static void simdup_accumulate_scalar(const uint64_t *hashes, const double *weigh
     }
 }
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+/* GCC and clang on x86-64 (not clang-cl: __builtin_cpu_supports needs libgcc or
+ * compiler-rt's CPU model) */
+#if defined(__x86_64__) && defined(__GNUC__)
 #define SIMDUP_SIMHASH_X86 1
 #include <immintrin.h>
 

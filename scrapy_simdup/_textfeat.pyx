@@ -178,6 +178,8 @@ cdef Py_ssize_t _features_into(const uint64_t[::1] th, Py_ssize_t shingle_size, 
     cdef uint64_t s, t
     cdef int64_t *content
     cdef int64_t *stops
+    if shingles and shingle_size < 1:
+        raise ValueError(f"shingle_size must be >= 1, got {shingle_size}")
     if shingles and n > 0:
         k = shingle_size if shingle_size < n else n
         m = n - k + 1

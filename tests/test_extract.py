@@ -142,8 +142,46 @@ def test_article_dominated_by_one_long_paragraph_keeps_the_others():
     assert "Sentence number 0 " in text and "Sentence number 39" in text
 
 
+def test_narrowing_never_drops_below_the_main_text_minimum():
+    # the wrapper holds enough text to be the main content, its biggest child
+    # (79% of it, two blocks) does not: the wrapper stays, nothing falls back
+    p1 = "Alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi."
+    p2 = "Omicron pi rho sigma tau upsilon phi chi psi omega and then some more words."
+    p3 = "A short closing note of the post goes here, nothing else."
+    page = (f"<html><body><nav><ul><li><a href=/>Home</a></li></ul></nav><div class='wrap'>"
+            f"<div class='entry'><p>{p1} {p1}</p><p>{p2}</p></div><p>{p3}</p></div>"
+            f"<footer>(c) menu entry</footer></body></html>")
+    root = parse_html_text(page)
+    text, found, _ = extract_lxml(root, "main")
+    assert found and "closing note" in text and "menu entry" not in text
+    builder = scan_lxml_py(root, "main")
+    assert builder.main_text() == builder.main_text_py()
+
+
+def test_compiled_selection_refuses_inconsistent_container_ends():
+    with pytest.raises(ValueError, match="end"):
+        _scan.main_text_raw(["x" * 300], [300], [0], [1], [-1, 0], [2, 1], [0, 0],
+                            40, 0.33, 200, 20)
+
+
 def test_compiled_and_reference_narrowing_share_the_threshold():
     assert _scan.TIGHT_SHARE == (_extract.TIGHT_SHARE_NUM, _extract.TIGHT_SHARE_DEN)
+
+
+def test_label_verdicts_follow_the_verdict_function():
+    # the compiled scan's cached verdicts belong to one unlikely_label: another
+    # function empties the cache, and clear_label_cache() forgets them
+    root = parse_html_text(f"<html><body><div class='sidebar'><p>{ARTICLE}</p></div>"
+                           f"<article><p>{ARTICLE}</p></article></body></html>")
+    args = (root, True, False, _extract._MAIN_INVISIBLE, _extract.BLOCK_TAGS,
+            _extract.BOILERPLATE_TAGS, _extract._NEVER_UNLIKELY)
+    try:
+        assert 1 in _scan.scan_lxml_raw(*args, {}, _extract.unlikely_label)[6]
+        assert 1 not in _scan.scan_lxml_raw(*args, {}, lambda label: False)[6]
+        _scan.clear_label_cache()
+        assert 1 in _scan.scan_lxml_raw(*args, {}, _extract.unlikely_label)[6]
+    finally:
+        _scan.clear_label_cache()
 
 
 def test_class_and_id_labels_give_the_reference_verdicts():

@@ -206,13 +206,24 @@ def test_weighted_features_match_numpy(tokens, k, sets, weighting):
     assert got[1].tobytes() == ref[1].tobytes()
 
 
+def _fmix64_inverse(x: int) -> int:
+    x ^= x >> 33
+    x = (x * pow(0xC4CEB9FE1A85EC53, -1, 2**64)) & MASK
+    x ^= x >> 33
+    x = (x * pow(0xFF51AFD7ED558CCD, -1, 2**64)) & MASK
+    return x ^ (x >> 33)
+
+
 def test_weighted_features_sorts_any_input():
-    # values crafted to share their top bits (one bucket of the counting
-    # pass: the insertion pass gives up and qsort sorts), and counts beyond
-    # the compiled log-tf table (the NumPy path answers)
+    # token hashes crafted so that their 1-shingles share the top bits and come
+    # in descending order (one bucket of the counting pass: the insertion pass
+    # gives up and qsort sorts), and counts beyond the compiled log-tf table
+    # (the NumPy path answers)
     rng = np.random.default_rng(1)
-    same_top = (rng.integers(0, 2**40, size=3000, dtype=np.uint64) | np.uint64(7 << 60))
-    for values in (same_top, np.repeat(np.uint64(5), 5000),
+    wanted = sorted((int(v) | (7 << 60) for v in rng.integers(0, 2**40, size=3000)), reverse=True)
+    one_bucket = np.array([_fmix64_inverse(v) ^ SALT_SHINGLES for v in wanted], dtype=np.uint64)
+    assert features_from_token_hashes(one_bucket, {"shingles"}, 1).tolist() == wanted
+    for values in (one_bucket, np.repeat(np.uint64(5), 5000),
                    rng.integers(0, 2**64, size=4000, dtype=np.uint64)):
         for weighting in ("count", "logtf", "binary"):
             got = weighted_features(values, {"shingles"}, 1, None, weighting)
@@ -221,6 +232,16 @@ def test_weighted_features_sorts_any_input():
             assert got[1].tobytes() == ref[1].tobytes()
     assert _textfeat.weighted_features(np.repeat(np.uint64(5), 5000), 1, True, False,
                                        STOP_HASHES, 1, 2, 1, _logtf_of_count()) is None
+
+
+def test_compiled_features_refuse_a_shingle_size_below_one():
+    th = np.arange(1, 11, dtype=np.uint64)
+    for k in (0, -1, -10**6):
+        with pytest.raises(ValueError, match="shingle_size"):
+            _textfeat.text_features(th, k, True, False, STOP_HASHES, 1, 2)
+        with pytest.raises(ValueError, match="shingle_size"):
+            _textfeat.weighted_features(th, k, True, False, STOP_HASHES, 1, 2, 1,
+                                        _logtf_of_count())
 
 
 @given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 3), max_size=60))
