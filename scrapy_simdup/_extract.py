@@ -49,6 +49,10 @@ EXTRACTOR_VERSION = 3   # 2: block sizes count visible (non-space) characters
 # 0.926 -> 0.944.
 TIGHT_SHARE_NUM, TIGHT_SHARE_DEN = 7, 10
 
+# BlockBuilder.main_text's defaults: min_block_chars, max_link_density,
+# min_main_chars, keep_block_chars
+_MAIN_TEXT_DEFAULTS = (40, 0.33, 200, 20)
+
 # Never visible: always skipped.
 INVISIBLE_TAGS = frozenset(
     "script style noscript template head title meta link iframe frame frameset "
@@ -657,10 +661,11 @@ def tame_html_py(data: bytes) -> bytes:
 
 try:
     from ._scan import long_tag_bytes, tame_html
+    from ._scan import main_text_lxml as _main_text_lxml
     from ._scan import main_text_raw as _main_text_raw
     from ._scan import scan_lxml_raw as _scan_raw
 except ImportError:  # not compiled (source checkout without build): pure Python
-    _scan_raw = _main_text_raw = None
+    _scan_raw = _main_text_raw = _main_text_lxml = None
     long_tag_bytes = long_tag_bytes_py
     tame_html = tame_html_py
 
@@ -695,6 +700,15 @@ def extract_lxml(root, mode: str = "main", content_nodes=None, want_tags: bool =
             texts.append(b.all_text())
             tags.extend(b.tags)
         return "\n".join(t for t in texts if t), True, tags
+    if mode == "main" and not want_tags and not params and _main_text_lxml is not None:
+        # the fingerprinter's case: one compiled pass that decodes only the
+        # text it returns (the same as the two steps below)
+        lean = _main_text_lxml(root.getroot() if hasattr(root, "getroot") else root,
+                               _MAIN_INVISIBLE, BLOCK_TAGS, BOILERPLATE_TAGS,
+                               _NEVER_UNLIKELY, _label_cache, unlikely_label,
+                               *_MAIN_TEXT_DEFAULTS)
+        if lean is not None:
+            return lean[0], lean[1], []
     builder = scan_lxml(root, mode, want_tags)
     if mode == "main":
         text, found = builder.main_text(**params)

@@ -64,6 +64,9 @@ TIGHT_SHARE = (TIGHT_SHARE_NUM, TIGHT_SHARE_DEN)
 cdef extern from "_murmur3.h" nogil:
     uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
 
+cdef extern from "_utf8.h" nogil:
+    int simdup_utf8_valid(const unsigned char *p, Py_ssize_t n)
+
 # The verdicts on class/id labels, kept in C: the label's UTF-8 bytes (read
 # from libxml2's attribute text, no Python string) -> unlikely or not. Exact
 # (keys are compared byte for byte) and bounded: emptied when full. A label
@@ -274,6 +277,11 @@ cdef class _Scanner:
     cdef Bytes text
     cdef Py_ssize_t cur, link_chars, link_depth
     cdef TagSlot cache[TAG_CACHE]
+    # lean scan (main_text_lxml): blocks stay UTF-8 bytes in one buffer, with
+    # their start, size, visible and link characters, owner and code points
+    cdef bint lean, bad_utf8
+    cdef Bytes block_bytes
+    cdef Ints b_start, b_size, b_nchars, b_lchars, b_owner, b_points
 
     def __dealloc__(self):
         PyMem_Free(self.text.data)
@@ -281,6 +289,13 @@ cdef class _Scanner:
         PyMem_Free(self.end.data)
         PyMem_Free(self.unl.data)
         PyMem_Free(self.stack_kind.data)
+        PyMem_Free(self.block_bytes.data)
+        PyMem_Free(self.b_start.data)
+        PyMem_Free(self.b_size.data)
+        PyMem_Free(self.b_nchars.data)
+        PyMem_Free(self.b_lchars.data)
+        PyMem_Free(self.b_owner.data)
+        PyMem_Free(self.b_points.data)
 
     cdef int _add_text(self, xmlNode *node) except -1:
         """Append the text of consecutive text nodes from ``node`` (lxml's
@@ -304,6 +319,8 @@ cdef class _Scanner:
         cdef Py_ssize_t n
         if self.text.size == 0:
             return 0
+        if self.lean:
+            return self._flush_lean()
         text = PyUnicode_DecodeUTF8(self.text.data, self.text.size, "replace")
         n = _visible_len(text)
         if n:
@@ -311,6 +328,30 @@ cdef class _Scanner:
             self.nchars.append(n)
             self.lchars.append(self.link_chars if self.link_chars < n else n)
             self.owner.append(self.cur)
+        self.text.size = 0
+        self.link_chars = 0
+        return 0
+
+    cdef int _flush_lean(self) except -1:
+        """``_flush`` without a Python string: on valid UTF-8 (all libxml2
+        gives, normally) the visible count of the bytes is that of the
+        decoded text; invalid bytes end the lean scan (``bad_utf8``)."""
+        cdef Py_ssize_t n, i, points = 0
+        cdef const unsigned char *p = <const unsigned char *>self.text.data
+        if not simdup_utf8_valid(p, self.text.size):
+            self.bad_utf8 = True
+        else:
+            n = _utf8_visible(self.text.data, self.text.size)
+            if n:
+                for i in range(self.text.size):
+                    points += (p[i] & 0xC0) != 0x80
+                _ints_push(&self.b_start, self.block_bytes.size)
+                _ints_push(&self.b_size, self.text.size)
+                _ints_push(&self.b_nchars, n)
+                _ints_push(&self.b_lchars, self.link_chars if self.link_chars < n else n)
+                _ints_push(&self.b_owner, self.cur)
+                _ints_push(&self.b_points, points)
+                _bytes_add(&self.block_bytes, self.text.data, self.text.size)
         self.text.size = 0
         self.link_chars = 0
         return 0
@@ -558,35 +599,72 @@ cdef Py_ssize_t _select(Py_ssize_t n_blocks, Py_ssize_t n_cont, const Py_ssize_t
     return best
 
 
+cdef bint _choose(Py_ssize_t n_blocks, Py_ssize_t n_cont, const Py_ssize_t *nch,
+                  const Py_ssize_t *lch, const Py_ssize_t *own, const Py_ssize_t *points,
+                  const Py_ssize_t *par, const Py_ssize_t *ends, const Py_ssize_t *un,
+                  Py_ssize_t min_block_chars, double max_link_density,
+                  Py_ssize_t min_main_chars, Py_ssize_t keep_block_chars,
+                  char *keep) except -1:
+    """The main-content selection of ``BlockBuilder.main_text`` on C arrays:
+    marks the blocks of the main text in ``keep`` and returns True, or False
+    when there is no main content (the caller then takes every block).
+    ``points``: each block's length in code points."""
+    cdef Py_ssize_t i, c, best, good_chars, lo, hi, level, kept_chars = 0
+    cdef Py_ssize_t *buf = <Py_ssize_t *>PyMem_Malloc(3 * n_cont * sizeof(Py_ssize_t) + n_blocks)
+    if buf is NULL:
+        raise MemoryError()
+    cdef Py_ssize_t *good = buf
+    cdef Py_ssize_t *bad = good + n_cont
+    cdef Py_ssize_t *blocks = bad + n_cont
+    cdef char *ok = <char *>(blocks + n_cont)
+    try:
+        for i in range(n_blocks):
+            ok[i] = nch[i] >= min_block_chars and lch[i] <= nch[i] * max_link_density
+        # pass 1 scores text outside unlikely regions; pass 2 ignores the flags
+        best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, True, min_main_chars,
+                       good, bad, blocks, &good_chars)
+        if good_chars < min_main_chars:
+            best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, False, min_main_chars,
+                           good, bad, blocks, &good_chars)
+        if good_chars < min_main_chars:
+            return False
+        lo, hi, level = best, ends[best], un[best]
+        for i in range(n_blocks):
+            c = own[i]
+            keep[i] = (lo <= c < hi and un[c] == level and nch[i] >= keep_block_chars
+                       and lch[i] <= nch[i] * 0.5)
+            if keep[i]:
+                kept_chars += points[i]
+        return kept_chars >= min_main_chars
+    finally:
+        PyMem_Free(buf)
+
+
 def main_text_raw(list texts, list nchars, list lchars, list owner, list parent, list end,
                   list unl, Py_ssize_t min_block_chars, double max_link_density,
                   Py_ssize_t min_main_chars, Py_ssize_t keep_block_chars):
     """``BlockBuilder.main_text`` on its lists, compiled: ``(text, found)``."""
-    cdef Py_ssize_t n_blocks = len(texts), n_cont = len(parent), i, c, best, good_chars
-    cdef Py_ssize_t lo, hi, level, kept_chars = 0
+    cdef Py_ssize_t n_blocks = len(texts), n_cont = len(parent), i, c
     if n_blocks == 0:
         return "", False
     cdef Py_ssize_t *buf = <Py_ssize_t *>PyMem_Malloc(
-        (3 * n_blocks + 7 * n_cont) * sizeof(Py_ssize_t) + n_blocks)
+        (4 * n_blocks + 3 * n_cont) * sizeof(Py_ssize_t) + n_blocks)
     if buf is NULL:
         raise MemoryError()
     cdef Py_ssize_t *nch = buf
     cdef Py_ssize_t *lch = nch + n_blocks
     cdef Py_ssize_t *own = lch + n_blocks
-    cdef Py_ssize_t *par = own + n_blocks
+    cdef Py_ssize_t *points = own + n_blocks
+    cdef Py_ssize_t *par = points + n_blocks
     cdef Py_ssize_t *ends = par + n_cont
     cdef Py_ssize_t *un = ends + n_cont
-    cdef Py_ssize_t *good = un + n_cont
-    cdef Py_ssize_t *bad = good + n_cont
-    cdef Py_ssize_t *blocks = bad + n_cont
-    cdef char *ok = <char *>(blocks + n_cont)
-    cdef list out = []
+    cdef char *keep = <char *>(un + n_cont)
     try:
         for i in range(n_blocks):
             nch[i] = nchars[i]
             lch[i] = lchars[i]
             own[i] = owner[i]
-            ok[i] = nch[i] >= min_block_chars and lch[i] <= nch[i] * max_link_density
+            points[i] = PyUnicode_GET_LENGTH(texts[i])
         for c in range(n_cont):
             par[c] = parent[c]
             ends[c] = end[c]
@@ -595,26 +673,78 @@ def main_text_raw(list texts, list nchars, list lchars, list owner, list parent,
             # narrowing walks children by these ends)
             if not c < ends[c] <= n_cont:
                 raise ValueError(f"end[{c}] = {ends[c]} is not in {c + 1}..{n_cont}")
-        # pass 1 scores text outside unlikely regions; pass 2 ignores the flags
-        best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, True, min_main_chars,
-                       good, bad, blocks, &good_chars)
-        if good_chars < min_main_chars:
-            best = _select(n_blocks, n_cont, nch, own, par, ends, un, ok, False, min_main_chars,
-                           good, bad, blocks, &good_chars)
-        if good_chars < min_main_chars:
+        if not _choose(n_blocks, n_cont, nch, lch, own, points, par, ends, un, min_block_chars,
+                       max_link_density, min_main_chars, keep_block_chars, keep):
             return "\n".join(texts), False
-        lo, hi, level = best, ends[best], un[best]
-        for i in range(n_blocks):
-            c = own[i]
-            if (lo <= c < hi and un[c] == level and nch[i] >= keep_block_chars
-                    and lch[i] <= nch[i] * 0.5):
-                out.append(texts[i])
-                kept_chars += PyUnicode_GET_LENGTH(texts[i])
-        if kept_chars < min_main_chars:
-            return "\n".join(texts), False
-        return "\n".join(out), True
+        return "\n".join([texts[i] for i in range(n_blocks) if keep[i]]), True
     finally:
         PyMem_Free(buf)
+
+
+def main_text_lxml(root, frozenset invisible, frozenset blocks, frozenset boiler,
+                   frozenset never, dict label_cache, unlikely_label,
+                   Py_ssize_t min_block_chars, double max_link_density,
+                   Py_ssize_t min_main_chars, Py_ssize_t keep_block_chars):
+    """``scan_lxml_raw`` (main mode, no tags) then ``main_text_raw`` in one
+    pass that keeps the blocks as UTF-8 and decodes only the text returned:
+    ``(text, found)``, the same as the two; None when a block is not valid
+    UTF-8 (then the two give the answer)."""
+    cdef _Scanner s = _Scanner.__new__(_Scanner)
+    cdef Py_ssize_t n_blocks, n_cont, i, size = 0
+    cdef char *keep
+    cdef char *out
+    cdef bint found
+    cdef xmlNode *c_root
+    global _label_owner
+    if unlikely_label is not _label_owner:
+        _label_clear()
+        _label_owner = unlikely_label
+    s.main = True
+    s.want_tags = False
+    s.lean = True
+    s.invisible, s.blocks, s.boiler, s.never = invisible, blocks, boiler, never
+    s.label_cache = label_cache
+    s.unlikely_label = unlikely_label
+    s.tags, s.tag_strs = [], []
+    _ints_push(&s.parent, -1)
+    _ints_push(&s.end, 0)
+    _ints_push(&s.unl, 0)
+    if not isinstance(root, cetree._Element):
+        raise TypeError(f"an lxml element is needed, not {type(root).__name__}")
+    c_root = (<cetree._Element>root)._c_node
+    if c_root is NULL or c_root.type != tree.XML_ELEMENT_NODE:   # comment, PI, entity
+        return "", False
+    s.walk(c_root)
+    s._flush()
+    s.end.data[0] = s.parent.size
+    if s.bad_utf8:
+        return None
+    n_blocks, n_cont = s.b_start.size, s.parent.size
+    if n_blocks == 0:
+        return "", False
+    keep = <char *>PyMem_Malloc(n_blocks)
+    out = <char *>PyMem_Malloc(s.block_bytes.size + n_blocks + 1)
+    if keep is NULL or out is NULL:
+        PyMem_Free(keep)
+        PyMem_Free(out)
+        raise MemoryError()
+    try:
+        found = _choose(n_blocks, n_cont, s.b_nchars.data, s.b_lchars.data, s.b_owner.data,
+                        s.b_points.data, s.parent.data, s.end.data, s.unl.data,
+                        min_block_chars, max_link_density, min_main_chars, keep_block_chars,
+                        keep)
+        for i in range(n_blocks):      # the blocks kept (or all), joined by newlines
+            if found and not keep[i]:
+                continue
+            if size:
+                out[size] = 10
+                size += 1
+            memcpy(out + size, s.block_bytes.data + s.b_start.data[i], s.b_size.data[i])
+            size += s.b_size.data[i]
+        return PyUnicode_DecodeUTF8(out, size, NULL), found
+    finally:
+        PyMem_Free(keep)
+        PyMem_Free(out)
 
 
 cdef extern from "string.h" nogil:

@@ -40,6 +40,9 @@ cdef extern from "Python.h":
 cdef extern from "_murmur3.h" nogil:
     uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
 
+cdef extern from "_utf8.h" nogil:
+    int simdup_utf8_valid(const unsigned char *p, Py_ssize_t n)
+
 cdef uint64_t M = 0x9E3779B97F4A7C15ULL
 
 
@@ -396,39 +399,5 @@ def fold_text(str text, const uint16_t[:, ::1] table):
 def utf8_valid(const unsigned char[::1] data):
     """Whether ``bytes(data).decode("utf-8")`` succeeds (strict UTF-8: no
     overlong forms, surrogates or code points above U+10FFFF)."""
-    cdef Py_ssize_t n = data.shape[0], i = 0
-    cdef const unsigned char *p = &data[0] if n else NULL
-    cdef unsigned char b, b1
-    cdef uint64_t word
-    while i < n:
-        if i + 8 <= n:      # skip ASCII eight bytes at a time
-            memcpy(&word, p + i, 8)
-            if (word & 0x8080808080808080ULL) == 0:
-                i += 8
-                continue
-        b = p[i]
-        if b < 0x80:
-            i += 1
-        elif 0xC2 <= b <= 0xDF:
-            if i + 1 >= n or (p[i + 1] & 0xC0) != 0x80:
-                return False
-            i += 2
-        elif 0xE0 <= b <= 0xEF:
-            if i + 2 >= n:
-                return False
-            b1 = p[i + 1]
-            if ((b1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80
-                    or (b == 0xE0 and b1 < 0xA0) or (b == 0xED and b1 > 0x9F)):
-                return False
-            i += 3
-        elif 0xF0 <= b <= 0xF4:
-            if i + 3 >= n:
-                return False
-            b1 = p[i + 1]
-            if ((b1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80 or (p[i + 3] & 0xC0) != 0x80
-                    or (b == 0xF0 and b1 < 0x90) or (b == 0xF4 and b1 > 0x8F)):
-                return False
-            i += 4
-        else:
-            return False
-    return True
+    cdef Py_ssize_t n = data.shape[0]
+    return bool(simdup_utf8_valid(&data[0] if n else NULL, n))

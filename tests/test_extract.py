@@ -50,6 +50,32 @@ def test_compiled_scan_matches_python_reference(sample, mode):
             assert reference.main_text(**params) == reference.main_text_py(**params), record.id
 
 
+def _main_text_two_steps(root):
+    return scan_lxml(root, "main").main_text() + ([],)
+
+
+def test_one_pass_main_text_equals_the_two_steps(sample):
+    # extract_lxml's compiled one-pass path (blocks kept as UTF-8) against
+    # scan + main_text; the fingerprinter takes the first
+    assert _extract._main_text_lxml is not None, "compiled _scan module is not built"
+    for record, root in sample:
+        assert extract_lxml(root, "main") == _main_text_two_steps(root), record.id
+
+
+def test_one_pass_main_text_steps_aside_for_invalid_utf8():
+    # recover-mode XML can leave a surrogate's bytes in a text node: the one
+    # pass gives up and the two steps (which decode with replacement) answer
+    article = " ".join(f"Sentence {i} of the story goes on and on." for i in range(40))
+    root = etree.fromstring(f"<html><body><article><p>{article} &#xD800; x</p></article>"
+                            f"</body></html>".encode(), etree.XMLParser(recover=True))
+    assert _scan.main_text_lxml(root, _extract._MAIN_INVISIBLE, _extract.BLOCK_TAGS,
+                                _extract.BOILERPLATE_TAGS, _extract._NEVER_UNLIKELY,
+                                _extract._label_cache, _extract.unlikely_label,
+                                *_extract._MAIN_TEXT_DEFAULTS) is None
+    text, found, _ = extract_lxml(root, "main")
+    assert found and (text, found, []) == _main_text_two_steps(root)
+
+
 def _token_f1(a: str, b: str) -> float:
     ca = Counter(re.findall(r"\w+", a.lower()))
     cb = Counter(re.findall(r"\w+", b.lower()))
