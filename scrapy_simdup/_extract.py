@@ -49,9 +49,6 @@ EXTRACTOR_VERSION = 3   # 2: block sizes count visible (non-space) characters
 # 0.926 -> 0.944.
 TIGHT_SHARE_NUM, TIGHT_SHARE_DEN = 7, 10
 
-# BlockBuilder.main_text's defaults: min_block_chars, max_link_density,
-# min_main_chars, keep_block_chars
-_MAIN_TEXT_DEFAULTS = (40, 0.33, 200, 20)
 
 # Never visible: always skipped.
 INVISIBLE_TAGS = frozenset(
@@ -290,6 +287,11 @@ class BlockBuilder:
 
     def all_text(self) -> str:
         return "\n".join(self.texts)
+
+
+# BlockBuilder.main_text's defaults (min_block_chars, max_link_density,
+# min_main_chars, keep_block_chars), for the compiled one-pass main text
+_MAIN_TEXT_DEFAULTS = BlockBuilder.main_text.__defaults__
 
 
 def walk_lxml(root, builder: BlockBuilder) -> BlockBuilder:

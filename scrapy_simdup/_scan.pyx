@@ -221,11 +221,19 @@ cdef inline xmlNode *_walked_from(xmlNode *node) noexcept:
 
 cdef Py_ssize_t _utf8_visible(const char *s, Py_ssize_t n) noexcept:
     """Code points of valid UTF-8 that are not white space (``visible_len``)."""
-    cdef Py_ssize_t i = 0, count = 0
+    cdef Py_ssize_t points
+    return _utf8_visible_points(s, n, &points)
+
+
+cdef Py_ssize_t _utf8_visible_points(const char *s, Py_ssize_t n,
+                                     Py_ssize_t *points) noexcept:
+    """``_utf8_visible``, and the number of code points in ``points``."""
+    cdef Py_ssize_t i = 0, count = 0, total = 0
     cdef unsigned char c
     cdef Py_UCS4 cp
     while i < n:
         c = <unsigned char>s[i]
+        total += 1
         if c < 0x80:
             count += not _SPACE_LATIN1[c]
             i += 1
@@ -241,6 +249,7 @@ cdef Py_ssize_t _utf8_visible(const char *s, Py_ssize_t n) noexcept:
             cp = 0xFFFD     # 4-byte sequences are never white space
             i += 4
         count += not Py_UNICODE_ISSPACE(cp)
+    points[0] = total
     return count
 
 
@@ -336,15 +345,13 @@ cdef class _Scanner:
         """``_flush`` without a Python string: on valid UTF-8 (all libxml2
         gives, normally) the visible count of the bytes is that of the
         decoded text; invalid bytes end the lean scan (``bad_utf8``)."""
-        cdef Py_ssize_t n, i, points = 0
+        cdef Py_ssize_t n, points
         cdef const unsigned char *p = <const unsigned char *>self.text.data
         if not simdup_utf8_valid(p, self.text.size):
             self.bad_utf8 = True
         else:
-            n = _utf8_visible(self.text.data, self.text.size)
+            n = _utf8_visible_points(self.text.data, self.text.size, &points)
             if n:
-                for i in range(self.text.size):
-                    points += (p[i] & 0xC0) != 0x80
                 _ints_push(&self.b_start, self.block_bytes.size)
                 _ints_push(&self.b_size, self.text.size)
                 _ints_push(&self.b_nchars, n)
@@ -645,8 +652,13 @@ def main_text_raw(list texts, list nchars, list lchars, list owner, list parent,
                   Py_ssize_t min_main_chars, Py_ssize_t keep_block_chars):
     """``BlockBuilder.main_text`` on its lists, compiled: ``(text, found)``."""
     cdef Py_ssize_t n_blocks = len(texts), n_cont = len(parent), i, c
+    if not (len(nchars) == len(lchars) == len(owner) == n_blocks
+            and len(end) == len(unl) == n_cont):
+        raise ValueError("the block lists and the container lists must have equal lengths")
     if n_blocks == 0:
         return "", False
+    if n_cont == 0 or parent[0] != -1:
+        raise ValueError("container 0 (the root, parent -1) is missing")
     cdef Py_ssize_t *buf = <Py_ssize_t *>PyMem_Malloc(
         (4 * n_blocks + 3 * n_cont) * sizeof(Py_ssize_t) + n_blocks)
     if buf is NULL:
@@ -664,9 +676,15 @@ def main_text_raw(list texts, list nchars, list lchars, list owner, list parent,
             nch[i] = nchars[i]
             lch[i] = lchars[i]
             own[i] = owner[i]
+            if not 0 <= own[i] < n_cont:
+                raise ValueError(f"owner[{i}] = {own[i]} is not a container")
+            if not isinstance(texts[i], str):
+                raise TypeError(f"texts[{i}] is not a str")
             points[i] = PyUnicode_GET_LENGTH(texts[i])
         for c in range(n_cont):
             par[c] = parent[c]
+            if c and not 0 <= par[c] < c:
+                raise ValueError(f"parent[{c}] = {par[c]} is not an earlier container")
             ends[c] = end[c]
             un[c] = unl[c]
             # a container's subtree ends after it and inside the list (the

@@ -184,10 +184,17 @@ def test_narrowing_never_drops_below_the_main_text_minimum():
     assert builder.main_text() == builder.main_text_py()
 
 
-def test_compiled_selection_refuses_inconsistent_container_ends():
-    with pytest.raises(ValueError, match="end"):
-        _scan.main_text_raw(["x" * 300], [300], [0], [1], [-1, 0], [2, 1], [0, 0],
-                            40, 0.33, 200, 20)
+def test_compiled_selection_refuses_inconsistent_lists():
+    text = ["x" * 300]
+    for lists, what in (
+            ((text, [300], [0], [1], [-1, 0], [2, 1], [0, 0]), "end"),
+            ((text, [300], [0], [0], [], [], []), "container 0"),
+            ((text, [300], [0], [7], [-1], [1], [0]), "owner"),
+            ((text, [300], [0], [0], [-1, 5], [2, 2], [0, 0]), "parent"),
+            ((text, [], [0], [0], [-1], [1], [0]), "equal lengths"),
+            (([b"x" * 300], [300], [0], [0], [-1], [1], [0]), "str")):
+        with pytest.raises((ValueError, TypeError), match=what):
+            _scan.main_text_raw(*lists, 40, 0.33, 200, 20)
 
 
 def test_compiled_and_reference_narrowing_share_the_threshold():
