@@ -41,7 +41,6 @@ cdef uint64_t SPREAD_TABLE[256]
 cdef extern from "_simhash_kernel.h" nogil:
     void simdup_simhash_tables()
     int simdup_simhash_select(int level)
-    int simdup_simhash_level_now
     void simdup_accumulate(const uint64_t *hashes, const double *weights, Py_ssize_t n,
                            double *W)
 
@@ -68,11 +67,6 @@ def simhash_kernel(int level=-1):
     back to the best one below it). For tests and benchmarks; every kernel
     gives the same ``W``, bit for bit."""
     return simdup_simhash_select(level)
-
-
-def simhash_kernel_level():
-    """The weighted simhash kernel in use."""
-    return simdup_simhash_level_now
 
 
 cdef inline uint64_t _hash_object(object feature) except? 0:

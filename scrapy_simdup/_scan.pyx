@@ -535,32 +535,45 @@ cdef class _Scanner:
         return 0
 
 
-def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozenset blocks,
-                  frozenset boiler, frozenset never, dict label_cache, unlikely_label):
-    """Returns (texts, nchars, lchars, owner, parent, end, unl, tags)."""
+cdef _Scanner _scan_tree(root, bint main, bint want_tags, bint lean, frozenset invisible,
+                         frozenset blocks, frozenset boiler, frozenset never,
+                         dict label_cache, unlikely_label):
+    """A scanner that has walked ``root``, or None when ``root`` is not an
+    element (a comment, PI or entity: no text)."""
     global _label_owner
     cdef _Scanner s = _Scanner.__new__(_Scanner)
     cdef xmlNode *c_root
+    if not isinstance(root, cetree._Element):
+        raise TypeError(f"an lxml element is needed, not {type(root).__name__}")
     if unlikely_label is not _label_owner:
         _label_clear()
         _label_owner = unlikely_label
-    s.main = main
-    s.want_tags = want_tags
+    s.main, s.want_tags, s.lean = main, want_tags, lean
     s.invisible, s.blocks, s.boiler, s.never = invisible, blocks, boiler, never
     s.label_cache = label_cache
     s.unlikely_label = unlikely_label
-    s.texts, s.nchars, s.lchars, s.owner, s.tags, s.tag_strs = [], [], [], [], [], []
+    s.tags, s.tag_strs = [], []
+    if not lean:
+        s.texts, s.nchars, s.lchars, s.owner = [], [], [], []
     _ints_push(&s.parent, -1)
     _ints_push(&s.end, 0)
     _ints_push(&s.unl, 0)
-    if not isinstance(root, cetree._Element):
-        raise TypeError(f"an lxml element is needed, not {type(root).__name__}")
     c_root = (<cetree._Element>root)._c_node
-    if c_root is NULL or c_root.type != tree.XML_ELEMENT_NODE:   # comment, PI, entity
-        return [], [], [], [], [-1], [0], [0], []
+    if c_root is NULL or c_root.type != tree.XML_ELEMENT_NODE:
+        return None
     s.walk(c_root)
     s._flush()
     s.end.data[0] = s.parent.size
+    return s
+
+
+def scan_lxml_raw(root, bint main, bint want_tags, frozenset invisible, frozenset blocks,
+                  frozenset boiler, frozenset never, dict label_cache, unlikely_label):
+    """Returns (texts, nchars, lchars, owner, parent, end, unl, tags)."""
+    cdef _Scanner s = _scan_tree(root, main, want_tags, False, invisible, blocks, boiler,
+                                 never, label_cache, unlikely_label)
+    if s is None:
+        return [], [], [], [], [-1], [0], [0], []
     return (s.texts, s.nchars, s.lchars, s.owner, _ints_list(&s.parent),
             _ints_list(&s.end), _ints_list(&s.unl), s.tags)
 
@@ -709,34 +722,14 @@ def main_text_lxml(root, frozenset invisible, frozenset blocks, frozenset boiler
     pass that keeps the blocks as UTF-8 and decodes only the text returned:
     ``(text, found)``, the same as the two; None when a block is not valid
     UTF-8 (then the two give the answer)."""
-    cdef _Scanner s = _Scanner.__new__(_Scanner)
+    cdef _Scanner s = _scan_tree(root, True, False, True, invisible, blocks, boiler, never,
+                                 label_cache, unlikely_label)
     cdef Py_ssize_t n_blocks, n_cont, i, size = 0
     cdef char *keep
     cdef char *out
     cdef bint found
-    cdef xmlNode *c_root
-    global _label_owner
-    if unlikely_label is not _label_owner:
-        _label_clear()
-        _label_owner = unlikely_label
-    s.main = True
-    s.want_tags = False
-    s.lean = True
-    s.invisible, s.blocks, s.boiler, s.never = invisible, blocks, boiler, never
-    s.label_cache = label_cache
-    s.unlikely_label = unlikely_label
-    s.tags, s.tag_strs = [], []
-    _ints_push(&s.parent, -1)
-    _ints_push(&s.end, 0)
-    _ints_push(&s.unl, 0)
-    if not isinstance(root, cetree._Element):
-        raise TypeError(f"an lxml element is needed, not {type(root).__name__}")
-    c_root = (<cetree._Element>root)._c_node
-    if c_root is NULL or c_root.type != tree.XML_ELEMENT_NODE:   # comment, PI, entity
+    if s is None:
         return "", False
-    s.walk(c_root)
-    s._flush()
-    s.end.data[0] = s.parent.size
     if s.bad_utf8:
         return None
     n_blocks, n_cont = s.b_start.size, s.parent.size
