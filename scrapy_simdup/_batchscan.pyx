@@ -21,6 +21,7 @@ is the paper's test "at most ``h - i`` differing bits in the other ``64 - t``".
 """
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memset
 
 import numpy as np
 
@@ -51,6 +52,24 @@ cdef extern from "_vosh.h" nogil:
     void vosh_limit(vosh_gen *g, long k)
     long vosh_total(int t, int h)
 
+# The fast path for small flip sets (h <= 3): rank a fixed candidate list.
+cdef extern from "_topflips.h" nogil:
+    enum:
+        TOPFLIPS_MAX_H
+        TOPFLIPS_MAX_CAND
+        TOPFLIPS_MAX_T
+    ctypedef struct topflips_plan:
+        int n
+        int k
+        int32_t idx[TOPFLIPS_MAX_H][TOPFLIPS_MAX_CAND]
+        uint64_t present[TOPFLIPS_MAX_H]
+    int topflips_avx512(const topflips_plan *P, const int32_t *lwq, const uint32_t *bits,
+                        uint32_t *out)
+    int topflips_row16_avx512(const topflips_plan *P, const uint8_t *cq_row,
+                              const int32_t *qtable, int t, uint32_t *out)
+    int topflips_select(int level)
+    int topflips_level()
+
 
 ctypedef fused mask_t:
     uint16_t
@@ -58,12 +77,28 @@ ctypedef fused mask_t:
     uint64_t
 
 
+cdef inline void _store_masks(mask_t[:, ::1] mv, Py_ssize_t i, const uint32_t *out32, int got,
+                              int t) noexcept nogil:
+    """Row ``i`` of the masks from the top 32 bits of each flip set's mask."""
+    cdef int c
+    for c in range(got):
+        if mask_t is uint16_t:     # the header bits alone (t <= 16)
+            mv[i, c] = <uint16_t>(out32[c] >> (32 - t))
+        elif mask_t is uint32_t:
+            mv[i, c] = out32[c]
+        else:
+            mv[i, c] = (<uint64_t>out32[c]) << 32
+
+
 cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
-                          const double[::1] table, const uint16_t[::1] level, bint use_cq,
+                          const int32_t[::1] table, const uint16_t[::1] level, bint use_cq,
                           const int64_t[::1] rows, bint use_rows, int t, int h, int k,
-                          mask_t[:, ::1] mv, int32_t[::1] nv) noexcept nogil:
+                          mask_t[:, ::1] mv, int32_t[::1] nv,
+                          const topflips_plan *plan) noexcept nogil:
     """VOSH over every row; the row's log-odds come from ``lw`` or from
-    ``table[cq]``. ``uint32`` masks keep the top 32 bits (``t <= 32``: all a
+    ``table[cq]`` (:func:`quantized_log_odds` units). With a ``plan`` (the
+    ``cq`` path only), the sets come from the candidate ranking of
+    ``_topflips.h`` instead: the same sets in the same order. ``uint32`` masks keep the top 32 bits (``t <= 32``: all a
     flip set touches). With ``use_rows``, output row ``i`` is ``cq`` row
     ``rows[i]``. Returns -1 if the heap storage is too small.
 
@@ -88,6 +123,16 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
     cdef uint16_t keys[32]
     cdef uint16_t kr
     cdef Py_ssize_t row
+    cdef int32_t lwq[32]
+    cdef uint32_t bits32[32]
+    cdef uint32_t out32[TOPFLIPS_MAX_CAND]
+    for r in range(32):
+        lwq[r] = 0
+        bits32[r] = 0
+    # the whole element in registers: t <= 16 and 16 contiguous bytes a row
+    cdef bint row16 = plan != NULL and t <= 16 and cq.shape[1] >= 16 and cq.strides[1] == 1
+    # the rank count sweeps the keys in blocks of 8 (padding never counts)
+    cdef int tpad = (t + 7) & ~7
     for r in range(32):
         keys[r] = 0xFFFF            # padding: never smaller than a key
     for i in range(m):
@@ -96,15 +141,30 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
             if use_rows and i + 8 < m:
                 # gathered rows are cache misses: ask for one 8 elements ahead
                 __builtin_prefetch(&cq[rows[i + 8], 0])
+            if row16:
+                # the bit order and the sets in registers, from the row itself
+                got = topflips_row16_avx512(plan, &cq[row, 0], &table[0], t, out32)
+                _store_masks(mv, i, out32, got, t)
+                nv[i] = got
+                continue
             for r in range(t):
                 keys[r] = <uint16_t>((level[cq[row, r]] << 5) | r)
             for r in range(t):
                 kr = keys[r]
                 j = 0
-                for c in range(32):
+                for c in range(tpad):
                     j += keys[c] < kr
-                srt[j] = table[cq[row, r]]
-                bit[j] = (<uint64_t>1) << (63 - r)
+                if plan != NULL:
+                    lwq[j] = table[cq[row, r]]
+                    bits32[j] = (<uint32_t>1) << (31 - r)
+                else:
+                    srt[j] = <double>table[cq[row, r]]     # exact: integers
+                    bit[j] = (<uint64_t>1) << (63 - r)
+            if plan != NULL:
+                got = topflips_avx512(plan, lwq, bits32, out32)
+                _store_masks(mv, i, out32, got, t)
+                nv[i] = got
+                continue
         else:
             for r in range(t):          # stable insertion sort, descending
                 v = lw[i, r]
@@ -169,16 +229,98 @@ def batch_flip_masks(const double[:, ::1] lw, int h, int k):
     cdef uint64_t[:, ::1] mv = masks
     cdef int32_t[::1] nv = nprobes
     cdef uint8_t[:, :] no_cq = np.zeros((1, 1), dtype=np.uint8)
-    cdef double[::1] no_table = np.zeros(1)
+    cdef int32_t[::1] no_table = np.zeros(1, dtype=np.int32)
     cdef uint16_t[::1] no_level = np.zeros(1, dtype=np.uint16)
     cdef int64_t[::1] no_rows = np.zeros(1, dtype=np.int64)
     cdef int rc
     with nogil:
         rc = _flip_masks_rows(lw, no_cq, no_table, no_level, False, no_rows, False,
-                              t, h, k, mv, nv)
+                              t, h, k, mv, nv, NULL)
     if rc != 0:
         raise MemoryError("batch_flip_masks: out of memory")
     return masks, nprobes
+
+
+# The cq path sums log-odds as int32 in units of 2^-16, clipped to [-128, 0]
+# (a flip probability of 1e-56 is as good as never): every set's key is then
+# exact, whichever VOSH path reached it, so equal keys are ties broken the
+# same way (smaller set, then lexicographic) by VOSH, by the candidate
+# ranking of _topflips.h and by a brute-force reference.
+LOG_ODDS_UNIT = 2.0 ** -16
+LOG_ODDS_FLOOR = -128.0
+
+
+def quantized_log_odds(table):
+    """``table`` (log-odds, float) as the int32 units the ``cq`` path sums."""
+    table = np.asarray(table, dtype=np.float64)
+    return np.round(np.clip(table, LOG_ODDS_FLOOR, 0.0) / LOG_ODDS_UNIT).astype(np.int32)
+
+
+def _dominators(S):
+    """How many non-empty sets are ahead of the rank set ``S`` (sorted) for
+    every non-increasing log-odds <= 0: the sets ``T`` of at most ``len(S)``
+    ranks, ``T != S``, whose sorted ranks are each <= the matching one of
+    ``S``'s largest ``len(T)`` (see _topflips.h)."""
+    q = len(S)
+    total = 0
+    for p in range(1, q + 1):
+        u = S[q - p:]
+        # increasing sequences t_1 < ... < t_p with t_i <= u_i, by dynamic
+        # programming over the last value: ways[v] = sequences ending at v
+        ways = [1] * (u[0] + 1)
+        for i in range(1, p):
+            acc, nxt = 0, []
+            for v in range(u[i] + 1):
+                nxt.append(acc)                 # sequences ending below v
+                if v < len(ways):
+                    acc += ways[v]
+            ways = nxt
+        total += sum(ways) - (1 if p == q else 0)
+    return total
+
+
+_CANDIDATES = {}
+
+
+def flip_candidates(int t, int h, int k):
+    """The sets that can be among the ``k`` most likely non-empty flip sets of
+    ``t`` header bits at distance ``h`` (for any log-odds), as rank tuples in
+    (size, lexicographic) order: those with fewer than ``k`` sets always
+    ahead of them. A set's rank is at least its largest element, so only
+    ranks below ``k`` are looked at."""
+    key = (t, h, k)
+    if key not in _CANDIDATES:
+        from itertools import combinations  # noqa: PLC0415
+        top = min(t, k)
+        _CANDIDATES[key] = [S for size in range(1, min(h, t, 8) + 1)
+                            for S in combinations(range(top), size) if _dominators(S) < k]
+    return _CANDIDATES[key]
+
+
+cdef bint _fill_plan(topflips_plan *plan, int t, int h, int k):
+    """The candidate plan for (t, h, k), or False when the fast path does not
+    apply (more than 3 flips, t > 32, or too many candidates)."""
+    if h < 1 or h > TOPFLIPS_MAX_H or t > TOPFLIPS_MAX_T or k < 1:
+        return False
+    cands = flip_candidates(t, h, k)
+    if len(cands) > TOPFLIPS_MAX_CAND:
+        return False
+    memset(plan, 0, sizeof(topflips_plan))
+    plan.n = len(cands)
+    plan.k = min(k, plan.n)
+    cdef int c, e
+    for c, S in enumerate(cands):
+        for e in range(len(S)):
+            plan.idx[e][c] = S[e]
+            plan.present[e] |= (<uint64_t>1) << c
+    return True
+
+
+def flip_kernel(int level=-1):
+    """Pick how the ``cq`` path finds flip sets at ``h <= 3``: 1 candidate
+    ranking (AVX-512F), 0 VOSH, -1 the best this CPU has. Returns the level
+    in use. For tests and benchmarks; both give the same sets."""
+    return topflips_select(level)
 
 
 def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, int h, int k,
@@ -191,7 +333,9 @@ def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, 
     ``header16``: ``uint16`` masks of the header bits alone, ``mask >> (64 -
     t)`` (``t <= 16``): a quarter of the memory. ``rows``: int64 row numbers
     of ``cq``, the output's row ``i`` being the masks of ``cq[rows[i]]`` (no
-    gathered copy of ``cq``)."""
+    gathered copy of ``cq``). The log-odds are summed as
+    :func:`quantized_log_odds` integers; at ``h <= 3`` the sets come from the
+    candidate ranking when the CPU has it (:func:`flip_kernel`)."""
     if table.shape[0] != 256:
         raise ValueError("table must have 256 entries")
     if np.isnan(np.asarray(table)).any():
@@ -223,24 +367,29 @@ def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, 
     cdef int32_t[::1] nv = nprobes
     cdef double[:, ::1] no_lw = np.zeros((1, 1))
     # dense rank of each code's log-odds, largest first (equal values, equal rank)
-    distinct = np.unique(np.asarray(table))[::-1]
-    cdef uint16_t[::1] level = np.searchsorted(-distinct, -np.asarray(table)).astype(np.uint16)
+    cdef int32_t[::1] qtable = quantized_log_odds(table)
+    distinct = np.unique(np.asarray(qtable))[::-1]
+    cdef uint16_t[::1] level = np.searchsorted(-distinct, -np.asarray(qtable)).astype(np.uint16)
+    cdef topflips_plan plan
+    cdef topflips_plan *plan_p = NULL
+    if topflips_level() > 0 and _fill_plan(&plan, t, h, k):
+        plan_p = &plan
     cdef int rc
     if header16:
         mv16 = masks
         with nogil:
-            rc = _flip_masks_rows(no_lw, cq, table, level, True, row_v, use_rows,
-                                  t, h, k, mv16, nv)
+            rc = _flip_masks_rows(no_lw, cq, qtable, level, True, row_v, use_rows,
+                                  t, h, k, mv16, nv, plan_p)
     elif high32:
         mv32 = masks
         with nogil:
-            rc = _flip_masks_rows(no_lw, cq, table, level, True, row_v, use_rows,
-                                  t, h, k, mv32, nv)
+            rc = _flip_masks_rows(no_lw, cq, qtable, level, True, row_v, use_rows,
+                                  t, h, k, mv32, nv, plan_p)
     else:
         mv = masks
         with nogil:
-            rc = _flip_masks_rows(no_lw, cq, table, level, True, row_v, use_rows,
-                                  t, h, k, mv, nv)
+            rc = _flip_masks_rows(no_lw, cq, qtable, level, True, row_v, use_rows,
+                                  t, h, k, mv, nv, plan_p)
     if rc != 0:
         raise MemoryError("batch_flip_masks_cq: out of memory")
     return masks, nprobes

@@ -399,7 +399,9 @@ class PSMBatchMatcher:
         n_active = int(np.count_nonzero(active))
         if n_active < 0.5 * self._active_at_compaction:
             n = _batchscan.compact_probe_table(self.offsets, self.low, self.idx, active)
-            self.low, self.idx = self.low[:n].copy(), self.idx[:n].copy()
+            # views: a copy would only add a page-faulting allocation (the
+            # peak is already reached, and the table lives until the batch ends)
+            self.low, self.idx = self.low[:n], self.idx[:n]
             self._active_at_compaction = n_active
         return result
 
@@ -835,10 +837,10 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             pairs["duplicate_of"] = np.concatenate(found_dup)
             pairs["distance"] = np.concatenate(found_d)
             pairs = _sort_pairs(pairs)
-            run = np.empty(m, dtype=H_DTYPE)
-            run["value"] = sorted_q
-            run["id"] = gids[order]
             if commit:
+                run = np.empty(m, dtype=H_DTYPE)
+                run["value"] = sorted_q
+                run["id"] = gids[order]
                 urls = [u for b in batches for u in read_urls(b, verify=verify)]
                 extra = None
                 if pairs_out is not None:

@@ -5,7 +5,8 @@ from hypothesis import given, settings, strategies as st
 
 from scrapy_simdup import _batchscan
 
-from reference_batch import bucket_offsets, mask_score, matches, popcount, top_flip_sets
+from reference_batch import (always_ahead, bucket_offsets, mask_score, matches,
+                             ordered_flip_masks, popcount, top_flip_sets)
 
 U64 = st.integers(0, 2**64 - 1)
 
@@ -175,9 +176,11 @@ def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
     table = np.sort(rng.uniform(-12, -0.01, 256))[::-1].copy()
     plateaus = np.round(table).copy()
     cq = rng.integers(0, 256, size=(3, t + 2)).astype(np.uint8)
+    # (the cq path sums quantised log-odds: the lw path is given the same values)
     for tab in (plateaus, table):
         masks2, n2 = _batchscan.batch_flip_masks_cq(cq, tab, t, h, k)
-        masks3, n3 = _batchscan.batch_flip_masks(np.ascontiguousarray(tab[cq[:, :t]]), h, k)
+        qtab = _batchscan.quantized_log_odds(tab).astype(np.float64)
+        masks3, n3 = _batchscan.batch_flip_masks(np.ascontiguousarray(qtab[cq[:, :t]]), h, k)
         assert np.array_equal(masks2, masks3) and np.array_equal(n2, n3)
     # uint32 masks (the top 32 bits, what merge keeps) are the same sets
     masks4, n4 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, True)
@@ -187,6 +190,58 @@ def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
     masks5, n5 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, header16=True)
     assert masks5.dtype == np.uint16 and np.array_equal(n5, n2)
     assert np.array_equal(masks5.astype(np.uint64) << np.uint64(64 - t), masks2)
+
+
+# 1: candidate ranking (if the CPU has AVX-512F), 0: VOSH
+FLIP_KERNELS = list(range(_batchscan.flip_kernel() + 1))
+
+
+@pytest.mark.parametrize("level", FLIP_KERNELS)
+def test_cq_flip_sets_are_the_brute_force_order(level):
+    """The cq path (VOSH, or the candidate ranking at h <= 3) against brute
+    force over every set, order included: real, random and plateau tables
+    (many exact ties, broken by size then ranks), rows of equal codes, every
+    t up to 32, rows of 16+ bytes (the in-register path) and shorter ones."""
+    from scrapy_simdup._batchprobes import log_odds_table  # noqa: PLC0415
+
+    rng = np.random.default_rng(20 + level)
+    assert _batchscan.flip_kernel(level) == level
+    try:
+        for trial in range(600):
+            t = int(rng.integers(1, 33))
+            h = int(rng.integers(1, 5)) if t <= 12 else int(rng.integers(1, 4))
+            k = int(rng.integers(1, 40))
+            table = np.ascontiguousarray((log_odds_table(), np.sort(rng.uniform(-12, 0, 256))[::-1],
+                                          np.round(np.sort(rng.uniform(-6, 0, 256))[::-1]))[trial % 3])
+            cq = rng.integers(0, 256, size=(3, 32 if trial % 2 else t + 1)).astype(np.uint8)
+            if trial % 7 == 0:
+                cq[:] = cq[0, 0]
+            masks, nprobes = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
+            qt = _batchscan.quantized_log_odds(table)
+            for i in range(3):
+                want = ordered_flip_masks(qt[cq[i, :t]], h, k)
+                assert [int(x) for x in masks[i, :nprobes[i]]] == want, (trial, t, h, k, i)
+    finally:
+        _batchscan.flip_kernel()
+
+
+@pytest.mark.parametrize("t,h,k", [(4, 2, 5), (6, 3, 10), (8, 3, 16), (10, 2, 12), (7, 3, 40)])
+def test_flip_candidates_hold_every_possible_top_k(t, h, k):
+    """The candidate list is the sets with fewer than k sets always ahead
+    (checked against the definition), in (size, lexicographic) order, and it
+    holds the first k sets for random log-odds."""
+    import itertools  # noqa: PLC0415
+
+    sets = [S for size in range(1, min(h, t) + 1) for S in itertools.combinations(range(t), size)]
+    want = [S for S in sets if sum(always_ahead(S, T) for T in sets) < k]
+    assert _batchscan.flip_candidates(t, h, k) == want
+    cands = set(want)
+    rng = np.random.default_rng(t * 100 + k)
+    for _ in range(50):
+        lw = -np.sort(rng.exponential(rng.choice([0.1, 1, 10]), t))
+        lw = np.round(lw * rng.choice([1, 1000]))          # some with ties
+        ranked = sorted(sets, key=lambda S: (-sum(lw[r] for r in S), len(S), S))
+        assert set(ranked[:k]) <= cands
 
 
 def test_bad_arguments_are_value_errors():

@@ -1,0 +1,185 @@
+/* The k most likely header flip sets of small size (h <= 3) by ranking a
+ * fixed list of candidates in SIMD: the batch scan's fast path beside VOSH
+ * (_vosh.h), giving the same sets in the same order.
+ *
+ * Why a candidate list: with log-odds lw[r] <= 0 non-increasing in the rank
+ * r, a set T is ahead of a set S in the VOSH order (larger key, then smaller
+ * size, then lexicographically smaller) for *every* such lw when T has no
+ * more elements than S and T's sorted elements are each <= the matching one
+ * of S's largest |T| elements. A set with k or more such sets ahead of it is
+ * never among the first k, so the first k sets are always among the
+ * "candidates", the sets with fewer than k; and every set ahead of one of
+ * the first k is itself a candidate, so a set's rank among the candidates is
+ * its rank among all sets. The list depends only on (t, h, k) (34 sets for
+ * t = 15, h = 3, k = 16) and is built once, in (size, lexicographic) order,
+ * by the caller (_batchscan.flip_candidates).
+ *
+ * Per element, the candidates' keys are summed from lw held in registers
+ * (two-table permutes), made unique as key * 64 + (63 - candidate number) (the
+ * VOSH tie-break: the list is in that order), and each is ranked by counting
+ * the larger ones; those ranked below k are written at their rank. Keys are
+ * int32 log-odds in units of 2^-16 clipped to [-128, 0]
+ * (TOPFLIPS_LW_MIN), so 3 * 128 * 2^16 * 64 < 2^31: exact sums, no overflow.
+ * VOSH is given the same integers (as doubles, exact), so both orders agree.
+ *
+ * AVX-512F only (a branch-free count over 16 lanes per compare); without it
+ * the caller runs VOSH. Pure C, no Python objects, usable without the GIL.
+ */
+#ifndef SIMDUP_TOPFLIPS_H
+#define SIMDUP_TOPFLIPS_H
+#include <stdint.h>
+
+#define TOPFLIPS_MAX_H 3
+#define TOPFLIPS_MAX_CAND 64
+#define TOPFLIPS_MAX_T 32
+
+typedef struct {
+    int n;                                   /* candidates (<= TOPFLIPS_MAX_CAND) */
+    int k;                                   /* sets wanted (<= n) */
+    int32_t idx[TOPFLIPS_MAX_H][TOPFLIPS_MAX_CAND];   /* ranks of each candidate's elements */
+    uint64_t present[TOPFLIPS_MAX_H];        /* bit c: candidate c has element e */
+} topflips_plan;
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(_M_X64))
+#define TOPFLIPS_X86 1
+#include <immintrin.h>
+
+/* The candidate ranking, given each rank's log-odds and bit in registers
+ * (lanes 0..15 in *_lo, 16..31 in *_hi; ranks past t: any value). */
+__attribute__((target("avx512f")))
+static inline int topflips_rank_avx512(const topflips_plan *P, __m512i lw_lo, __m512i lw_hi,
+                                       __m512i bt_lo, __m512i bt_hi, uint32_t *out) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int nv = (P->n + 15) >> 4;
+    __m512i pri[4], msk[4], cnt[4];
+    int32_t pr[TOPFLIPS_MAX_CAND];
+    for (int v = 0; v < nv; v++) {
+        __mmask16 m1 = (__mmask16)(P->present[1] >> (16 * v));
+        __mmask16 m2 = (__mmask16)(P->present[2] >> (16 * v));
+        __mmask16 valid = (__mmask16)(P->present[0] >> (16 * v));
+        __m512i i0 = _mm512_loadu_si512((const void *)(P->idx[0] + 16 * v));
+        __m512i i1 = _mm512_loadu_si512((const void *)(P->idx[1] + 16 * v));
+        __m512i i2 = _mm512_loadu_si512((const void *)(P->idx[2] + 16 * v));
+        __m512i key = _mm512_add_epi32(
+            _mm512_permutex2var_epi32(lw_lo, i0, lw_hi),
+            _mm512_add_epi32(_mm512_maskz_permutex2var_epi32(m1, lw_lo, i1, lw_hi),
+                             _mm512_maskz_permutex2var_epi32(m2, lw_lo, i2, lw_hi)));
+        /* key * 64 + (63 - c); lanes past the list: the smallest int32 */
+        __m512i tie = _mm512_sub_epi32(_mm512_set1_epi32(63 - 16 * v), lane);
+        pri[v] = _mm512_mask_mov_epi32(_mm512_set1_epi32(INT32_MIN), valid,
+                                       _mm512_add_epi32(_mm512_slli_epi32(key, 6), tie));
+        msk[v] = _mm512_or_si512(
+            _mm512_permutex2var_epi32(bt_lo, i0, bt_hi),
+            _mm512_or_si512(_mm512_maskz_permutex2var_epi32(m1, bt_lo, i1, bt_hi),
+                            _mm512_maskz_permutex2var_epi32(m2, bt_lo, i2, bt_hi)));
+        cnt[v] = _mm512_setzero_si512();
+        _mm512_storeu_si512((void *)(pr + 16 * v), pri[v]);
+    }
+    const __m512i one = _mm512_set1_epi32(1);
+    /* rank of candidate c: how many candidates have a larger priority */
+    for (int j = 0; j < P->n; j++) {
+        __m512i b = _mm512_set1_epi32(pr[j]);
+        for (int v = 0; v < nv; v++)
+            cnt[v] = _mm512_mask_add_epi32(cnt[v], _mm512_cmpgt_epi32_mask(b, pri[v]), cnt[v], one);
+    }
+    const __m512i vk = _mm512_set1_epi32(P->k);
+    for (int v = 0; v < nv; v++) {
+        __mmask16 sel = _mm512_cmplt_epi32_mask(cnt[v], vk) &
+                        (__mmask16)(P->present[0] >> (16 * v));
+        int32_t rk[16];
+        uint32_t mk[16];
+        _mm512_mask_compressstoreu_epi32((void *)rk, sel, cnt[v]);
+        _mm512_mask_compressstoreu_epi32((void *)mk, sel, msk[v]);
+        int ns = __builtin_popcount((unsigned)sel);
+        for (int i = 0; i < ns; i++) out[rk[i]] = mk[i];
+    }
+    return P->k;
+}
+
+/* lwq[r], bits[r]: the log-odds (int32 units) and header-bit mask (top 32
+ * bits of the 64-bit mask) of rank r, r < 32 (unused ranks: any value).
+ * Writes the masks of the plan's k first sets to out[0..k) in order.
+ * Returns k. */
+__attribute__((target("avx512f")))
+static int topflips_avx512(const topflips_plan *P, const int32_t *lwq, const uint32_t *bits,
+                           uint32_t *out) {
+    return topflips_rank_avx512(P, _mm512_loadu_si512((const void *)lwq),
+                                _mm512_loadu_si512((const void *)(lwq + 16)),
+                                _mm512_loadu_si512((const void *)bits),
+                                _mm512_loadu_si512((const void *)(bits + 16)), out);
+}
+
+/* Ascending sort of 16 int32 lanes: a bitonic network, 10 stages of
+ * compare-exchange with lane i ^ j (the upper lane of a pair in an
+ * ascending block keeps the max: the mask). Generated, not hand-written. */
+#define TOPFLIPS_STAGE(v, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, m) \
+    do {                                                                                        \
+        __m512i p_ = _mm512_permutexvar_epi32(                                                  \
+            _mm512_setr_epi32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14,   \
+                              a15), v);                                                         \
+        v = _mm512_mask_blend_epi32((__mmask16)(m), _mm512_min_epi32(v, p_),                    \
+                                    _mm512_max_epi32(v, p_));                                   \
+    } while (0)
+
+__attribute__((target("avx512f")))
+static inline __m512i topflips_sort16(__m512i v) {
+    TOPFLIPS_STAGE(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14, 0x6666);
+    TOPFLIPS_STAGE(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13, 0x3C3C);
+    TOPFLIPS_STAGE(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14, 0x5A5A);
+    TOPFLIPS_STAGE(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11, 0x0FF0);
+    TOPFLIPS_STAGE(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13, 0x33CC);
+    TOPFLIPS_STAGE(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14, 0x55AA);
+    TOPFLIPS_STAGE(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 0xFF00);
+    TOPFLIPS_STAGE(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11, 0xF0F0);
+    TOPFLIPS_STAGE(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13, 0xCCCC);
+    TOPFLIPS_STAGE(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14, 0xAAAA);
+    return v;
+}
+
+/* One element with t <= 16 header bits, from its quantised weights: the
+ * bits are ranked by a sort of (-log-odds) << 5 | column in one register
+ * (larger log-odds first, ties by column, as the VOSH path orders them),
+ * and the candidates are ranked on the result. qtable: the int32 log-odds
+ * of the 256 codes, each in [-2^23, 0] (the plan's units). Reads 16 bytes
+ * of the row. */
+__attribute__((target("avx512f")))
+static int topflips_row16_avx512(const topflips_plan *P, const uint8_t *cq_row,
+                                 const int32_t *qtable, int t, uint32_t *out) {
+    /* the 16 codes as lanes, their log-odds gathered (needs 16 bytes of the row) */
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i code = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)cq_row));
+    __m512i lwc = _mm512_i32gather_epi32(code, (const void *)qtable, 4);
+    __m512i key = _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), lwc), 5),
+                                  lane);
+    key = _mm512_mask_mov_epi32(_mm512_set1_epi32(INT32_MAX), (__mmask16)((1u << t) - 1u), key);
+    __m512i s = topflips_sort16(key);
+    __m512i lw = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_srai_epi32(s, 5));
+    __m512i col = _mm512_and_si512(s, _mm512_set1_epi32(31));
+    __m512i bt = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(_mm512_set1_epi32(31), col));
+    return topflips_rank_avx512(P, lw, lw, bt, bt, out);
+}
+
+static int topflips_available(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 1 : 0;
+}
+#else
+static int topflips_available(void) { return 0; }
+#endif
+
+/* 1: candidate ranking in use, 0: VOSH; -1 until first use. */
+static int topflips_level_now = -1;
+
+/* Use the candidate ranking (1) if the CPU can, or VOSH (0); -1: the best. */
+static int topflips_select(int level) {
+    int best = topflips_available();
+    topflips_level_now = (level < 0 || level > best) ? best : level;
+    return topflips_level_now;
+}
+
+static int topflips_level(void) {
+    if (topflips_level_now < 0) topflips_select(-1);
+    return topflips_level_now;
+}
+
+#endif
