@@ -37,6 +37,7 @@ cdef extern from "_joinscan.h" nogil:
                                         int64_t i, int64_t n, uint32_t h, uint32_t *masks)
     simdup_block_fn simdup_next_block
     int simdup_block_width
+    int simdup_block_slots
     int simdup_join_select(int level)
     int simdup_join_level()
 
@@ -726,6 +727,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     # one kernel for the whole chunk, even if join_kernel() is called meanwhile
     cdef simdup_block_fn next_block = simdup_next_block
     cdef int64_t width = simdup_block_width
+    cdef int64_t slots = simdup_block_slots
     cdef PairBuf buf
     buf.q = NULL
     buf.y = NULL
@@ -734,8 +736,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     buf.cap = 0
     cdef int64_t b, lo, hi, j0, e0, plo, phi, r
     cdef int hr
-    cdef uint32_t ys[4]
-    cdef uint32_t masks[4]
+    cdef uint32_t ys[8]
+    cdef uint32_t masks[8]
     cdef uint32_t mk
     cdef int s, ny, failed = 0
     cdef int64_t ce[CAND_BATCH]
@@ -748,13 +750,13 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             hi = chunk_offsets[b + 1]
             if lo == hi or probe_offsets[b * R] == probe_offsets[b * R + R]:
                 continue
-            # chunk values outer, four at a time; a SIMD sweep of the bucket's
+            # chunk values outer, `slots` at a time; a SIMD sweep of the bucket's
             # probe entries inner, run by run (run r: the probe flipped r
             # header bits, so the low bits may differ in at most h - r);
             # candidates are queued for _check_candidates
             j0 = lo
             while j0 < hi:
-                ny = <int>(hi - j0) if hi - j0 < 4 else 4
+                ny = <int>(hi - j0) if hi - j0 < slots else <int>slots
                 for s in range(ny):
                     ys[s] = <uint32_t>chunk[j0 + s]
                 for r in range(R):

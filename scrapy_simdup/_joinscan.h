@@ -1,7 +1,8 @@
 /* Candidate search of the batch join (PSM batch mode), with SIMD kernels.
  *
  * simdup_next_block(y, ny, low, i, n, h, masks) sweeps low[i..n) against up
- * to 4 values y[0..ny) at once (one load of `low` serves all of them) and
+ * to simdup_block_slots values y[0..ny) at once (8 with AVX-512, else 4: one
+ * load of `low` serves all of them) and
  * returns the start e0 of the first block of simdup_block_width entries that
  * holds a candidate, a `low[e]` with popcount(low[e] ^ y[s]) <= h; masks[s]
  * has bit l set when low[e0 + l] is one for y[s]. Returns n if none is
@@ -14,7 +15,8 @@
  * Three kernels, picked once at run time from what the CPU has (the module
  * is built for plain x86-64: the SIMD ones are compiled with per-function
  * target attributes, so the build needs no -m flags):
- *   2  AVX-512 with VPOPCNTDQ: blocks of 16, popcount in one instruction;
+ *   2  AVX-512 with VPOPCNTDQ: blocks of 16, popcount in one instruction,
+ *      the eight values' counts folded by min into one compare;
  *   1  AVX2: blocks of 8, popcount by nibble lookup (vpshufb);
  *   0  portable scalar, blocks of 32.
  * simdup_join_select(level) forces a lower one (tests, benchmarks).
@@ -34,7 +36,7 @@ static inline int simdup_popcount32(uint32_t x) {
 }
 
 /* The chunk value of slot s: slots past ny repeat y[0], so that every
- * kernel compares four values without a branch... */
+ * kernel compares all its slots without a branch... */
 static inline uint32_t simdup_slot(const uint32_t *y, int ny, int s) {
     return y[s < ny ? s : 0];
 }
@@ -75,11 +77,10 @@ static int64_t simdup_next_block_scalar(const uint32_t *y, int ny, const uint32_
 __attribute__((target("avx512f,avx512vpopcntdq")))
 static int64_t simdup_next_block_avx512(const uint32_t *y, int ny, const uint32_t *low,
                                         int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
+    /* eight chunk values a sweep (slots past ny repeat y[0] and are cleared) */
     const __m512i vh = _mm512_set1_epi32((int)h);
-    const __m512i y0 = _mm512_set1_epi32((int)simdup_slot(y, ny, 0));
-    const __m512i y1 = _mm512_set1_epi32((int)simdup_slot(y, ny, 1));
-    const __m512i y2 = _mm512_set1_epi32((int)simdup_slot(y, ny, 2));
-    const __m512i y3 = _mm512_set1_epi32((int)simdup_slot(y, ny, 3));
+    __m512i vy[8];
+    for (int s = 0; s < 8; s++) vy[s] = _mm512_set1_epi32((int)simdup_slot(y, ny, s));
     __mmask16 live = 0xFFFF;
     for (; i < n; i += 16) {
         __m512i v;
@@ -90,12 +91,20 @@ static int64_t simdup_next_block_avx512(const uint32_t *y, int ny, const uint32_
             live = (__mmask16)((1u << (n - i)) - 1u);
             v = _mm512_maskz_loadu_epi32(live, (const void *)(low + i));
         }
-        __mmask16 k0 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y0)), vh);
-        __mmask16 k1 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y1)), vh);
-        __mmask16 k2 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y2)), vh);
-        __mmask16 k3 = _mm512_mask_cmple_epu32_mask(live, _mm512_popcnt_epi32(_mm512_xor_si512(v, y3)), vh);
-        if ((k0 | k1 | k2 | k3) && simdup_keep_slots(masks, ny, k0, k1, k2, k3))
-            return i;
+        __m512i c[8];
+        for (int s = 0; s < 8; s++) c[s] = _mm512_popcnt_epi32(_mm512_xor_si512(v, vy[s]));
+        /* one compare for all eight values: candidates are rare */
+        __m512i lo = _mm512_min_epu32(
+            _mm512_min_epu32(_mm512_min_epu32(c[0], c[1]), _mm512_min_epu32(c[2], c[3])),
+            _mm512_min_epu32(_mm512_min_epu32(c[4], c[5]), _mm512_min_epu32(c[6], c[7])));
+        if (_mm512_mask_cmple_epu32_mask(live, lo, vh)) {
+            uint32_t any = 0;
+            for (int s = 0; s < 8; s++) {
+                masks[s] = s < ny ? (uint32_t)_mm512_mask_cmple_epu32_mask(live, c[s], vh) : 0;
+                any |= masks[s];
+            }
+            if (any) return i;
+        }
     }
     return n;
 }
@@ -139,6 +148,8 @@ typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int6
 
 static simdup_block_fn simdup_next_block = simdup_next_block_scalar;
 static int simdup_block_width = 32;
+/* chunk values one sweep compares at most (the kernel's slots, <= 8) */
+static int simdup_block_slots = 4;
 static int simdup_join_level_now = -1;
 
 /* The best kernel the CPU has. */
@@ -160,10 +171,12 @@ static int simdup_join_select(int level) {
     if (level < 0 || level > best) level = best;
     simdup_next_block = simdup_next_block_scalar;
     simdup_block_width = 32;
+    simdup_block_slots = 4;
 #ifdef SIMDUP_JOIN_X86
     if (level == 2) {
         simdup_next_block = simdup_next_block_avx512;
         simdup_block_width = 16;
+        simdup_block_slots = 8;
     } else if (level == 1) {
         simdup_next_block = simdup_next_block_avx2;
         simdup_block_width = 8;

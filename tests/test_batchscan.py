@@ -125,15 +125,15 @@ JOIN_KERNELS = list(range(_batchscan.join_kernel() + 1))
 @pytest.mark.parametrize("level", JOIN_KERNELS)
 def test_join_kernels_find_every_candidate(level):
     """The SIMD sweeps against brute force: every bucket length (tails of
-    every size), 1-9 chunk values per bucket (the kernels take them four at
-    a time), every distance, and lanes past the end never counted (masked
+    every size), 1-19 chunk values per bucket (the kernels take them four or
+    eight at a time), every distance, and lanes past the end never counted (masked
     loads, scalar tails)."""
     rng = np.random.default_rng(level)
     assert _batchscan.join_kernel(level) == level
     try:
         for trial in range(400):
             n = int(rng.integers(0, 70))
-            ys = rng.integers(0, 2**32, int(rng.integers(1, 10)), dtype=np.uint64)
+            ys = rng.integers(0, 2**32, int(rng.integers(1, 20)), dtype=np.uint64)
             low = rng.integers(0, 2**32, n, dtype=np.uint64)
             for j in np.flatnonzero(rng.random(n) < 0.3):   # some within a few bits of a y
                 v = int(rng.choice(ys))
