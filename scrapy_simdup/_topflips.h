@@ -46,11 +46,12 @@ typedef struct {
 
 /* The candidate ranking, given each rank's log-odds and bit in registers
  * (lanes 0..15 in *_lo, 16..31 in *_hi; ranks past t: any value). */
-__attribute__((target("avx512f")))
-static inline int topflips_rank_avx512(const topflips_plan *P, __m512i lw_lo, __m512i lw_hi,
-                                       __m512i bt_lo, __m512i bt_hi, uint32_t *out) {
+/* nv, the candidates' vectors, is a constant in each copy (below), so the
+ * per-vector arrays stay in registers. */
+__attribute__((target("avx512f"), always_inline))
+static inline int topflips_rank_nv(const topflips_plan *P, __m512i lw_lo, __m512i lw_hi,
+                                   __m512i bt_lo, __m512i bt_hi, uint32_t *out, const int nv) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const int nv = (P->n + 15) >> 4;
     __m512i pri[4], msk[4], cnt[4];
     int32_t pr[TOPFLIPS_MAX_CAND];
     for (int v = 0; v < nv; v++) {
@@ -86,14 +87,22 @@ static inline int topflips_rank_avx512(const topflips_plan *P, __m512i lw_lo, __
     for (int v = 0; v < nv; v++) {
         __mmask16 sel = _mm512_cmplt_epi32_mask(cnt[v], vk) &
                         (__mmask16)(P->present[0] >> (16 * v));
-        int32_t rk[16];
-        uint32_t mk[16];
-        _mm512_mask_compressstoreu_epi32((void *)rk, sel, cnt[v]);
-        _mm512_mask_compressstoreu_epi32((void *)mk, sel, msk[v]);
-        int ns = __builtin_popcount((unsigned)sel);
-        for (int i = 0; i < ns; i++) out[rk[i]] = mk[i];
+        /* each selected candidate's mask to its rank (a scatter: a compress
+         * to memory read back lane by lane stalls store forwarding) */
+        _mm512_mask_i32scatter_epi32((void *)out, sel, cnt[v], msk[v], 4);
     }
     return P->k;
+}
+
+__attribute__((target("avx512f")))
+static int topflips_rank_avx512(const topflips_plan *P, __m512i lw_lo, __m512i lw_hi,
+                                __m512i bt_lo, __m512i bt_hi, uint32_t *out) {
+    switch ((P->n + 15) >> 4) {
+    case 1: return topflips_rank_nv(P, lw_lo, lw_hi, bt_lo, bt_hi, out, 1);
+    case 2: return topflips_rank_nv(P, lw_lo, lw_hi, bt_lo, bt_hi, out, 2);
+    case 3: return topflips_rank_nv(P, lw_lo, lw_hi, bt_lo, bt_hi, out, 3);
+    default: return topflips_rank_nv(P, lw_lo, lw_hi, bt_lo, bt_hi, out, 4);
+    }
 }
 
 /* lwq[r], bits[r]: the log-odds (int32 units) and header-bit mask (top 32
