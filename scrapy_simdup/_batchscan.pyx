@@ -99,9 +99,10 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
     """VOSH over every row; the row's log-odds come from ``lw`` or from
     ``table[cq]`` (:func:`quantized_log_odds` units). With a ``plan`` (the
     ``cq`` path only), the sets come from the candidate ranking of
-    ``_topflips.h`` instead: the same sets in the same order. ``uint32`` masks keep the top 32 bits (``t <= 32``: all a
-    flip set touches). With ``use_rows``, output row ``i`` is ``cq`` row
-    ``rows[i]``. Returns -1 if the heap storage is too small.
+    ``_topflips.h`` instead: the same sets in the same order. ``uint32``
+    masks keep the top 32 bits (``t <= 32``: all a flip set touches). With
+    ``use_rows``, output row ``i`` is ``cq`` row ``rows[i]``. Returns -1 if
+    the heap storage is too small.
 
     The bits are ordered by log-odds, descending, ties by column. With ``cq``
     that order is computed without comparing doubles: ``level[c]`` is the
