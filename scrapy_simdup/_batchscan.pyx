@@ -294,15 +294,16 @@ def flip_candidates(int t, int h, int k):
     if key not in _CANDIDATES:
         from itertools import combinations  # noqa: PLC0415
         top = min(t, k)
-        _CANDIDATES[key] = [S for size in range(1, min(h, t, 8) + 1)
-                            for S in combinations(range(top), size) if _dominators(S) < k]
+        _CANDIDATES[key] = tuple(S for size in range(1, min(h, t, 8) + 1)
+                                 for S in combinations(range(top), size) if _dominators(S) < k)
     return _CANDIDATES[key]
 
 
 cdef bint _fill_plan(topflips_plan *plan, int t, int h, int k):
     """The candidate plan for (t, h, k), or False when the fast path does not
     apply (more than 3 flips, t > 32, or too many candidates)."""
-    if h < 1 or h > TOPFLIPS_MAX_H or t > TOPFLIPS_MAX_T or k < 1:
+    # (there are at least k candidates: k > TOPFLIPS_MAX_CAND never fits)
+    if h < 1 or h > TOPFLIPS_MAX_H or t > TOPFLIPS_MAX_T or k < 1 or k > TOPFLIPS_MAX_CAND:
         return False
     cands = flip_candidates(t, h, k)
     if len(cands) > TOPFLIPS_MAX_CAND:
@@ -336,8 +337,11 @@ def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, 
     t)`` (``t <= 16``): a quarter of the memory. ``rows``: int64 row numbers
     of ``cq``, the output's row ``i`` being the masks of ``cq[rows[i]]`` (no
     gathered copy of ``cq``). The log-odds are summed as
-    :func:`quantized_log_odds` integers; at ``h <= 3`` the sets come from the
-    candidate ranking when the CPU has it (:func:`flip_kernel`)."""
+    :func:`quantized_log_odds` integers, which clips them to [-128, 0]: a
+    bit is taken as never more likely to flip than not (p <= 0.5), and
+    anything below e^-128 as equally unlikely (the calibrated tables lie
+    within). At ``h <= 3`` the sets come from the candidate ranking when the
+    CPU has it (:func:`flip_kernel`)."""
     if table.shape[0] != 256:
         raise ValueError("table must have 256 entries")
     if np.isnan(np.asarray(table)).any():

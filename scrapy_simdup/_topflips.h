@@ -18,8 +18,9 @@
  * (two-table permutes), made unique as key * 64 + (63 - candidate number) (the
  * VOSH tie-break: the list is in that order), and each is ranked by counting
  * the larger ones; those ranked below k are written at their rank. Keys are
- * int32 log-odds in units of 2^-16 clipped to [-128, 0]
- * (TOPFLIPS_LW_MIN), so 3 * 128 * 2^16 * 64 < 2^31: exact sums, no overflow.
+ * int32 log-odds in units of 2^-16 clipped to [-128, 0] by the caller
+ * (_batchscan.quantized_log_odds; the kernels do not check), so
+ * 3 * 128 * 2^16 * 64 < 2^31: exact sums, no overflow.
  * VOSH is given the same integers (as doubles, exact), so both orders agree.
  *
  * AVX-512F only (a branch-free count over 16 lanes per compare); without it
@@ -173,6 +174,18 @@ static int topflips_available(void) {
     return __builtin_cpu_supports("avx512f") ? 1 : 0;
 }
 #else
+/* No SIMD kernel on this target: the level stays 0 (VOSH) and these are
+ * never called; they exist so that the callers compile. */
+static int topflips_avx512(const topflips_plan *P, const int32_t *lwq, const uint32_t *bits,
+                           uint32_t *out) {
+    (void)P; (void)lwq; (void)bits; (void)out;
+    return 0;
+}
+static int topflips_row16_avx512(const topflips_plan *P, const uint8_t *cq_row,
+                                 const int32_t *qtable, int t, uint32_t *out) {
+    (void)P; (void)cq_row; (void)qtable; (void)t; (void)out;
+    return 0;
+}
 static int topflips_available(void) { return 0; }
 #endif
 

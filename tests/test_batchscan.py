@@ -234,7 +234,7 @@ def test_flip_candidates_hold_every_possible_top_k(t, h, k):
 
     sets = [S for size in range(1, min(h, t) + 1) for S in itertools.combinations(range(t), size)]
     want = [S for S in sets if sum(always_ahead(S, T) for T in sets) < k]
-    assert _batchscan.flip_candidates(t, h, k) == want
+    assert list(_batchscan.flip_candidates(t, h, k)) == want
     cands = set(want)
     rng = np.random.default_rng(t * 100 + k)
     for _ in range(50):
