@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
+
+from ._checksum import crc32
 
 
 class CorruptFileError(ValueError):
@@ -102,7 +103,7 @@ def crc32_file(path, length: int | None = None, block: int = 1 << 22) -> int:
             chunk = handle.read(size)
             if not chunk:
                 break
-            crc = zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
             if remaining is not None:
                 remaining -= len(chunk)
     return crc & 0xFFFFFFFF

@@ -39,13 +39,13 @@ are checked and a damaged batch raises :class:`CorruptFileError` naming the file
 from __future__ import annotations
 
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ._atomic import CorruptFileError, atomic_write, atomic_write_json, crc32_file, read_json
+from ._checksum import crc32
 
 FORMAT = "simdup-batch"
 VERSION = 1
@@ -140,7 +140,7 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
         "npy_bytes": npy_path.stat().st_size,
         "npy_crc32": crc32_file(npy_path),
         "urls_bytes": len(url_bytes),
-        "urls_crc32": zlib.crc32(url_bytes) & 0xFFFFFFFF,
+        "urls_crc32": crc32(url_bytes) & 0xFFFFFFFF,
         "created": time.time(),
     }
     if fingerprint:
@@ -238,7 +238,7 @@ def _read_records(npy_path: Path, meta: dict, verify: bool, out) -> np.ndarray:
                 raise CorruptFileError(npy_path, problem)
             start = handle.tell()
             handle.seek(0)
-            crc = zlib.crc32(handle.read(start))
+            crc = crc32(handle.read(start))
             records = np.empty(count, dtype=BATCH_DTYPE) if out is None else out
             view = memoryview(records).cast("B")
             got = 0
@@ -249,7 +249,7 @@ def _read_records(npy_path: Path, meta: dict, verify: bool, out) -> np.ndarray:
                 got += n
     except OSError as exc:
         raise CorruptFileError(npy_path, f"cannot be read ({exc.strerror or exc})") from None
-    if verify and zlib.crc32(view, crc) & 0xFFFFFFFF != meta["npy_crc32"]:
+    if verify and crc32(view, crc) & 0xFFFFFFFF != meta["npy_crc32"]:
         raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
     return records
 
@@ -265,7 +265,7 @@ def read_urls(batch: Batch, verify: bool = True) -> list[str]:
     if len(data) != meta["urls_bytes"]:
         raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
                                f"{meta['urls_bytes']} (truncated or overwritten)")
-    if verify and (zlib.crc32(data) & 0xFFFFFFFF) != meta["urls_crc32"]:
+    if verify and (crc32(data) & 0xFFFFFFFF) != meta["urls_crc32"]:
         raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
     urls = data.decode("utf-8", "surrogateescape").split("\n")
     if urls and urls[-1] == "":

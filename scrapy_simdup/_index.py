@@ -11,11 +11,11 @@ import json
 import os
 import struct
 import tempfile
-import zlib
 
 import numpy as np
 
 from . import _psm
+from ._checksum import crc32
 from ._defaults import MAX_DISTANCE
 from ._volatility import VolatilityModel
 
@@ -254,10 +254,10 @@ class PSMIndex(_psm.PSMCore):
                             "fixed_header_bits": self._fixed_header_bits()}).encode()
         data_crc = 0
         for a in (vals, ids, offsets):
-            data_crc = zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), data_crc)
+            data_crc = crc32(memoryview(np.ascontiguousarray(a)).cast("B"), data_crc)
         head = _HEAD.pack(_MAGIC, _VERSION, 0, vals.shape[0], self.header_bits,
                           self.distance, len(model), data_crc, 0)
-        meta_crc = zlib.crc32(head[:-4] + model)
+        meta_crc = crc32(head[:-4] + model)
         head = head[:-4] + struct.pack("<I", meta_crc)
         first = head + model
         chunks = [first, b"\0" * _pad(len(first))]
@@ -291,7 +291,7 @@ class PSMIndex(_psm.PSMCore):
                     and mlen < 1 << 24):
                 raise bad("bad header fields")
             model_bytes = f.read(mlen)
-        if len(model_bytes) != mlen or zlib.crc32(head[:-4] + model_bytes) != meta_crc:
+        if len(model_bytes) != mlen or crc32(head[:-4] + model_bytes) != meta_crc:
             raise bad("header checksum mismatch")
         pos = _HEAD.size + mlen
         pos += _pad(pos)
@@ -320,7 +320,7 @@ class PSMIndex(_psm.PSMCore):
         if verify:
             crc = 0
             for a in arrays:
-                crc = zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
+                crc = crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
             if crc != data_crc:
                 raise bad("data checksum mismatch")
         # the query loops trust the offsets: they must be a non-decreasing

@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +44,7 @@ from ._atomic import (CorruptFileError, DirectoryBusyError, atomic_write_json, f
                       lock_directory, read_json, remove_stale_temporaries)
 from ._batch import BatchWriter
 from ._batchfile import escape_url
+from ._checksum import crc32
 from ._idf import IdfTable
 
 logger = logging.getLogger("scrapy_simdup")
@@ -164,7 +164,7 @@ class IndexStore:
         if len(data) != length:
             raise CorruptFileError(path, f"index snapshot file is {size} bytes, the header "
                                    f"needs {length} (truncated)")
-        if (zlib.crc32(data) & 0xFFFFFFFF) != crc:
+        if (crc32(data) & 0xFFFFFFFF) != crc:
             raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
         return data
 
@@ -184,7 +184,7 @@ class IndexStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             meta[f"{field}_bytes"] = offset + len(data)
-            meta[f"{field}_crc32"] = zlib.crc32(data, meta[f"{field}_crc32"]) & 0xFFFFFFFF
+            meta[f"{field}_crc32"] = crc32(data, meta[f"{field}_crc32"]) & 0xFFFFFFFF
         fsync_dir(self.directory)
         meta["count"] = self.meta["count"] + len(values)
         meta["saved"] = time.time()
