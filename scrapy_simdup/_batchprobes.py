@@ -85,16 +85,18 @@ def header_log_odds(cq: np.ndarray, t: int, table: np.ndarray | None = None) -> 
 
 
 def probe_masks(cq: np.ndarray, t: int, h: int, k: int, high32: bool = False, rows=None,
-                header16: bool = False):
+                header16: bool = False, ordered: bool = True):
     """``(masks uint64 (m, k), nprobes int32 (m,))``: each element's ``k`` most
     likely non-empty header flip sets, as XOR masks in their physical bits
     (``high32``: uint32 masks of the top 32 bits, half the memory;
     ``header16``: uint16 masks of the header bits alone, ``t <= 16``).
-    ``rows``: the elements are ``cq[rows]`` (in that order), read in place."""
+    ``rows``: the elements are ``cq[rows]`` (in that order), read in place.
+    ``ordered=False``: each row's sets in any order (faster at larger ``h``)."""
     m = len(cq) if rows is None else len(rows)
     if k <= 0 or h <= 0:
         dtype = np.uint16 if header16 else np.uint32 if high32 else np.uint64
         return np.zeros((m, 0), dtype=dtype), np.zeros(m, dtype=np.int32)
     if not 1 <= t <= cq.shape[1]:
         raise ValueError(f"t must be in 1..{cq.shape[1]}, got {t}")
-    return _batchscan.batch_flip_masks_cq(cq, log_odds_table(), t, h, k, high32, rows, header16)
+    return _batchscan.batch_flip_masks_cq(cq, log_odds_table(), t, h, k, high32, rows, header16,
+                                          ordered)

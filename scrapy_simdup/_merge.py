@@ -385,8 +385,9 @@ class PSMBatchMatcher:
         self.h = distance
         self.first = first
         # the smallest masks that hold the flips: the header bits alone when t <= 16
+        # the probe table does not need each element's sets in VOSH order
         masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=t > 16, header16=t <= 16,
-                                     rows=rows)
+                                     rows=rows, ordered=False)
         self.offsets, self.low, self.idx = _batchscan.probe_table(
             self.values, masks, nprobes, t, runs=probe_runs(t, distance))
         del masks

@@ -41,6 +41,25 @@ typedef struct {
     uint64_t present[TOPFLIPS_MAX_H];        /* bit c: candidate c has element e */
 } topflips_plan;
 
+/* ---------------------------------------------------------------------------
+ * The same candidates at larger distances (up to 8 flips, up to
+ * TOPFLIPS_SEL_MAX_CAND of them: 528 for t = 15, h = 9, k = 168), where
+ * ranking every pair would cost too much: the k-th smallest cost u = -key is
+ * found by a binary search on u (counting candidates at or under a value),
+ * and the sets below it, then the first ones equal to it in the list's
+ * (size, lexicographic) order, are written out. The same sets as VOSH's
+ * first k (ties broken alike), but in candidate order, not VOSH's.
+ * ------------------------------------------------------------------------- */
+#define TOPFLIPS_SEL_MAX_H 8
+#define TOPFLIPS_SEL_MAX_CAND 2048
+
+typedef struct {
+    int n, k, h;
+    int nv;                  /* candidate vectors of 16 lanes: ceil(n / 16) */
+    const int32_t *idx;      /* [h][nv * 16]: rank of element e of each candidate */
+    const uint16_t *present; /* [h][nv]: lanes whose candidate has element e */
+} topflips_sel_plan;
+
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(_M_X64))
 #define TOPFLIPS_X86 1
 #include <immintrin.h>
@@ -153,8 +172,8 @@ static inline __m512i topflips_sort16(__m512i v) {
  * of the 256 codes, each in [-2^23, 0] (the plan's units). Reads 16 bytes
  * of the row. */
 __attribute__((target("avx512f")))
-static int topflips_row16_avx512(const topflips_plan *P, const uint8_t *cq_row,
-                                 const int32_t *qtable, int t, uint32_t *out) {
+static inline void topflips_order16(const uint8_t *cq_row, const int32_t *qtable, int t,
+                                    __m512i *lw_out, __m512i *bt_out) {
     /* the 16 codes as lanes, their log-odds gathered (needs 16 bytes of the row) */
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i code = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)cq_row));
@@ -163,10 +182,101 @@ static int topflips_row16_avx512(const topflips_plan *P, const uint8_t *cq_row,
                                   lane);
     key = _mm512_mask_mov_epi32(_mm512_set1_epi32(INT32_MAX), (__mmask16)((1u << t) - 1u), key);
     __m512i s = topflips_sort16(key);
-    __m512i lw = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_srai_epi32(s, 5));
     __m512i col = _mm512_and_si512(s, _mm512_set1_epi32(31));
-    __m512i bt = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(_mm512_set1_epi32(31), col));
+    *lw_out = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_srai_epi32(s, 5));
+    *bt_out = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(_mm512_set1_epi32(31), col));
+}
+
+__attribute__((target("avx512f")))
+static int topflips_row16_avx512(const topflips_plan *P, const uint8_t *cq_row,
+                                 const int32_t *qtable, int t, uint32_t *out) {
+    __m512i lw, bt;
+    topflips_order16(cq_row, qtable, t, &lw, &bt);
     return topflips_rank_avx512(P, lw, lw, bt, bt, out);
+}
+
+/* u: scratch of nv * 16 int32, m: scratch of nv * 16 uint32. Writes k masks
+ * to out (k <= n). Returns k. */
+__attribute__((target("avx512f")))
+static int topflips_select_avx512(const topflips_sel_plan *P, __m512i lw_lo, __m512i lw_hi,
+                                  __m512i bt_lo, __m512i bt_hi, int32_t *u, uint32_t *m,
+                                  uint32_t *out) {
+    const int nv = P->nv, stride = nv * 16;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int32_t umax = 0, umin = INT32_MAX;
+    for (int v = 0; v < nv; v++) {
+        __m512i key = _mm512_setzero_si512(), bits = _mm512_setzero_si512();
+        for (int e = 0; e < P->h; e++) {
+            __mmask16 pm = (__mmask16)P->present[e * nv + v];
+            if (!pm) continue;
+            __m512i i = _mm512_loadu_si512((const void *)(P->idx + e * stride + 16 * v));
+            key = _mm512_add_epi32(key, _mm512_maskz_permutex2var_epi32(pm, lw_lo, i, lw_hi));
+            bits = _mm512_or_si512(bits, _mm512_maskz_permutex2var_epi32(pm, bt_lo, i, bt_hi));
+        }
+        /* cost u = -key >= 0; lanes past the list never selected */
+        __mmask16 valid = _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * v)),
+                                                  _mm512_set1_epi32(P->n));
+        __m512i uv = _mm512_mask_mov_epi32(_mm512_set1_epi32(INT32_MAX), valid,
+                                           _mm512_sub_epi32(_mm512_setzero_si512(), key));
+        int32_t top = _mm512_mask_reduce_max_epi32(valid, uv);
+        int32_t bottom = _mm512_mask_reduce_min_epi32(valid, uv);
+        if (top > umax) umax = top;
+        if (bottom < umin) umin = bottom;
+        _mm512_storeu_si512((void *)(u + 16 * v), uv);
+        _mm512_storeu_si512((void *)(m + 16 * v), bits);
+    }
+    /* tau: the smallest cost with at least k candidates at or under it */
+    int32_t lo = umin, hi = umax;
+    const __m512i one = _mm512_set1_epi32(1);
+    while (lo < hi) {
+        int32_t mid = lo + ((hi - lo) >> 1);
+        __m512i vm = _mm512_set1_epi32(mid);
+        __m512i cnt = _mm512_setzero_si512();     /* per-lane counts, summed once */
+        for (int v = 0; v < nv; v++)
+            cnt = _mm512_mask_add_epi32(cnt, _mm512_cmple_epi32_mask(
+                _mm512_loadu_si512((const void *)(u + 16 * v)), vm), cnt, one);
+        if (_mm512_reduce_add_epi32(cnt) >= P->k) hi = mid; else lo = mid + 1;
+    }
+    const __m512i vt = _mm512_set1_epi32(lo);
+    int got = 0;
+    for (int v = 0; v < nv; v++) {      /* every set cheaper than tau */
+        __mmask16 sel = _mm512_cmplt_epi32_mask(_mm512_loadu_si512((const void *)(u + 16 * v)), vt);
+        _mm512_mask_compressstoreu_epi32((void *)(out + got), sel,
+                                         _mm512_loadu_si512((const void *)(m + 16 * v)));
+        got += __builtin_popcount((unsigned)sel);
+    }
+    for (int v = 0; v < nv && got < P->k; v++) {   /* then ties at tau, in list order */
+        unsigned eq = (unsigned)_mm512_cmpeq_epi32_mask(_mm512_loadu_si512((const void *)(u + 16 * v)), vt);
+        int need = P->k - got, have = __builtin_popcount(eq);
+        if (have > need) {                          /* keep the first `need` lanes */
+            for (int drop = have - need; drop > 0; drop--) eq &= ~(1u << (31 - __builtin_clz(eq)));
+        }
+        _mm512_mask_compressstoreu_epi32((void *)(out + got), (__mmask16)eq,
+                                         _mm512_loadu_si512((const void *)(m + 16 * v)));
+        got += __builtin_popcount(eq);
+    }
+    return got;
+}
+
+/* One element for the select kernel, t <= 16 (as topflips_row16_avx512). */
+__attribute__((target("avx512f")))
+static int topflips_select_row16_avx512(const topflips_sel_plan *P, const uint8_t *cq_row,
+                                        const int32_t *qtable, int t, int32_t *u, uint32_t *m,
+                                        uint32_t *out) {
+    __m512i lw, bt;
+    topflips_order16(cq_row, qtable, t, &lw, &bt);
+    return topflips_select_avx512(P, lw, lw, bt, bt, u, m, out);
+}
+
+/* The select kernel from rank arrays (any t <= 32). */
+__attribute__((target("avx512f")))
+static int topflips_select_arrays_avx512(const topflips_sel_plan *P, const int32_t *lwq,
+                                         const uint32_t *bits, int32_t *u, uint32_t *m,
+                                         uint32_t *out) {
+    return topflips_select_avx512(P, _mm512_loadu_si512((const void *)lwq),
+                                  _mm512_loadu_si512((const void *)(lwq + 16)),
+                                  _mm512_loadu_si512((const void *)bits),
+                                  _mm512_loadu_si512((const void *)(bits + 16)), u, m, out);
 }
 
 static int topflips_available(void) {
@@ -184,6 +294,18 @@ static int topflips_avx512(const topflips_plan *P, const int32_t *lwq, const uin
 static int topflips_row16_avx512(const topflips_plan *P, const uint8_t *cq_row,
                                  const int32_t *qtable, int t, uint32_t *out) {
     (void)P; (void)cq_row; (void)qtable; (void)t; (void)out;
+    return 0;
+}
+static int topflips_select_row16_avx512(const topflips_sel_plan *P, const uint8_t *cq_row,
+                                        const int32_t *qtable, int t, int32_t *u, uint32_t *m,
+                                        uint32_t *out) {
+    (void)P; (void)cq_row; (void)qtable; (void)t; (void)u; (void)m; (void)out;
+    return 0;
+}
+static int topflips_select_arrays_avx512(const topflips_sel_plan *P, const int32_t *lwq,
+                                         const uint32_t *bits, int32_t *u, uint32_t *m,
+                                         uint32_t *out) {
+    (void)P; (void)lwq; (void)bits; (void)u; (void)m; (void)out;
     return 0;
 }
 static int topflips_available(void) { return 0; }

@@ -225,7 +225,8 @@ def test_cq_flip_sets_are_the_brute_force_order(level):
         _batchscan.flip_kernel()
 
 
-@pytest.mark.parametrize("t,h,k", [(4, 2, 5), (6, 3, 10), (8, 3, 16), (10, 2, 12), (7, 3, 40)])
+@pytest.mark.parametrize("t,h,k", [(4, 2, 5), (6, 3, 10), (8, 3, 16), (10, 2, 12), (7, 3, 40),
+                                   (9, 5, 30), (10, 8, 60)])
 def test_flip_candidates_hold_every_possible_top_k(t, h, k):
     """The candidate list is the sets with fewer than k sets always ahead
     (checked against the definition), in (size, lexicographic) order, and it
@@ -242,6 +243,38 @@ def test_flip_candidates_hold_every_possible_top_k(t, h, k):
         lw = np.round(lw * rng.choice([1, 1000]))          # some with ties
         ranked = sorted(sets, key=lambda S: (-sum(lw[r] for r in S), len(S), S))
         assert set(ranked[:k]) <= cands
+
+
+@pytest.mark.parametrize("level", FLIP_KERNELS)
+def test_unordered_flip_sets_are_the_same_sets(level):
+    """``ordered=False`` (the merge's call; the select kernel at h > 3 when
+    the CPU has it) gives each row the same sets as VOSH's first k, ties
+    included, in any order: against the ordered path and brute force."""
+    from scrapy_simdup._batchprobes import log_odds_table  # noqa: PLC0415
+
+    rng = np.random.default_rng(40 + level)
+    assert _batchscan.flip_kernel(level) == level
+    try:
+        for trial in range(300):
+            t = int(rng.integers(1, 21))
+            h = int(rng.integers(1, 10))
+            k = int(rng.integers(1, 120))
+            table = np.ascontiguousarray((log_odds_table(), np.sort(rng.uniform(-12, 0, 256))[::-1],
+                                          np.round(np.sort(rng.uniform(-6, 0, 256))[::-1]))[trial % 3])
+            cq = rng.integers(0, 256, size=(3, 32 if trial % 2 else t + 1)).astype(np.uint8)
+            if trial % 7 == 0:
+                cq[:] = cq[0, 0]
+            got, n_got = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, ordered=False)
+            want, n_want = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
+            assert np.array_equal(n_got, n_want)
+            qt = _batchscan.quantized_log_odds(table)
+            for i in range(3):
+                sets = sorted(int(x) for x in got[i, :n_got[i]])
+                assert sets == sorted(int(x) for x in want[i, :n_want[i]]), (trial, t, h, k)
+                if t <= 10:
+                    assert sets == sorted(ordered_flip_masks(qt[cq[i, :t]], h, k)), (trial, t, h, k)
+    finally:
+        _batchscan.flip_kernel()
 
 
 def test_bad_arguments_are_value_errors():
