@@ -8,8 +8,10 @@ chunk of the collection by :func:`scrapy_simdup._batchscan.join_chunk`.
 
 The flip sets come in VOSH order (non-increasing ``p(S)``) from the index
 module's compiled generator (``_vosh.h``, called by
-:func:`scrapy_simdup._batchscan.batch_flip_masks_cq`), or at ``h <= 3`` from
-the same-result candidate ranking of ``_topflips.h``; the bit log-odds
+:func:`scrapy_simdup._batchscan.batch_flip_masks_cq`), or from the
+same-result candidate ranking of ``_topflips.h`` (``h <= 3``; up to 8 flips
+when the order of each element's sets is left free, as the merge does); the
+bit log-odds
 ``log(p_j / (1 - p_j))`` come from the index's calibrated volatility model,
 evaluated on ``c_j = |W[j]| / rms(W)`` (stored quantised, so a 256-entry table).
 """
