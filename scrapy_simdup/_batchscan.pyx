@@ -425,9 +425,11 @@ cdef bint _fill_plan(topflips_plan *plan, int t, int h, int k):
 
 
 def flip_kernel(int level=-1):
-    """Pick how the ``cq`` path finds flip sets at ``h <= 3``: 1 candidate
-    ranking (AVX-512F), 0 VOSH, -1 the best this CPU has. Returns the level
-    in use. For tests and benchmarks; both give the same sets."""
+    """Pick how the ``cq`` path finds flip sets: 1 the candidate kernels of
+    ``_topflips.h`` where they apply (the ranking at ``h <= 3``, the select
+    kernel for unordered sets up to 8 flips; AVX-512F), 0 VOSH always, -1 the
+    best this CPU has. Returns the level in use. For tests and benchmarks;
+    both give the same sets."""
     return topflips_select(level)
 
 
@@ -448,7 +450,7 @@ def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, 
     within). At ``h <= 3`` the sets come from the candidate ranking when the
     CPU has it (:func:`flip_kernel`). ``ordered=False`` lets each row's sets
     come in any order (the probe table does not care), which allows the
-    select kernel at larger ``h`` (about 10x VOSH's speed at ``h = 9``)."""
+    select kernel at larger ``h`` (about 6x VOSH's speed at ``h = 9``)."""
     if table.shape[0] != 256:
         raise ValueError("table must have 256 entries")
     if np.isnan(np.asarray(table)).any():

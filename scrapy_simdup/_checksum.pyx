@@ -4,6 +4,8 @@
 buffers with carry-less multiplies (``_crc32.h``)."""
 from libc.stdint cimport uint8_t, uint32_t
 
+import numpy as np
+
 
 cdef extern from "_crc32.h" nogil:
     uint32_t simdup_crc32(uint32_t crc, const uint8_t *p, size_t n)
@@ -13,21 +15,33 @@ cdef extern from "_crc32.h" nogil:
 simdup_crc32_select(-1)     # the table, and the best kernel, before any thread asks
 
 
-def crc32(data, unsigned long value=0):
+def crc32(data, value=0):
     """``zlib.crc32(data, value)`` for any contiguous buffer (bytes,
-    bytearray, memoryview, NumPy array)."""
+    bytearray, memoryview, NumPy array of any dtype); like zlib, ``value``
+    is an int taken modulo 2^32."""
     cdef const uint8_t[::1] view
-    cdef uint32_t out
-    if value > 0xFFFFFFFF:
-        raise ValueError("value must be a 32-bit CRC")
-    mv = memoryview(data)
+    cdef uint32_t out, start
+    if not isinstance(value, int):
+        raise TypeError(f"crc32 start value must be an int, got {type(value).__name__}")
+    value &= 0xFFFFFFFF
+    try:
+        mv = memoryview(data)
+    except (TypeError, ValueError):
+        # NumPy dtypes the buffer protocol cannot describe (datetime64, ...):
+        # their bytes, as zlib reads them
+        if not isinstance(data, np.ndarray):
+            raise
+        if not data.flags.c_contiguous:
+            raise ValueError("crc32 needs a contiguous buffer") from None
+        mv = memoryview(data.reshape(-1).view(np.uint8))
     if not mv.c_contiguous:
         raise ValueError("crc32 needs a contiguous buffer")
     if mv.nbytes == 0:
         return value
     view = mv.cast("B") if (mv.format != "B" or mv.ndim != 1) else mv
+    start = value
     with nogil:
-        out = simdup_crc32(<uint32_t>value, &view[0], view.shape[0])
+        out = simdup_crc32(start, &view[0], view.shape[0])
     return out
 
 
