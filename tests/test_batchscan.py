@@ -196,14 +196,26 @@ def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
 FLIP_KERNELS = list(range(_batchscan.flip_kernel() + 1))
 
 
+def _flip_case(rng, trial, t):
+    """A log-odds table (the real one, random, or plateaus: many exact ties)
+    and three cq rows (32 columns, the in-register path, or just t + 1; every
+    7th case with all codes equal)."""
+    from scrapy_simdup._batchprobes import log_odds_table  # noqa: PLC0415
+
+    table = np.ascontiguousarray((log_odds_table(), np.sort(rng.uniform(-12, 0, 256))[::-1],
+                                  np.round(np.sort(rng.uniform(-6, 0, 256))[::-1]))[trial % 3])
+    cq = rng.integers(0, 256, size=(3, 32 if trial % 2 else t + 1)).astype(np.uint8)
+    if trial % 7 == 0:
+        cq[:] = cq[0, 0]
+    return table, cq
+
+
 @pytest.mark.parametrize("level", FLIP_KERNELS)
 def test_cq_flip_sets_are_the_brute_force_order(level):
     """The cq path (VOSH, or the candidate ranking at h <= 3) against brute
     force over every set, order included: real, random and plateau tables
     (many exact ties, broken by size then ranks), rows of equal codes, every
     t up to 32, rows of 16+ bytes (the in-register path) and shorter ones."""
-    from scrapy_simdup._batchprobes import log_odds_table  # noqa: PLC0415
-
     rng = np.random.default_rng(20 + level)
     assert _batchscan.flip_kernel(level) == level
     try:
@@ -211,11 +223,7 @@ def test_cq_flip_sets_are_the_brute_force_order(level):
             t = int(rng.integers(1, 33))
             h = int(rng.integers(1, 5)) if t <= 12 else int(rng.integers(1, 4))
             k = int(rng.integers(1, 40))
-            table = np.ascontiguousarray((log_odds_table(), np.sort(rng.uniform(-12, 0, 256))[::-1],
-                                          np.round(np.sort(rng.uniform(-6, 0, 256))[::-1]))[trial % 3])
-            cq = rng.integers(0, 256, size=(3, 32 if trial % 2 else t + 1)).astype(np.uint8)
-            if trial % 7 == 0:
-                cq[:] = cq[0, 0]
+            table, cq = _flip_case(rng, trial, t)
             masks, nprobes = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
             qt = _batchscan.quantized_log_odds(table)
             for i in range(3):
@@ -250,8 +258,6 @@ def test_unordered_flip_sets_are_the_same_sets(level):
     """``ordered=False`` (the merge's call; the select kernel at h > 3 when
     the CPU has it) gives each row the same sets as VOSH's first k, ties
     included, in any order: against the ordered path and brute force."""
-    from scrapy_simdup._batchprobes import log_odds_table  # noqa: PLC0415
-
     rng = np.random.default_rng(40 + level)
     assert _batchscan.flip_kernel(level) == level
     try:
@@ -259,11 +265,7 @@ def test_unordered_flip_sets_are_the_same_sets(level):
             t = int(rng.integers(1, 21))
             h = int(rng.integers(1, 10))
             k = int(rng.integers(1, 120))
-            table = np.ascontiguousarray((log_odds_table(), np.sort(rng.uniform(-12, 0, 256))[::-1],
-                                          np.round(np.sort(rng.uniform(-6, 0, 256))[::-1]))[trial % 3])
-            cq = rng.integers(0, 256, size=(3, 32 if trial % 2 else t + 1)).astype(np.uint8)
-            if trial % 7 == 0:
-                cq[:] = cq[0, 0]
+            table, cq = _flip_case(rng, trial, t)
             got, n_got = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, ordered=False)
             want, n_want = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
             assert np.array_equal(n_got, n_want)
