@@ -68,7 +68,7 @@ cdef extern from "_topflips.h" nogil:
                         uint32_t *out)
     int topflips_row16_avx512(const topflips_plan *P, const uint8_t *cq_row,
                               const int32_t *qtable, int t, uint32_t *out)
-    int topflips_select(int level)
+    int topflips_use_level(int level)
     int topflips_level()
     enum:
         TOPFLIPS_SEL_MAX_H
@@ -430,7 +430,7 @@ def flip_kernel(int level=-1):
     kernel for unordered sets up to 8 flips; AVX-512F), 0 VOSH always, -1 the
     best this CPU has. Returns the level in use. For tests and benchmarks;
     both give the same sets."""
-    return topflips_select(level)
+    return topflips_use_level(level)
 
 
 def batch_flip_masks_cq(const uint8_t[:, :] cq, const double[::1] table, int t, int h, int k,

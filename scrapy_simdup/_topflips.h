@@ -1,6 +1,7 @@
-/* The k most likely header flip sets of small size (h <= 3) by ranking a
- * fixed list of candidates in SIMD: the batch scan's fast path beside VOSH
- * (_vosh.h), giving the same sets in the same order.
+/* The k most likely header flip sets from a fixed list of candidates, in
+ * SIMD: the batch scan's fast paths beside VOSH (_vosh.h). At h <= 3 every
+ * candidate is ranked (the same sets in the same order as VOSH); up to 8
+ * flips a select kernel finds the same sets in the list's order (below).
  *
  * Why a candidate list: with log-odds lw[r] <= 0 non-increasing in the rank
  * r, a set T is ahead of a set S in the VOSH order (larger key, then smaller
@@ -65,9 +66,9 @@ typedef struct {
 #include <immintrin.h>
 
 /* The candidate ranking, given each rank's log-odds and bit in registers
- * (lanes 0..15 in *_lo, 16..31 in *_hi; ranks past t: any value). */
-/* nv, the candidates' vectors, is a constant in each copy (below), so the
- * per-vector arrays stay in registers. */
+ * (lanes 0..15 in *_lo, 16..31 in *_hi; ranks past t: any value). nv, the
+ * candidates' vectors, is a constant in each copy (topflips_rank_avx512),
+ * so the per-vector arrays stay in registers. */
 __attribute__((target("avx512f"), always_inline))
 static inline int topflips_rank_nv(const topflips_plan *P, __m512i lw_lo, __m512i lw_hi,
                                    __m512i bt_lo, __m512i bt_hi, uint32_t *out, const int nv) {
@@ -165,12 +166,12 @@ static inline __m512i topflips_sort16(__m512i v) {
     return v;
 }
 
-/* One element with t <= 16 header bits, from its quantised weights: the
- * bits are ranked by a sort of (-log-odds) << 5 | column in one register
- * (larger log-odds first, ties by column, as the VOSH path orders them),
- * and the candidates are ranked on the result. qtable: the int32 log-odds
- * of the 256 codes, each in [-2^23, 0] (the plan's units). Reads 16 bytes
- * of the row. */
+/* The header bits of one element with t <= 16, ranked in one register from
+ * its quantised weights: a sort of (-log-odds) << 5 | column (larger
+ * log-odds first, ties by column, as the VOSH path orders them). Gives each
+ * rank's log-odds and bit, lane by lane. qtable: the int32 log-odds of the
+ * 256 codes, each in [-2^23, 0] (the plan's units). Reads 16 bytes of the
+ * row. */
 __attribute__((target("avx512f")))
 static inline void topflips_order16(const uint8_t *cq_row, const int32_t *qtable, int t,
                                     __m512i *lw_out, __m512i *bt_out) {
@@ -311,18 +312,18 @@ static int topflips_select_arrays_avx512(const topflips_sel_plan *P, const int32
 static int topflips_available(void) { return 0; }
 #endif
 
-/* 1: candidate ranking in use, 0: VOSH; -1 until first use. */
+/* 1: the candidate kernels in use, 0: VOSH; -1 until first use. */
 static int topflips_level_now = -1;
 
-/* Use the candidate ranking (1) if the CPU can, or VOSH (0); -1: the best. */
-static int topflips_select(int level) {
+/* Use the candidate kernels (1) if the CPU can, or VOSH (0); -1: the best. */
+static int topflips_use_level(int level) {
     int best = topflips_available();
     topflips_level_now = (level < 0 || level > best) ? best : level;
     return topflips_level_now;
 }
 
 static int topflips_level(void) {
-    if (topflips_level_now < 0) topflips_select(-1);
+    if (topflips_level_now < 0) topflips_use_level(-1);
     return topflips_level_now;
 }
 
