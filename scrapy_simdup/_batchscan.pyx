@@ -53,7 +53,8 @@ cdef extern from "_vosh.h" nogil:
     void vosh_limit(vosh_gen *g, long k)
     long vosh_total(int t, int h)
 
-# The fast path for small flip sets (h <= 3): rank a fixed candidate list.
+# The fast paths for flip sets from a fixed candidate list: ranked at h <= 3,
+# selected (any order) up to 8 flips.
 cdef extern from "_topflips.h" nogil:
     enum:
         TOPFLIPS_MAX_H
