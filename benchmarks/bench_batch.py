@@ -157,10 +157,14 @@ def worker(args) -> None:
     from scrapy_simdup._merge import merge  # noqa: PLC0415
 
     if args.join_kernel is not None:
-        from scrapy_simdup import _batchscan  # noqa: PLC0415
+        from scrapy_simdup import _batchscan, _checksum  # noqa: PLC0415
 
         if _batchscan.join_kernel(args.join_kernel) != args.join_kernel:
             raise SystemExit(f"join kernel {args.join_kernel} is not available on this CPU")
+        if args.join_kernel < 2:
+            # a CPU without AVX-512: VOSH for the probes, the 128-bit CRC folding
+            _batchscan.flip_kernel(0)
+            _checksum.crc32_kernel(1)
     rss0 = _peak_rss_mb()
     kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),
           "bphs": dict(exact=True, first=False, tables=4),
@@ -293,7 +297,8 @@ def main() -> None:
     best = _batchscan.join_kernel()
     names = {2: "AVX-512", 1: "AVX2", 0: "scalar"}
     log("")
-    log(f"## PSM-F with the join kernels below this CPU's best ({names[best]}), best of {args.repeat}")
+    log(f"## PSM-F with the join kernels below this CPU's best ({names[best]}), best of {args.repeat}; "
+        f"as on a CPU without AVX-512: VOSH for the probes, the 128-bit CRC")
     for level in range(best - 1, -1, -1):
         runs = [run_worker("psm-f", crawl, collection, m, out / "psm-f-kernel.npy", user_probes,
                            join_kernel=level) for _ in range(args.repeat)]
