@@ -171,8 +171,9 @@ def worker(args) -> None:
           "psm-f-index": dict(first=True, engine="index")}[args.worker]
     if args.probes is not None and "exact" not in kw:
         kw["probes"] = args.probes
+    distance = H if args.distance is None else args.distance
     t0, c0 = time.perf_counter(), time.process_time()
-    s = merge([args.dir], args.collection, distance=H, chunk_size=args.m, commit=False,
+    s = merge([args.dir], args.collection, distance=distance, chunk_size=args.m, commit=False,
               progress=False, **kw)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss1 = _peak_rss_mb()
@@ -184,9 +185,11 @@ def worker(args) -> None:
                       "rss_start_mb": rss0, "rss_peak_mb": rss1}))
 
 
-def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None):
+def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None, distance=None):
     cmd = [sys.executable, __file__, "--worker", method, "--dir", str(crawl), "--collection",
            str(collection), "--m", str(m), "--out", str(out)]
+    if distance is not None:
+        cmd += ["--distance", str(distance)]
     if probes is not None:
         cmd += ["--probes", str(probes)]
     if join_kernel is not None:
@@ -214,6 +217,7 @@ def main() -> None:
     ap.add_argument("--collection")
     ap.add_argument("--out")
     ap.add_argument("--join-kernel", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--distance", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
@@ -288,6 +292,21 @@ def main() -> None:
         f"{res['psm-f']['rss_peak_mb']:.0f} MB (ratio {res['psm-f']['rss_peak_mb'] / small['rss_peak_mb']:.2f}"
         f" for {n / small_n:.0f}x the collection)")
     log(f"on-disk collection: {sum(p.stat().st_size for p in Path(collection).iterdir()) / 2**20:.0f} MB")
+    # the crawls' default distance: speed and memory only (its exact
+    # reference would be BPHS with 10 tables, and this workload plants
+    # near-duplicates within distance 3)
+    from scrapy_simdup._defaults import DEFAULT_DISTANCE  # noqa: PLC0415
+
+    runs9 = [run_worker("psm-f", crawl_s, collection_s, m, out / "psm-f-h9.npy",
+                        distance=DEFAULT_DISTANCE) for _ in range(args.repeat)]
+    r9 = min(runs9, key=lambda x: x["cpu"])
+    log("")
+    log(f"## PSM-F at the crawls' default distance {DEFAULT_DISTANCE}, n = {small_n:,} "
+        f"(speed and memory only), best of {args.repeat}")
+    cpus9 = ", ".join(f"{x['cpu']:.2f}" for x in runs9)
+    log(f"psm-f h={DEFAULT_DISTANCE}   {r9['cpu']:7.2f} s CPU  {r9['m'] / r9['cpu']:>10,.0f} fp/s per "
+        f"CPU-second  probes {r9['probes']}  peak RSS {r9['rss_peak_mb']:7.0f} MB  pairs "
+        f"{r9['pairs']:,}  (CPU {cpus9} s)")
     # the batch join's SIMD sweep on CPUs with less than this one: the
     # default merge with each lower kernel forced (AVX2: same header length,
     # probes and pairs; scalar: 2 more header bits, so the probes and pairs
