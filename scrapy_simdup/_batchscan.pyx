@@ -108,6 +108,38 @@ cdef inline void _store_masks(mask_t[:, ::1] mv, Py_ssize_t i, const uint32_t *o
             mv[i, c] = (<uint64_t>out32[c]) << 32
 
 
+cdef inline void _rank_bits(const uint8_t[:, :] cq, Py_ssize_t row, const uint16_t[::1] level,
+                            const int32_t[::1] table, int t, uint16_t *keys, int32_t *lwq,
+                            uint32_t *bits32, double *srt, uint64_t *bit) noexcept nogil:
+    """The header bits of ``cq`` row ``row`` by rank: their log-odds and bits
+    into ``lwq``/``bits32`` (int32, top 32 bits of the mask) or, with
+    ``lwq`` NULL, into ``srt``/``bit`` (VOSH's doubles and 64-bit masks).
+    ``keys[t..32)`` must hold 0xFFFF (padding, never counted).
+
+    The order (log-odds descending, ties by column) is computed without
+    comparing doubles: ``level[c]`` is the dense rank of ``table[c]`` (0 =
+    largest), so the key ``level << 5 | column`` is unique per bit and its
+    rank, a branch-free count of smaller keys, is the bit's place (the same
+    order as the insertion sort of the ``lw`` path, at a fraction of its
+    mispredicted branches)."""
+    cdef int r, c, j
+    cdef uint16_t kr
+    cdef int tpad = (t + 7) & ~7          # the count sweeps blocks of 8 keys
+    for r in range(t):
+        keys[r] = <uint16_t>((level[cq[row, r]] << 5) | r)
+    for r in range(t):
+        kr = keys[r]
+        j = 0
+        for c in range(tpad):
+            j += keys[c] < kr
+        if lwq != NULL:
+            lwq[j] = table[cq[row, r]]
+            bits32[j] = (<uint32_t>1) << (31 - r)
+        else:
+            srt[j] = <double>table[cq[row, r]]     # exact: integers
+            bit[j] = (<uint64_t>1) << (63 - r)
+
+
 cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
                           const int32_t[::1] table, const uint16_t[::1] level, bint use_cq,
                           const int64_t[::1] rows, bint use_rows, int t, int h, int k,
@@ -121,14 +153,8 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
     plan, from its select kernel: the same sets in candidate order. ``uint32``
     masks keep the top 32 bits (``t <= 32``: all a flip set touches). With
     ``use_rows``, output row ``i`` is ``cq`` row ``rows[i]``. Returns -1 if
-    the heap storage is too small.
-
-    The bits are ordered by log-odds, descending, ties by column. With ``cq``
-    that order is computed without comparing doubles: ``level[c]`` is the
-    dense rank of ``table[c]`` (0 = largest), so the key ``level << 5 | column``
-    is unique per bit and its rank, a branch-free count of smaller keys, is
-    the bit's place (the same order as the insertion sort of the ``lw`` path,
-    at a fraction of its mispredicted branches)."""
+    the heap storage is too small, -2 if memory runs out. The bits are
+    ordered by log-odds, descending, ties by column (:func:`_rank_bits`)."""
     cdef Py_ssize_t m = mv.shape[0]
     cdef long cap = h + 2 * (k + 2) + 2
     cdef vosh_node *heap = <vosh_node *>malloc(cap * sizeof(vosh_node))
@@ -138,76 +164,57 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
     cdef uint64_t bit[32]
     cdef vosh_gen g
     cdef Py_ssize_t i
-    cdef int r, j, c, size, got, bad = 0
+    cdef int r, j, size, got, bad = 0
     cdef double v
     cdef uint64_t mk
     cdef uint16_t keys[32]
-    cdef uint16_t kr
     cdef Py_ssize_t row
     cdef int32_t lwq[32]
     cdef uint32_t bits32[32]
     cdef uint32_t out32[TOPFLIPS_MAX_CAND]
     cdef bint fast = plan != NULL or sel != NULL
-    # the select kernel's scratch: costs and masks of every candidate, and its output
+    # the candidate kernels' output; the select kernel's also holds scratch
+    # for the costs and masks of every candidate
+    cdef uint32_t *buf = out32
     cdef int32_t *su = NULL
     cdef uint32_t *sm = NULL
-    cdef uint32_t *sout = NULL
     if sel != NULL:
         su = <int32_t *>malloc(sel.nv * 16 * sizeof(int32_t))
         sm = <uint32_t *>malloc(sel.nv * 16 * sizeof(uint32_t))
-        sout = <uint32_t *>malloc(sel.nv * 16 * sizeof(uint32_t))
-        if su == NULL or sm == NULL or sout == NULL:
-            free(su); free(sm); free(sout); free(heap)
+        buf = <uint32_t *>malloc(sel.nv * 16 * sizeof(uint32_t))
+        if su == NULL or sm == NULL or buf == NULL:
+            free(su); free(sm); free(buf); free(heap)
             return -2
     for r in range(32):
         lwq[r] = 0
         bits32[r] = 0
+        keys[r] = 0xFFFF            # padding: never smaller than a key
     # the whole element in registers: t <= 16 and 16 contiguous bytes a row
     cdef bint row16 = fast and t <= 16 and cq.shape[1] >= 16 and cq.strides[1] == 1
-    # the rank count sweeps the keys in blocks of 8 (padding never counts)
-    cdef int tpad = (t + 7) & ~7
-    for r in range(32):
-        keys[r] = 0xFFFF            # padding: never smaller than a key
     for i in range(m):
         if use_cq:
             row = rows[i] if use_rows else i
             if use_rows and i + 8 < m:
                 # gathered rows are cache misses: ask for one 8 elements ahead
                 __builtin_prefetch(&cq[rows[i + 8], 0])
-            if row16:
-                # the bit order and the sets in registers, from the row itself
-                if sel != NULL:
-                    got = topflips_select_row16_avx512(sel, &cq[row, 0], &table[0], t, su, sm,
-                                                       sout)
-                    _store_masks(mv, i, sout, got, t)
+            if fast:
+                # the candidate kernels: their sets into `buf`
+                if row16:       # the bit order in registers, from the row itself
+                    if sel != NULL:
+                        got = topflips_select_row16_avx512(sel, &cq[row, 0], &table[0], t,
+                                                           su, sm, buf)
+                    else:
+                        got = topflips_row16_avx512(plan, &cq[row, 0], &table[0], t, buf)
                 else:
-                    got = topflips_row16_avx512(plan, &cq[row, 0], &table[0], t, out32)
-                    _store_masks(mv, i, out32, got, t)
+                    _rank_bits(cq, row, level, table, t, keys, lwq, bits32, NULL, NULL)
+                    if sel != NULL:
+                        got = topflips_select_arrays_avx512(sel, lwq, bits32, su, sm, buf)
+                    else:
+                        got = topflips_avx512(plan, lwq, bits32, buf)
+                _store_masks(mv, i, buf, got, t)
                 nv[i] = got
                 continue
-            for r in range(t):
-                keys[r] = <uint16_t>((level[cq[row, r]] << 5) | r)
-            for r in range(t):
-                kr = keys[r]
-                j = 0
-                for c in range(tpad):
-                    j += keys[c] < kr
-                if fast:
-                    lwq[j] = table[cq[row, r]]
-                    bits32[j] = (<uint32_t>1) << (31 - r)
-                else:
-                    srt[j] = <double>table[cq[row, r]]     # exact: integers
-                    bit[j] = (<uint64_t>1) << (63 - r)
-            if sel != NULL:
-                got = topflips_select_arrays_avx512(sel, lwq, bits32, su, sm, sout)
-                _store_masks(mv, i, sout, got, t)
-                nv[i] = got
-                continue
-            if plan != NULL:
-                got = topflips_avx512(plan, lwq, bits32, out32)
-                _store_masks(mv, i, out32, got, t)
-                nv[i] = got
-                continue
+            _rank_bits(cq, row, level, table, t, keys, NULL, NULL, srt, bit)
         else:
             for r in range(t):          # stable insertion sort, descending
                 v = lw[i, r]
@@ -237,7 +244,8 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
     free(heap)
     free(su)
     free(sm)
-    free(sout)
+    if sel != NULL:
+        free(buf)
     return bad
 
 
