@@ -106,7 +106,7 @@ def crc32_file(path, length: int | None = None, block: int = 1 << 22) -> int:
             crc = crc32(chunk, crc)
             if remaining is not None:
                 remaining -= len(chunk)
-    return crc & 0xFFFFFFFF
+    return crc
 
 
 def remove_stale_temporaries(directory) -> int:

@@ -140,7 +140,7 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
         "npy_bytes": npy_path.stat().st_size,
         "npy_crc32": crc32_file(npy_path),
         "urls_bytes": len(url_bytes),
-        "urls_crc32": crc32(url_bytes) & 0xFFFFFFFF,
+        "urls_crc32": crc32(url_bytes),
         "created": time.time(),
     }
     if fingerprint:
@@ -249,7 +249,7 @@ def _read_records(npy_path: Path, meta: dict, verify: bool, out) -> np.ndarray:
                 got += n
     except OSError as exc:
         raise CorruptFileError(npy_path, f"cannot be read ({exc.strerror or exc})") from None
-    if verify and crc32(view, crc) & 0xFFFFFFFF != meta["npy_crc32"]:
+    if verify and crc32(view, crc) != meta["npy_crc32"]:
         raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
     return records
 
@@ -265,7 +265,7 @@ def read_urls(batch: Batch, verify: bool = True) -> list[str]:
     if len(data) != meta["urls_bytes"]:
         raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
                                f"{meta['urls_bytes']} (truncated or overwritten)")
-    if verify and (crc32(data) & 0xFFFFFFFF) != meta["urls_crc32"]:
+    if verify and crc32(data) != meta["urls_crc32"]:
         raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
     urls = data.decode("utf-8", "surrogateescape").split("\n")
     if urls and urls[-1] == "":

@@ -47,11 +47,28 @@ static inline __m128i simdup_crc32_fold(__m128i x, __m128i k, __m128i next) {
                                        _mm_clmulepi64_si128(x, k, 0x11)), next);
 }
 
+/* x^128 mod P, reflected, << 1 (e = 160, 96): the 16-byte fold */
+#define SIMDUP_CRC32_K128 _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL)
+
+/* Both kernels end alike: the accumulator x, then p[0..n) folded in 16 bytes
+ * at a time, then the byte table over the accumulator and the tail. */
+__attribute__((target("pclmul,sse2")))
+static inline uint32_t simdup_crc32_finish(__m128i x, const uint8_t *p, size_t n) {
+    while (n >= 16) {
+        x = simdup_crc32_fold(x, SIMDUP_CRC32_K128, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    uint8_t acc[16];
+    _mm_storeu_si128((__m128i *)acc, x);
+    return simdup_crc32_bytes(simdup_crc32_bytes(0, acc, 16), p, n);
+}
+
 /* raw CRC of p[0..n) from register reg; n >= 64 */
 __attribute__((target("pclmul,sse2")))
 static uint32_t simdup_crc32_pclmul(uint32_t reg, const uint8_t *p, size_t n) {
     const __m128i k512 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);   /* (hi, lo) */
-    const __m128i k128 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k128 = SIMDUP_CRC32_K128;
     __m128i x0 = _mm_loadu_si128((const __m128i *)p);
     __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
     __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
@@ -70,14 +87,7 @@ static uint32_t simdup_crc32_pclmul(uint32_t reg, const uint8_t *p, size_t n) {
     x0 = simdup_crc32_fold(x0, k128, x1);
     x0 = simdup_crc32_fold(x0, k128, x2);
     x0 = simdup_crc32_fold(x0, k128, x3);
-    while (n >= 16) {
-        x0 = simdup_crc32_fold(x0, k128, _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        n -= 16;
-    }
-    uint8_t acc[16];
-    _mm_storeu_si128((__m128i *)acc, x0);
-    return simdup_crc32_bytes(simdup_crc32_bytes(0, acc, 16), p, n);
+    return simdup_crc32_finish(x0, p, n);
 }
 
 /* The same with AVX-512 VPCLMULQDQ: four 512-bit accumulators (16 lanes of
@@ -94,7 +104,7 @@ __attribute__((target("avx512f,vpclmulqdq,pclmul,sse2")))
 static uint32_t simdup_crc32_vpclmul(uint32_t reg, const uint8_t *p, size_t n) {
     const __m512i k2048 = _mm512_broadcast_i32x4(_mm_set_epi64x(0x1322d1430LL, 0x11542778aLL));
     const __m512i k512 = _mm512_broadcast_i32x4(_mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL));
-    const __m128i k128 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k128 = SIMDUP_CRC32_K128;
     __m512i z0 = _mm512_loadu_si512((const void *)p);
     __m512i z1 = _mm512_loadu_si512((const void *)(p + 64));
     __m512i z2 = _mm512_loadu_si512((const void *)(p + 128));
@@ -117,14 +127,7 @@ static uint32_t simdup_crc32_vpclmul(uint32_t reg, const uint8_t *p, size_t n) {
     x = simdup_crc32_fold(x, k128, _mm512_extracti32x4_epi32(z0, 1));
     x = simdup_crc32_fold(x, k128, _mm512_extracti32x4_epi32(z0, 2));
     x = simdup_crc32_fold(x, k128, _mm512_extracti32x4_epi32(z0, 3));
-    while (n >= 16) {
-        x = simdup_crc32_fold(x, k128, _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        n -= 16;
-    }
-    uint8_t acc[16];
-    _mm_storeu_si128((__m128i *)acc, x);
-    return simdup_crc32_bytes(simdup_crc32_bytes(0, acc, 16), p, n);
+    return simdup_crc32_finish(x, p, n);
 }
 
 /* 2: VPCLMULQDQ, 1: PCLMULQDQ, 0: none */

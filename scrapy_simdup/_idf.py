@@ -91,7 +91,7 @@ class IdfTable:
     def to_bytes(self) -> bytes:
         counts = np.ascontiguousarray(self.counts, dtype="<u2").tobytes()
         head = _HEADER.pack(MAGIC, FORMAT_VERSION, self.bits, self.pages, self.learn_pages,
-                            self.table_id, crc32(counts) & 0xFFFFFFFF, 0)
+                            self.table_id, crc32(counts), 0)
         return head + counts
 
     def save(self, path) -> None:
@@ -116,7 +116,7 @@ class IdfTable:
         if len(body) != 2 << bits:
             raise CorruptFileError(path, f"IDF table is truncated ({len(body)} of {2 << bits} "
                                          f"bytes of counts)")
-        if crc32(body) & 0xFFFFFFFF != crc:
+        if crc32(body) != crc:
             raise CorruptFileError(path, "IDF table checksum mismatch")
         counts = np.frombuffer(body, dtype="<u2").astype(np.uint16)
         return cls(int(learn_pages), int(bits), int(table_id), int(pages), counts)

@@ -206,7 +206,7 @@ class Collection:
                         if not k:
                             raise CorruptFileError(path, "collection data ends early (truncated)")
                         got += k
-                    if verify and (crc32(part) & 0xFFFFFFFF) != run["crc32"]:
+                    if verify and crc32(part) != run["crc32"]:
                         raise CorruptFileError(path, f"checksum mismatch in the run starting at "
                                                f"record {start + at}")
                     at += run["count"]
@@ -271,9 +271,9 @@ class Collection:
         fsync_dir(self.path)
         meta = dict(self.meta)
         if isinstance(self.meta.get("crc32"), dict):
-            meta["crc32"] = {name: crc32(appended[name], crc) & 0xFFFFFFFF
+            meta["crc32"] = {name: crc32(appended[name], crc)
                              for name, crc in self.meta["crc32"].items()}
-        meta["runs"] = self.meta["runs"] + ([{"count": len(sorted_q), "crc32": crc32(data) & 0xFFFFFFFF}]
+        meta["runs"] = self.meta["runs"] + ([{"count": len(sorted_q), "crc32": crc32(data)}]
                                             if len(sorted_q) else [])
         meta["count"] = self.count + len(sorted_q)
         meta["urls_bytes"] = int(ends[-1]) if len(ends) else self.meta["urls_bytes"]

@@ -164,7 +164,7 @@ class IndexStore:
         if len(data) != length:
             raise CorruptFileError(path, f"index snapshot file is {size} bytes, the header "
                                    f"needs {length} (truncated)")
-        if (crc32(data) & 0xFFFFFFFF) != crc:
+        if crc32(data) != crc:
             raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
         return data
 
@@ -184,7 +184,7 @@ class IndexStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             meta[f"{field}_bytes"] = offset + len(data)
-            meta[f"{field}_crc32"] = crc32(data, meta[f"{field}_crc32"]) & 0xFFFFFFFF
+            meta[f"{field}_crc32"] = crc32(data, meta[f"{field}_crc32"])
         fsync_dir(self.directory)
         meta["count"] = self.meta["count"] + len(values)
         meta["saved"] = time.time()
