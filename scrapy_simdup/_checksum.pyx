@@ -4,6 +4,8 @@
 buffers with carry-less multiplies (``_crc32.h``)."""
 from libc.stdint cimport uint8_t, uint32_t
 
+import operator
+
 import numpy as np
 
 
@@ -21,9 +23,8 @@ def crc32(data, value=0):
     is an int taken modulo 2^32."""
     cdef const uint8_t[::1] view
     cdef uint32_t out, start
-    if not isinstance(value, int):
-        raise TypeError(f"crc32 start value must be an int, got {type(value).__name__}")
-    value &= 0xFFFFFFFF
+    # as zlib: anything with __index__ (NumPy integers too), no floats
+    value = operator.index(value) & 0xFFFFFFFF
     try:
         mv = memoryview(data)
     except (TypeError, ValueError):

@@ -47,7 +47,7 @@ def test_crc32_takes_buffers_and_refuses_gaps():
     with pytest.raises(ValueError, match="contiguous"):
         _checksum.crc32(rec["value"])
     # start values as zlib takes them: any int modulo 2^32, no floats
-    for start in (-1, 2**32 + 5, 2**40, True):
+    for start in (-1, 2**32 + 5, 2**40, True, np.uint32(5), np.int64(-1)):
         assert _checksum.crc32(b"x", start) == zlib.crc32(b"x", start)
     with pytest.raises(TypeError):
         _checksum.crc32(b"x", 1.5)
