@@ -1,6 +1,6 @@
 """Realistic index workload: simhashes of documents and web-like edits.
 
-Every fingerprint here is a real simhash computation (``_core.simhash_hashes
+Every fingerprint here is a real simhash computation (``hashing.simhash_hashes
 _many``) over word 3-shingles with unit weight per occurrence, so flipped bits
 between a page and its edited variant follow the volatile bits, as on the web.
 
@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from scrapy_simdup import _core  # noqa: E402
+from scrapy_simdup._ext import hashing
 
 CACHE = HERE / ".cache"
 VOCAB = 200_000
@@ -85,7 +85,7 @@ def simhash_docs(docs) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(hashes) + 1, np.int64)
     offsets[1:] = np.cumsum([h.size for h in hashes])
     flat = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-    return _core.simhash_hashes_many(flat, offsets)
+    return hashing.simhash_hashes_many(flat, offsets)
 
 
 # ----------------------------------------------------------------- documents
@@ -199,7 +199,7 @@ def real_docs(half: str) -> list[Doc]:
         for s in _SENT.split(text):
             words = _WORD.findall(s.lower())
             if words:
-                sents.append(_core.hash_features(words))
+                sents.append(hashing.hash_features(words))
         if sum(len(s) for s in sents) < 50:
             continue
         # the first and last sentences of a page's visible text are its
@@ -289,7 +289,7 @@ def background(n: int, seed: int = 1, chunk: int = 100_000, log=print) -> np.nda
         counts = np.maximum(ends - starts[:-1], 0)
         o2 = np.zeros(m + 1, np.int64)
         o2[1:] = np.cumsum(counts)
-        vals, _ = _core.simhash_hashes_many(np.ascontiguousarray(hk), o2)
+        vals, _ = hashing.simhash_hashes_many(np.ascontiguousarray(hk), o2)
         out[done:done + m] = vals
         done += m
         if log and done % (10 * chunk) == 0:

@@ -53,8 +53,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from scrapy_simdup._batchfile import BATCH_DTYPE, header_weights, write_batch  # noqa: E402
-from scrapy_simdup._merge import H_DTYPE, PAIR_DTYPE, Collection  # noqa: E402
+from scrapy_simdup.storage.batchfile import BATCH_DTYPE, header_weights, write_batch  # noqa: E402
+from scrapy_simdup.merge.driver import H_DTYPE, PAIR_DTYPE, Collection  # noqa: E402
 
 WORK = HERE / ".cache" / "bench_batch"
 H = 3
@@ -154,17 +154,18 @@ def _peak_rss_mb() -> float:
 
 def worker(args) -> None:
     """Run one merge (without committing) and report time, peak RSS and pairs."""
-    from scrapy_simdup._merge import merge  # noqa: PLC0415
+    from scrapy_simdup.merge.driver import merge  # noqa: PLC0415
 
     if args.join_kernel is not None:
-        from scrapy_simdup import _batchscan, _checksum  # noqa: PLC0415
+        from scrapy_simdup._ext import batchjoin
+        from scrapy_simdup._ext import checksum
 
-        if _batchscan.join_kernel(args.join_kernel) != args.join_kernel:
+        if batchjoin.join_kernel(args.join_kernel) != args.join_kernel:
             raise SystemExit(f"join kernel {args.join_kernel} is not available on this CPU")
         if args.join_kernel < 2:
             # a CPU without AVX-512: VOSH for the probes, the 128-bit CRC folding
-            _batchscan.flip_kernel(0)
-            _checksum.crc32_kernel(1)
+            batchjoin.flip_kernel(0)
+            checksum.crc32_kernel(1)
     rss0 = _peak_rss_mb()
     kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),
           "bphs": dict(exact=True, first=False, tables=4),
@@ -225,8 +226,8 @@ def main() -> None:
     n = args.n or (200_000 if args.quick else 10_000_000)
     m = args.m or (20_000 if args.quick else 1_000_000)
     small_n = args.small_n or max(m, n // 5)
-    from scrapy_simdup._batchprobes import volatility_model  # noqa: PLC0415
-    from scrapy_simdup._merge import default_probes  # noqa: PLC0415
+    from scrapy_simdup.merge.probes import volatility_model  # noqa: PLC0415
+    from scrapy_simdup.merge.driver import default_probes  # noqa: PLC0415
 
     user_probes = args.probes
     if args.probes is None:  # what `simdup merge` uses when no --probes/--recall is given
@@ -295,7 +296,7 @@ def main() -> None:
     # the crawls' default distance: speed and memory only (its exact
     # reference would be BPHS with 10 tables, and this workload plants
     # near-duplicates within distance 3)
-    from scrapy_simdup._defaults import DEFAULT_DISTANCE  # noqa: PLC0415
+    from scrapy_simdup._limits import DEFAULT_DISTANCE  # noqa: PLC0415
 
     runs9 = [run_worker("psm-f", crawl_s, collection_s, m, out / "psm-f-h9.npy",
                         distance=DEFAULT_DISTANCE) for _ in range(args.repeat)]
@@ -311,9 +312,9 @@ def main() -> None:
     # default merge with each lower kernel forced (AVX2: same header length,
     # probes and pairs; scalar: 2 more header bits, so the probes and pairs
     # of its own default)
-    from scrapy_simdup import _batchscan  # noqa: PLC0415
+    from scrapy_simdup._ext import batchjoin
 
-    best = _batchscan.join_kernel()
+    best = batchjoin.join_kernel()
     names = {2: "AVX-512", 1: "AVX2", 0: "scalar"}
     log("")
     log(f"## PSM-F with the join kernels below this CPU's best ({names[best]}), best of {args.repeat}; "

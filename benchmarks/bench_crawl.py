@@ -56,7 +56,7 @@ def child(args) -> None:
     if args.child == "tree-only":
         from scrapy.http import HtmlResponse
 
-        from scrapy_simdup._addon import MIDDLEWARE_PRIORITY
+        from scrapy_simdup.integration.addon import MIDDLEWARE_PRIORITY
 
         class TreeOnlyMiddleware:
             def process_response(self, request, response):

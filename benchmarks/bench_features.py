@@ -30,11 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _data import load_all  # noqa: E402
 
 from scrapy_simdup import Fingerprinter, SkippedPage  # noqa: E402
-from scrapy_simdup._extract import scan_lxml  # noqa: E402
-from scrapy_simdup import _core  # noqa: E402
-from scrapy_simdup._features import (features_from_token_hashes,  # noqa: E402
+from scrapy_simdup.fingerprint.extract import scan_lxml  # noqa: E402
+from scrapy_simdup._ext import hashing
+from scrapy_simdup.fingerprint.features import (features_from_token_hashes,  # noqa: E402
                                      text_token_hashes, weigh)
-from scrapy_simdup._fingerprinter import parse_html_text  # noqa: E402
+from scrapy_simdup.fingerprint.fingerprinter import parse_html_text  # noqa: E402
 
 
 def timed(fn, arg, repeat):
@@ -109,7 +109,7 @@ def main(argv=None):
             t.append(time.perf_counter())
             h, w = weigh(raw, lx.weighting)
             if len(h):
-                _core.simhash_hashes(h, w)
+                hashing.simhash_hashes(h, w)
             t.append(time.perf_counter())
             d = [t[k + 1] - t[k] for k in range(5)]
             best = d if best is None or sum(d) < sum(best) else best

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench_index import background, best_time, pairs_of, query_set  # noqa: E402
 
 from scrapy_simdup import BPHSIndex, PSMIndex  # noqa: E402
-from scrapy_simdup._defaults import DEFAULT_DISTANCE, DEFAULT_RECALL  # noqa: E402
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_RECALL  # noqa: E402
 
 
 def main(argv=None):

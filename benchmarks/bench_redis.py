@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE))
 from _workload import background, query_set  # noqa: E402
 
 from scrapy_simdup import SimdupConfig  # noqa: E402
-from scrapy_simdup._backend_redis import (RedisBackend, RedisIndexStore,  # noqa: E402
+from scrapy_simdup.index.redis.backend import (RedisBackend, RedisIndexStore,  # noqa: E402
                                           probe_budget)
 
 H = 3
@@ -291,7 +291,7 @@ def main():
               f"index size now {int(srv.client.get(base + ':n')):,}")
 
         # 4a. in-memory backend ------------------------------------------------------
-        from scrapy_simdup._backends import MemoryBackend, make_index
+        from scrapy_simdup.integration.backends import MemoryBackend, make_index
         mem = MemoryBackend(make_index(SimdupConfig(distance=H)))
         t0 = time.perf_counter()
         asyncio.run(mem.check_and_add_many(bg, Wbg, keys))

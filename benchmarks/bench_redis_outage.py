@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from redis_server import RedisServer  # noqa: E402  (the tests' server helper)
 
-from scrapy_simdup._backend_redis import RedisIndexError, RedisIndexStore  # noqa: E402
+from scrapy_simdup.index.redis.backend import RedisIndexError, RedisIndexStore  # noqa: E402
 
 ONE = [np.zeros(1, np.uint64)]
 

@@ -32,7 +32,9 @@ import mmh3
 import numpy as np
 from lxml import html as lxml_html
 
-from scrapy_simdup import _core, simhash, simhash_many
+from scrapy_simdup._ext import hashing
+from scrapy_simdup import simhash
+from scrapy_simdup import simhash_many
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -158,18 +160,18 @@ def main() -> None:
         "scrapy_simdup.simhash_many (one call)":
             n_features / timed(simhash_many, docs, repeat),
     }
-    hashes = _core.hash_features(flat)
-    t_hash = timed(lambda _: _core.hash_features(flat), None, repeat)
-    t_acc = timed(lambda _: _core.simhash_hashes(hashes), None, repeat)
+    hashes = hashing.hash_features(flat)
+    t_hash = timed(lambda _: hashing.hash_features(flat), None, repeat)
+    t_acc = timed(lambda _: hashing.simhash_hashes(hashes), None, repeat)
     # the crawl's path: log-tf weights (every kernel gives the same W, bit for bit)
     weights = 1.0 + np.log(np.random.default_rng(0).integers(1, 4, size=len(hashes)).astype(float))
     t_weighted = {}
     try:
-        for level in range(_core.simhash_kernel() + 1):
-            _core.simhash_kernel(level)
-            t_weighted[level] = timed(lambda _: _core.simhash_hashes(hashes, weights), None, repeat)
+        for level in range(hashing.simhash_kernel() + 1):
+            hashing.simhash_kernel(level)
+            t_weighted[level] = timed(lambda _: hashing.simhash_hashes(hashes, weights), None, repeat)
     finally:
-        _core.simhash_kernel()
+        hashing.simhash_kernel()
 
     print(f"\nper page, interleaved (features/s over the pages each method ran on):")
     print(f"{'method':48s} {'features/s':>14s} {'pages':>6s}")

@@ -28,12 +28,13 @@ sys.path.insert(0, str(HERE.parent))
 
 from _workload import Corpus, pairs, real_docs  # noqa: E402
 from scrapy_simdup import VolatilityModel  # noqa: E402
-from scrapy_simdup._volatility import _DEFAULT_PATH, RECALL_LEVELS, normalise  # noqa: E402
+from scrapy_simdup.index.volatility import _DEFAULT_PATH, RECALL_LEVELS, normalise  # noqa: E402
 
 
 def pipeline_pairs(n_pairs, max_distance, seed):
     """Pairs fingerprinted by the production Fingerprinter on edited text."""
-    from scrapy_simdup import Fingerprinter, _core
+    from scrapy_simdup import Fingerprinter
+    from scrapy_simdup._ext import hashing
     from _data import load_all, split
     fp = Fingerprinter()
     tune, _ = split(load_all())
@@ -68,8 +69,8 @@ def pipeline_pairs(n_pairs, max_distance, seed):
             h2, w2 = fp.features_text(". ".join(edited))
         except ValueError:  # a skipped page (too few features)
             continue
-        va, Wa = _core.simhash_hashes(h1, w1)
-        vb, Wb = _core.simhash_hashes(h2, w2)
+        va, Wa = hashing.simhash_hashes(h1, w1)
+        vb, Wb = hashing.simhash_hashes(h2, w2)
         d = bin(int(va) ^ int(vb)).count("1")
         if d <= max_distance:
             for k, v in (("base_value", va), ("base_W", Wa), ("var_value", vb),

@@ -42,10 +42,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _data import build_near_duplicate_site, load_all, split  # noqa: E402
 
-from scrapy_simdup import Fingerprinter, SkippedPage, _core  # noqa: E402
-from scrapy_simdup._defaults import DEFAULT_DISTANCE  # noqa: E402
-from scrapy_simdup._index import MAX_DISTANCE  # noqa: E402
-from scrapy_simdup._tokenize import tokenize  # noqa: E402
+from scrapy_simdup import Fingerprinter
+from scrapy_simdup import SkippedPage
+from scrapy_simdup._ext import hashing
+from scrapy_simdup._limits import DEFAULT_DISTANCE  # noqa: E402
+from scrapy_simdup.index.memory import MAX_DISTANCE  # noqa: E402
+from scrapy_simdup.fingerprint.tokens import tokenize  # noqa: E402
 
 INF = 1e9
 
@@ -58,7 +60,7 @@ def hamming_matrix(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
     vals = np.ascontiguousarray(values, dtype=np.uint64)
     for i in range(n):
         if valid[i]:
-            D[i] = _core.hamming_many(vals, vals[i])
+            D[i] = hashing.hamming_many(vals, vals[i])
     D[:, ~valid] = INF
     D[~valid, :] = INF
     return D
@@ -184,7 +186,7 @@ def ours_learning(site: Site, texts, tags, make_fp, order, learn_h: int):
         except SkippedPage:
             continue
         kept = values[valid]
-        if not kept.size or _core.hamming_many(kept, np.uint64(f.value)).min() > learn_h:
+        if not kept.size or hashing.hamming_many(kept, np.uint64(f.value)).min() > learn_h:
             fp.learn(f)
         values[i] = f.value
         valid[i] = True

@@ -3,26 +3,26 @@
 Public names are re-exported here; modules starting with ``_`` are private.
 """
 from ._version import __version__
-from ._simhash import SimhashResult, hamming, simhash, simhash_many
-from ._index import BPHSIndex, CorruptIndexError, PSMIndex, flip_masks
-from ._volatility import VolatilityModel
-from ._config import SimdupConfig
-from ._fingerprinter import (Fingerprint, Fingerprinter, SkippedPage,
+from scrapy_simdup.fingerprint.simhash import SimhashResult, hamming, simhash, simhash_many
+from scrapy_simdup.index.memory import BPHSIndex, CorruptIndexError, PSMIndex, flip_masks
+from scrapy_simdup.index.volatility import VolatilityModel
+from scrapy_simdup.integration.config import SimdupConfig
+from scrapy_simdup.fingerprint.fingerprinter import (Fingerprint, Fingerprinter, SkippedPage,
                              fingerprint_html, fingerprint_response)
-from ._atomic import CorruptFileError
-from ._batch import BatchWriter
-from ._batchfile import read_batch
-from ._merge import merge as merge_batches
+from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.storage.batchwriter import BatchWriter
+from scrapy_simdup.storage.batchfile import read_batch
+from scrapy_simdup.merge.driver import merge as merge_batches
 
 # Scrapy components, imported on first use (PEP 562) so that ``import
 # scrapy_simdup`` stays light for code that only fingerprints.
 _SCRAPY_NAMES = {
-    "Addon": "._addon",
-    "SimdupDownloaderMiddleware": "._middleware",
-    "NearDuplicateResponse": "._middleware",
-    "SimdupPipeline": "._pipeline",
-    "NearDuplicateItem": "._pipeline",
-    "SimdupLogStats": "._logstats",
+    "Addon": ".integration.addon",
+    "SimdupDownloaderMiddleware": ".integration.middleware",
+    "NearDuplicateResponse": ".integration.middleware",
+    "SimdupPipeline": ".integration.pipeline",
+    "NearDuplicateItem": ".integration.pipeline",
+    "SimdupLogStats": ".integration.logstats",
 }
 
 

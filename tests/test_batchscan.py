@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scrapy_simdup import _batchscan
+from scrapy_simdup._ext import batchjoin
 
 from reference_batch import (always_ahead, bucket_offsets, mask_score, matches,
                              ordered_flip_masks, popcount, top_flip_sets)
@@ -51,18 +51,18 @@ def batch_case(draw):
 @given(batch_case())
 def test_scan_and_join_equal_reference(case):
     chunk, t, q, probes, nprobes, h, active = case
-    offsets = _batchscan.bucket_offsets(chunk, t)
+    offsets = batchjoin.bucket_offsets(chunk, t)
     assert np.array_equal(offsets, bucket_offsets(chunk, t))
     want = matches(chunk, t, q, probes, nprobes, h, active)
-    got = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, active.copy(), False)
+    got = batchjoin.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, active.copy(), False)
     assert set(zip(*(a.tolist() for a in got))) == want
-    po, pl, pi = _batchscan.probe_table(q, probes, nprobes, t)
+    po, pl, pi = batchjoin.probe_table(q, probes, nprobes, t)
     # the same table from uint32 masks (top 32 bits), as merge builds it
-    po32, pl32, pi32 = _batchscan.probe_table(q, (probes >> np.uint64(32)).astype(np.uint32),
+    po32, pl32, pi32 = batchjoin.probe_table(q, (probes >> np.uint64(32)).astype(np.uint32),
                                               nprobes, t)
     assert np.array_equal(po32, po) and np.array_equal(pl32, pl) and np.array_equal(pi32, pi)
     # and from uint16 masks of the header bits alone (t <= 16)
-    po16, pl16, pi16 = _batchscan.probe_table(
+    po16, pl16, pi16 = batchjoin.probe_table(
         q, (probes >> np.uint64(64 - t)).astype(np.uint16), nprobes, t)
     assert np.array_equal(po16, po) and np.array_equal(pl16, pl) and np.array_equal(pi16, pi)
     elems = pi.astype(np.int64)
@@ -75,15 +75,15 @@ def test_scan_and_join_equal_reference(case):
     assert len(pi) == len(pl) == len(q) + int(nprobes.sum())
     try:
         for level in JOIN_KERNELS:
-            _batchscan.join_kernel(level)
-            got = _batchscan.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False)
+            batchjoin.join_kernel(level)
+            got = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False)
             assert set(zip(*(a.tolist() for a in got))) == want, level
     finally:
-        _batchscan.join_kernel()
+        batchjoin.join_kernel()
     # a table in runs by flipped header bits (run r: threshold h - r on the
     # low bits): the same matches, each entry in the run of its flip count
     for runs in (2, h + 1, 9):
-        pr, prl, pri = _batchscan.probe_table(q, probes, nprobes, t, runs=runs)
+        pr, prl, pri = batchjoin.probe_table(q, probes, nprobes, t, runs=runs)
         assert len(pr) == (1 << t) * runs + 1 and len(pri) == len(pi)
         for key in range(len(pr) - 1):
             b, r = divmod(key, runs)
@@ -94,15 +94,15 @@ def test_scan_and_join_equal_reference(case):
                 if x >> (64 - t) == b:
                     flips.append(0)
                 assert min(r, runs - 1) in [min(f, runs - 1) for f in flips]
-        got = _batchscan.join_chunk(chunk, offsets, pr, prl, pri, q, h, active.copy(), False)
+        got = batchjoin.join_chunk(chunk, offsets, pr, prl, pri, q, h, active.copy(), False)
         assert set(zip(*(a.tolist() for a in got))) == want, runs
     # first-only: one match per element that has any, and it is a real match
     for fn in ("scan", "join"):
         act = active.copy()
         if fn == "scan":
-            qi, yi, dd = _batchscan.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, act, True)
+            qi, yi, dd = batchjoin.scan_chunk(chunk, offsets, t, q, probes, nprobes, h, act, True)
         else:
-            qi, yi, dd = _batchscan.join_chunk(chunk, offsets, po, pl, pi, q, h, act, True)
+            qi, yi, dd = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, act, True)
         assert len(set(qi.tolist())) == len(qi)
         assert set(qi.tolist()) == {i for i, _, _ in want}
         assert {(a, b, c) for a, b, c in zip(qi.tolist(), yi.tolist(), dd.tolist())} <= want
@@ -110,7 +110,7 @@ def test_scan_and_join_equal_reference(case):
     # compaction keeps exactly the active elements, in header order
     act = (np.random.default_rng(len(q)).random(len(q)) < 0.5).astype(np.uint8)
     po2, pl2, pi2 = po.copy(), pl.copy(), pi.copy()
-    n = _batchscan.compact_probe_table(po2, pl2, pi2, act)
+    n = batchjoin.compact_probe_table(po2, pl2, pi2, act)
     for b in range(len(po) - 1):
         kept = [j for j in range(po[b], po[b + 1]) if act[pi[j]]]
         assert pi2[po2[b]:po2[b + 1]].tolist() == pi[kept].tolist()
@@ -119,7 +119,7 @@ def test_scan_and_join_equal_reference(case):
 
 
 # every candidate kernel this CPU has (2 AVX-512, 1 AVX2, 0 scalar)
-JOIN_KERNELS = list(range(_batchscan.join_kernel() + 1))
+JOIN_KERNELS = list(range(batchjoin.join_kernel() + 1))
 
 
 @pytest.mark.parametrize("level", JOIN_KERNELS)
@@ -129,7 +129,7 @@ def test_join_kernels_find_every_candidate(level):
     eight at a time), every distance, and lanes past the end never counted (masked
     loads, scalar tails)."""
     rng = np.random.default_rng(level)
-    assert _batchscan.join_kernel(level) == level
+    assert batchjoin.join_kernel(level) == level
     try:
         for trial in range(400):
             n = int(rng.integers(0, 70))
@@ -145,7 +145,7 @@ def test_join_kernels_find_every_candidate(level):
             coff = np.array([0, len(ys)], dtype=np.int64)
             poff = np.array([0, n], dtype=np.int64)
             idx = np.arange(n, dtype=np.uint32)
-            qi, yi, dd = _batchscan.join_chunk(ys, coff, poff, low.astype(np.uint32), idx, q, h,
+            qi, yi, dd = batchjoin.join_chunk(ys, coff, poff, low.astype(np.uint32), idx, q, h,
                                                np.ones(n, np.uint8), False)
             want = {(e, j, bin(int(low[e]) ^ int(ys[j])).count("1"))
                     for e in range(n) for j in range(len(ys))
@@ -153,7 +153,7 @@ def test_join_kernels_find_every_candidate(level):
             got = list(zip(qi.tolist(), yi.tolist(), dd.tolist()))
             assert len(got) == len(set(got)) and set(got) == want, (trial, n, len(ys), h)
     finally:
-        _batchscan.join_kernel()
+        batchjoin.join_kernel()
 
 
 @settings(max_examples=100)
@@ -161,7 +161,7 @@ def test_join_kernels_find_every_candidate(level):
 def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
     rng = np.random.default_rng(seed)
     lw = np.log(rng.uniform(1e-4, 0.5, size=(3, t)))
-    masks, nprobes = _batchscan.batch_flip_masks(np.ascontiguousarray(lw), h, k)
+    masks, nprobes = batchjoin.batch_flip_masks(np.ascontiguousarray(lw), h, k)
     for i in range(3):
         got = [int(x) for x in masks[i, :nprobes[i]]]
         assert len(set(got)) == len(got)
@@ -178,29 +178,29 @@ def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):
     cq = rng.integers(0, 256, size=(3, t + 2)).astype(np.uint8)
     # (the cq path sums quantised log-odds: the lw path is given the same values)
     for tab in (plateaus, table):
-        masks2, n2 = _batchscan.batch_flip_masks_cq(cq, tab, t, h, k)
-        qtab = _batchscan.quantized_log_odds(tab).astype(np.float64)
-        masks3, n3 = _batchscan.batch_flip_masks(np.ascontiguousarray(qtab[cq[:, :t]]), h, k)
+        masks2, n2 = batchjoin.batch_flip_masks_cq(cq, tab, t, h, k)
+        qtab = batchjoin.quantized_log_odds(tab).astype(np.float64)
+        masks3, n3 = batchjoin.batch_flip_masks(np.ascontiguousarray(qtab[cq[:, :t]]), h, k)
         assert np.array_equal(masks2, masks3) and np.array_equal(n2, n3)
     # uint32 masks (the top 32 bits, what merge keeps) are the same sets
-    masks4, n4 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, True)
+    masks4, n4 = batchjoin.batch_flip_masks_cq(cq, table, t, h, k, True)
     assert masks4.dtype == np.uint32 and np.array_equal(n4, n2)
     assert np.array_equal(masks4.astype(np.uint64) << np.uint64(32), masks2)
     # uint16 masks of the header bits alone
-    masks5, n5 = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, header16=True)
+    masks5, n5 = batchjoin.batch_flip_masks_cq(cq, table, t, h, k, header16=True)
     assert masks5.dtype == np.uint16 and np.array_equal(n5, n2)
     assert np.array_equal(masks5.astype(np.uint64) << np.uint64(64 - t), masks2)
 
 
 # 1: candidate ranking (if the CPU has AVX-512F), 0: VOSH
-FLIP_KERNELS = list(range(_batchscan.flip_kernel() + 1))
+FLIP_KERNELS = list(range(batchjoin.flip_kernel() + 1))
 
 
 def _flip_case(rng, trial, t):
     """A log-odds table (the real one, random, or plateaus: many exact ties)
     and three cq rows (32 columns, the in-register path, or just t + 1; every
     7th case with all codes equal)."""
-    from scrapy_simdup._batchprobes import log_odds_table  # noqa: PLC0415
+    from scrapy_simdup.merge.probes import log_odds_table  # noqa: PLC0415
 
     table = np.ascontiguousarray((log_odds_table(), np.sort(rng.uniform(-12, 0, 256))[::-1],
                                   np.round(np.sort(rng.uniform(-6, 0, 256))[::-1]))[trial % 3])
@@ -217,20 +217,20 @@ def test_cq_flip_sets_are_the_brute_force_order(level):
     (many exact ties, broken by size then ranks), rows of equal codes, every
     t up to 32, rows of 16+ bytes (the in-register path) and shorter ones."""
     rng = np.random.default_rng(20 + level)
-    assert _batchscan.flip_kernel(level) == level
+    assert batchjoin.flip_kernel(level) == level
     try:
         for trial in range(600):
             t = int(rng.integers(1, 33))
             h = int(rng.integers(1, 5)) if t <= 12 else int(rng.integers(1, 4))
             k = int(rng.integers(1, 40))
             table, cq = _flip_case(rng, trial, t)
-            masks, nprobes = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
-            qt = _batchscan.quantized_log_odds(table)
+            masks, nprobes = batchjoin.batch_flip_masks_cq(cq, table, t, h, k)
+            qt = batchjoin.quantized_log_odds(table)
             for i in range(3):
                 want = ordered_flip_masks(qt[cq[i, :t]], h, k)
                 assert [int(x) for x in masks[i, :nprobes[i]]] == want, (trial, t, h, k, i)
     finally:
-        _batchscan.flip_kernel()
+        batchjoin.flip_kernel()
 
 
 @pytest.mark.parametrize("t,h,k", [(4, 2, 5), (6, 3, 10), (8, 3, 16), (10, 2, 12), (7, 3, 40),
@@ -243,7 +243,7 @@ def test_flip_candidates_hold_every_possible_top_k(t, h, k):
 
     sets = [S for size in range(1, min(h, t) + 1) for S in itertools.combinations(range(t), size)]
     want = [S for S in sets if sum(always_ahead(S, T) for T in sets) < k]
-    assert list(_batchscan.flip_candidates(t, h, k)) == want
+    assert list(batchjoin.flip_candidates(t, h, k)) == want
     cands = set(want)
     rng = np.random.default_rng(t * 100 + k)
     for _ in range(50):
@@ -259,60 +259,60 @@ def test_unordered_flip_sets_are_the_same_sets(level):
     the CPU has it) gives each row the same sets as VOSH's first k, ties
     included, in any order: against the ordered path and brute force."""
     rng = np.random.default_rng(40 + level)
-    assert _batchscan.flip_kernel(level) == level
+    assert batchjoin.flip_kernel(level) == level
     try:
         for trial in range(300):
             t = int(rng.integers(1, 21))
             h = int(rng.integers(1, 10))
             k = int(rng.integers(1, 120))
             table, cq = _flip_case(rng, trial, t)
-            got, n_got = _batchscan.batch_flip_masks_cq(cq, table, t, h, k, ordered=False)
-            want, n_want = _batchscan.batch_flip_masks_cq(cq, table, t, h, k)
+            got, n_got = batchjoin.batch_flip_masks_cq(cq, table, t, h, k, ordered=False)
+            want, n_want = batchjoin.batch_flip_masks_cq(cq, table, t, h, k)
             assert np.array_equal(n_got, n_want)
-            qt = _batchscan.quantized_log_odds(table)
+            qt = batchjoin.quantized_log_odds(table)
             for i in range(3):
                 sets = sorted(int(x) for x in got[i, :n_got[i]])
                 assert sets == sorted(int(x) for x in want[i, :n_want[i]]), (trial, t, h, k)
                 if t <= 10:
                     assert sets == sorted(ordered_flip_masks(qt[cq[i, :t]], h, k)), (trial, t, h, k)
     finally:
-        _batchscan.flip_kernel()
+        batchjoin.flip_kernel()
 
 
 def test_bad_arguments_are_value_errors():
     v = np.zeros(4, dtype=np.uint64)
     with pytest.raises(ValueError, match="not sorted"):
-        _batchscan.bucket_offsets(np.array([5, 1], dtype=np.uint64) << np.uint64(60), 4)
+        batchjoin.bucket_offsets(np.array([5, 1], dtype=np.uint64) << np.uint64(60), 4)
     with pytest.raises(ValueError, match="t must be"):
-        _batchscan.bucket_offsets(v, 0)
-    off = _batchscan.bucket_offsets(v, 4)
+        batchjoin.bucket_offsets(v, 0)
+    off = batchjoin.bucket_offsets(v, 4)
     with pytest.raises(ValueError, match="same length"):
-        _batchscan.scan_chunk(v, off, 4, v, np.zeros((3, 1), np.uint64),
+        batchjoin.scan_chunk(v, off, 4, v, np.zeros((3, 1), np.uint64),
                               np.zeros(4, np.int32), 3, np.ones(4, np.uint8), True)
     with pytest.raises(ValueError, match="h must be"):
-        _batchscan.batch_flip_masks(np.zeros((2, 4)), 17, 3)
+        batchjoin.batch_flip_masks(np.zeros((2, 4)), 17, 3)
     with pytest.raises(ValueError, match="256"):
-        _batchscan.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
+        batchjoin.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
     table = -np.arange(1.0, 257.0)
     cq = np.zeros((2, 4), np.uint8)
     with pytest.raises(ValueError, match="t <= 16"):
-        _batchscan.batch_flip_masks_cq(np.zeros((2, 20), np.uint8), -np.arange(1.0, 257.0), 17, 3, 3,
+        batchjoin.batch_flip_masks_cq(np.zeros((2, 20), np.uint8), -np.arange(1.0, 257.0), 17, 3, 3,
                                        header16=True)
     with pytest.raises(ValueError, match="t <= 16"):
-        _batchscan.probe_table(np.arange(4, dtype=np.uint64), np.zeros((4, 1), np.uint16),
+        batchjoin.probe_table(np.arange(4, dtype=np.uint64), np.zeros((4, 1), np.uint16),
                                np.zeros(4, np.int32), 17)
     with pytest.raises(ValueError, match="NaN"):
-        _batchscan.batch_flip_masks_cq(cq, np.where(np.arange(256) == 0, np.nan, table), 4, 3, 3)
+        batchjoin.batch_flip_masks_cq(cq, np.where(np.arange(256) == 0, np.nan, table), 4, 3, 3)
     for rows in (np.array([np.nan, 1.0]), np.array([0, 2]), np.array([-1, 0]), np.zeros((1, 1), int)):
         with pytest.raises(ValueError, match="rows"):
-            _batchscan.batch_flip_masks_cq(cq, table, 4, 3, 3, rows=rows)
-    m1, _ = _batchscan.batch_flip_masks_cq(cq, table, 4, 3, 3, rows=np.array([1, 1, 0]))
+            batchjoin.batch_flip_masks_cq(cq, table, 4, 3, 3, rows=rows)
+    m1, _ = batchjoin.batch_flip_masks_cq(cq, table, 4, 3, 3, rows=np.array([1, 1, 0]))
     assert m1.shape == (3, 3)
     q = np.arange(4, dtype=np.uint64)
-    po, pl, pi = _batchscan.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
+    po, pl, pi = batchjoin.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
     with pytest.raises(ValueError, match="differ in length"):
-        _batchscan.join_chunk(v, off, po, pl, pi, q, 3, np.ones(2, np.uint8), False)
+        batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(2, np.uint8), False)
     with pytest.raises(ValueError, match="beyond"):
-        _batchscan.join_chunk(v, off, po, pl, pi, q[:2], 3, np.ones(2, np.uint8), False)
+        batchjoin.join_chunk(v, off, po, pl, pi, q[:2], 3, np.ones(2, np.uint8), False)
     with pytest.raises(ValueError, match="shorter"):
-        _batchscan.join_chunk(v, off, po, pl[:2], pi[:2], q, 3, np.ones(4, np.uint8), False)
+        batchjoin.join_chunk(v, off, po, pl[:2], pi[:2], q, 3, np.ones(4, np.uint8), False)

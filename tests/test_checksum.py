@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_simdup import _checksum
+from scrapy_simdup._ext import checksum
 
 # every kernel this CPU has (2 VPCLMULQDQ, 1 PCLMULQDQ, 0 byte table)
-KERNELS = list(range(_checksum.crc32_kernel() + 1))
+KERNELS = list(range(checksum.crc32_kernel() + 1))
 
 
 @pytest.mark.parametrize("level", KERNELS)
@@ -19,7 +19,7 @@ def test_crc32_is_zlibs(level):
     """Every length around the kernels' block sizes (16, 64, 256 bytes),
     start values, offsets into a buffer, and large buffers."""
     rng = np.random.default_rng(level)
-    assert _checksum.crc32_kernel(level) == level
+    assert checksum.crc32_kernel(level) == level
     try:
         lengths = list(range(0, 600)) + [1023, 1024, 1025, 4096 + 7, 1 << 20, 3_000_001]
         for n in lengths:
@@ -27,32 +27,32 @@ def test_crc32_is_zlibs(level):
             start = int(rng.integers(0, 2**32))
             for off in (0, 3) if n < 600 else (1,):
                 part = memoryview(data)[off:off + n]
-                assert _checksum.crc32(part) == zlib.crc32(part), (n, off)
-                assert _checksum.crc32(part, start) == zlib.crc32(part, start), (n, off)
+                assert checksum.crc32(part) == zlib.crc32(part), (n, off)
+                assert checksum.crc32(part, start) == zlib.crc32(part, start), (n, off)
         # incremental: the CRC of a+b from the CRC of a
         a, b = os.urandom(1000), os.urandom(777)
-        assert _checksum.crc32(b, _checksum.crc32(a)) == zlib.crc32(a + b)
+        assert checksum.crc32(b, checksum.crc32(a)) == zlib.crc32(a + b)
     finally:
-        _checksum.crc32_kernel()
+        checksum.crc32_kernel()
 
 
 def test_crc32_takes_buffers_and_refuses_gaps():
     rec = np.zeros(1000, dtype=[("value", "<u8"), ("id", "<i8")])
     rec["value"] = np.arange(1000)
-    assert _checksum.crc32(rec) == zlib.crc32(rec.tobytes())
-    assert _checksum.crc32(bytearray(b"scrapy")) == zlib.crc32(b"scrapy")
-    assert _checksum.crc32(np.arange(12, dtype=np.uint16).reshape(3, 4)) == \
+    assert checksum.crc32(rec) == zlib.crc32(rec.tobytes())
+    assert checksum.crc32(bytearray(b"scrapy")) == zlib.crc32(b"scrapy")
+    assert checksum.crc32(np.arange(12, dtype=np.uint16).reshape(3, 4)) == \
         zlib.crc32(np.arange(12, dtype=np.uint16).tobytes())
-    assert _checksum.crc32(b"", 12345) == 12345
+    assert checksum.crc32(b"", 12345) == 12345
     with pytest.raises(ValueError, match="contiguous"):
-        _checksum.crc32(rec["value"])
+        checksum.crc32(rec["value"])
     # start values as zlib takes them: any int modulo 2^32, no floats
     for start in (-1, 2**32 + 5, 2**40, True, np.uint32(5), np.int64(-1)):
-        assert _checksum.crc32(b"x", start) == zlib.crc32(b"x", start)
+        assert checksum.crc32(b"x", start) == zlib.crc32(b"x", start)
     with pytest.raises(TypeError):
-        _checksum.crc32(b"x", 1.5)
+        checksum.crc32(b"x", 1.5)
     stamps = np.arange(10).astype("datetime64[s]")     # no buffer format for these
-    assert _checksum.crc32(stamps) == zlib.crc32(stamps)
+    assert checksum.crc32(stamps) == zlib.crc32(stamps)
 
 
 def _residue_constant(e):
@@ -67,6 +67,6 @@ def _residue_constant(e):
 def test_folding_constants_are_the_residues():
     """_crc32.h's constants are x^e mod P (reflected, << 1) for the folding
     distances it uses: 128 bits (e = 160, 96), 512 (544, 480), 2048 (2080, 2016)."""
-    header = (Path(_checksum.__file__).parent / "_crc32.h").read_text()
+    header = (Path(checksum.__file__).parent / "_crc32.h").read_text()
     found = {int(c, 16) for c in re.findall(r"0x([0-9a-f]{9,})LL", header)}
     assert found == {_residue_constant(e) for e in (160, 96, 544, 480, 2080, 2016)}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scrapy_simdup import simhash
-from scrapy_simdup._batch import BatchWriter
+from scrapy_simdup.storage.batchwriter import BatchWriter
 
 BIN = Path(sys.executable).parent
 
@@ -42,7 +42,7 @@ def crawl(tmp_path):
 
 def _simdup():
     exe = BIN / "simdup"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "scrapy_simdup._cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "scrapy_simdup.cli"]
 
 
 def test_console_script_merge_and_stats(crawl, tmp_path):

@@ -12,9 +12,9 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_simdup import (Addon, SimdupConfig, SimdupDownloaderMiddleware, SimdupLogStats,
                            SimdupPipeline)
-from scrapy_simdup._addon import MIDDLEWARE_PRIORITY, PIPELINE_PRIORITY
-from scrapy_simdup._backends import make_backend
-from scrapy_simdup._config import SETTINGS_DEFAULTS
+from scrapy_simdup.integration.addon import MIDDLEWARE_PRIORITY, PIPELINE_PRIORITY
+from scrapy_simdup.integration.backends import make_backend
+from scrapy_simdup.integration.config import SETTINGS_DEFAULTS
 
 
 def test_defaults():
@@ -205,7 +205,7 @@ def test_memory_backend_check_and_add(search):
 
 def test_addon_registers_components_and_keeps_user_priorities():
     settings = Settings({"DOWNLOADER_MIDDLEWARES": {
-        "scrapy_simdup._middleware.SimdupDownloaderMiddleware": 543}})
+        "scrapy_simdup.integration.middleware.SimdupDownloaderMiddleware": 543}})
     Addon().update_settings(settings)
     assert settings.getbool("SIMDUP_ENABLED")
     dmw = settings.getdict("DOWNLOADER_MIDDLEWARES")
@@ -240,7 +240,7 @@ def test_a_component_that_fails_to_open_frees_its_simdup_dir(tmp_path):
     """The directory lock is taken before the index is opened; when opening
     fails (here a Redis index that cannot be reached), the lock is released,
     so another crawler of this process can use the directory."""
-    from scrapy_simdup._persist import lock_crawl_directory
+    from scrapy_simdup.index.persist import lock_crawl_directory
     d = tmp_path / "simdup"
     settings = {"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d),
                 "SIMDUP_INDEX": "redis://127.0.0.1:1/0"}

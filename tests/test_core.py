@@ -7,7 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import scrapy_simdup
-from scrapy_simdup import _core, hamming, simhash, simhash_many
+from scrapy_simdup._ext import hashing
+from scrapy_simdup import hamming
+from scrapy_simdup import simhash
+from scrapy_simdup import simhash_many
 
 from reference import ref_hamming, ref_hash64, ref_simhash
 
@@ -18,7 +21,7 @@ u64 = st.integers(min_value=0, max_value=2**64 - 1)
 
 @given(st.one_of(st.text(max_size=100), st.binary(max_size=100)))
 def test_hash64_matches_mmh3(feature):
-    assert _core.hash64(feature) == ref_hash64(feature)
+    assert hashing.hash64(feature) == ref_hash64(feature)
 
 
 def test_hash64_every_tail_length():
@@ -29,7 +32,7 @@ def test_hash64_every_tail_length():
     for length in range(0, 70):
         for data in (bytes(range(length)), bytes(rng.integers(0, 256, length, dtype=np.uint8)),
                      b"\xff" * length):
-            assert _core.hash64(data) == ref_hash64(data), (length, data)
+            assert hashing.hash64(data) == ref_hash64(data), (length, data)
 
 
 @given(st.lists(st.one_of(st.text(max_size=70), st.binary(max_size=70),
@@ -38,7 +41,7 @@ def test_hash64_every_tail_length():
 def test_hash_features_matches_mmh3_for_mixed_batches(features):
     # mixed lengths, ASCII / non-ASCII str and bytes in one list: every path
     # of the batch loop (compact-ASCII buffers, cached UTF-8, bytes)
-    got = _core.hash_features(features)
+    got = hashing.hash_features(features)
     assert got.tolist() == [ref_hash64(f) for f in features]
 
 
@@ -46,7 +49,7 @@ def test_hash_features_every_length_combination_of_four():
     keys = [bytes(range(n)) for n in range(0, 65, 3)] + ["x" * n for n in range(0, 65, 5)]
     for shift in range(4):   # every key at every position mod 4
         batch = keys[shift:] + keys[:shift]
-        assert _core.hash_features(batch).tolist() == [ref_hash64(k) for k in batch]
+        assert hashing.hash_features(batch).tolist() == [ref_hash64(k) for k in batch]
 
 
 @given(features_st)
@@ -73,7 +76,7 @@ def test_simhash_weighted_matches_reference(pairs):
         assert (value >> int(j)) & 1 == (ref_value >> int(j)) & 1
 
 
-SIMHASH_KERNELS = list(range(_core.simhash_kernel() + 1))
+SIMHASH_KERNELS = list(range(hashing.simhash_kernel() + 1))
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 1000])
@@ -88,11 +91,11 @@ def test_simhash_kernels_give_bit_identical_W(n):
     results = []
     try:
         for level in SIMHASH_KERNELS:
-            assert _core.simhash_kernel(level) == level
-            value, W = _core.simhash_hashes(hashes, weights)
+            assert hashing.simhash_kernel(level) == level
+            value, W = hashing.simhash_hashes(hashes, weights)
             results.append((value, W.tobytes()))
     finally:
-        _core.simhash_kernel()
+        hashing.simhash_kernel()
     assert all(r == results[0] for r in results)
     ref = np.where((hashes[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1), 1.0, -1.0)
     W_ref = np.zeros(64)
@@ -151,9 +154,9 @@ def test_hamming_matches_reference(a, b):
 
 @given(st.lists(u64, max_size=50), u64)
 def test_hamming_many(values, query):
-    out = _core.hamming_many(np.array(values, dtype=np.uint64), query)
+    out = hashing.hamming_many(np.array(values, dtype=np.uint64), query)
     assert out.tolist() == [ref_hamming(v, query) for v in values]
-    pairs = _core.hamming_pairs(np.array(values, dtype=np.uint64),
+    pairs = hashing.hamming_pairs(np.array(values, dtype=np.uint64),
                                 np.full(len(values), query, dtype=np.uint64))
     assert pairs.tolist() == out.tolist()
 

@@ -11,11 +11,12 @@ import lxml.html
 import pytest
 from lxml import etree
 
-from scrapy_simdup import _extract, _scan
-from scrapy_simdup._extract import (BlockBuilder, extract_lxml, scan_lxml, scan_lxml_py,
+from scrapy_simdup.fingerprint import extract as _extract
+from scrapy_simdup._ext import htmlscan
+from scrapy_simdup.fingerprint.extract import (BlockBuilder, extract_lxml, scan_lxml, scan_lxml_py,
                                     walk_lxml)
-from scrapy_simdup._extract_bs4 import extract_soup, parse_soup, walk_soup
-from scrapy_simdup._fingerprinter import parse_html_text
+from scrapy_simdup.fingerprint.extract_bs4 import extract_soup, parse_soup, walk_soup
+from scrapy_simdup.fingerprint.fingerprinter import parse_html_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._data import DATA, decode_html, load_article_benchmark, load_all  # noqa: E402
@@ -40,7 +41,7 @@ def _blocks(b):
 
 @pytest.mark.parametrize("mode", ["main", "visible"])
 def test_compiled_scan_matches_python_reference(sample, mode):
-    assert _extract._scan_raw is not None, "compiled _scan module is not built"
+    assert _extract._scan_raw is not None, "compiled htmlscan module is not built"
     for record, root in sample:
         reference = walk_lxml(root, BlockBuilder(mode, True))
         assert _blocks(scan_lxml_py(root, mode, True)) == _blocks(reference), record.id
@@ -57,7 +58,7 @@ def _main_text_two_steps(root):
 def test_one_pass_main_text_equals_the_two_steps(sample):
     # extract_lxml's compiled one-pass path (blocks kept as UTF-8) against
     # scan + main_text; the fingerprinter takes the first
-    assert _extract._main_text_lxml is not None, "compiled _scan module is not built"
+    assert _extract._main_text_lxml is not None, "compiled htmlscan module is not built"
     for record, root in sample:
         assert extract_lxml(root, "main") == _main_text_two_steps(root), record.id
 
@@ -68,7 +69,7 @@ def test_one_pass_main_text_steps_aside_for_invalid_utf8():
     article = " ".join(f"Sentence {i} of the story goes on and on." for i in range(40))
     root = etree.fromstring(f"<html><body><article><p>{article} &#xD800; x</p></article>"
                             f"</body></html>".encode(), etree.XMLParser(recover=True))
-    assert _scan.main_text_lxml(root, _extract._MAIN_INVISIBLE, _extract.BLOCK_TAGS,
+    assert htmlscan.main_text_lxml(root, _extract._MAIN_INVISIBLE, _extract.BLOCK_TAGS,
                                 _extract.BOILERPLATE_TAGS, _extract._NEVER_UNLIKELY,
                                 _extract._label_cache, _extract.unlikely_label,
                                 *_extract._MAIN_TEXT_DEFAULTS) is None
@@ -194,11 +195,11 @@ def test_compiled_selection_refuses_inconsistent_lists():
             ((text, [], [0], [0], [-1], [1], [0]), "equal lengths"),
             (([b"x" * 300], [300], [0], [0], [-1], [1], [0]), "str")):
         with pytest.raises((ValueError, TypeError), match=what):
-            _scan.main_text_raw(*lists, 40, 0.33, 200, 20)
+            htmlscan.main_text_raw(*lists, 40, 0.33, 200, 20)
 
 
 def test_compiled_and_reference_narrowing_share_the_threshold():
-    assert _scan.TIGHT_SHARE == (_extract.TIGHT_SHARE_NUM, _extract.TIGHT_SHARE_DEN)
+    assert htmlscan.TIGHT_SHARE == (_extract.TIGHT_SHARE_NUM, _extract.TIGHT_SHARE_DEN)
 
 
 def test_label_verdicts_follow_the_verdict_function():
@@ -209,12 +210,12 @@ def test_label_verdicts_follow_the_verdict_function():
     args = (root, True, False, _extract._MAIN_INVISIBLE, _extract.BLOCK_TAGS,
             _extract.BOILERPLATE_TAGS, _extract._NEVER_UNLIKELY)
     try:
-        assert 1 in _scan.scan_lxml_raw(*args, {}, _extract.unlikely_label)[6]
-        assert 1 not in _scan.scan_lxml_raw(*args, {}, lambda label: False)[6]
-        _scan.clear_label_cache()
-        assert 1 in _scan.scan_lxml_raw(*args, {}, _extract.unlikely_label)[6]
+        assert 1 in htmlscan.scan_lxml_raw(*args, {}, _extract.unlikely_label)[6]
+        assert 1 not in htmlscan.scan_lxml_raw(*args, {}, lambda label: False)[6]
+        htmlscan.clear_label_cache()
+        assert 1 in htmlscan.scan_lxml_raw(*args, {}, _extract.unlikely_label)[6]
     finally:
-        _scan.clear_label_cache()
+        htmlscan.clear_label_cache()
 
 
 def test_class_and_id_labels_give_the_reference_verdicts():

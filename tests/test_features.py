@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scrapy_simdup import _core
-from scrapy_simdup._features import (STOP_HASHES, STOPWORDS, _logtf_of_count,
+from scrapy_simdup._ext import hashing as _core
+from scrapy_simdup.fingerprint.features import (STOP_HASHES, STOPWORDS, _logtf_of_count,
                                      features_from_tokens, shingle_hashes, spot_hashes, weigh,
                                      weighted_features)
-from scrapy_simdup._tokenize import normalize, tokenize
+from scrapy_simdup.fingerprint.tokens import normalize, tokenize
 
 MASK = (1 << 64) - 1
 M = 0x9E3779B97F4A7C15
@@ -142,10 +142,10 @@ def test_tokenizer_is_total_and_idempotent(text):
 
 # ------------------------------------------- compiled path (_textfeat) vs reference
 
-_textfeat = pytest.importorskip("scrapy_simdup._textfeat")
-from scrapy_simdup._features import (_SALT, features_from_token_hashes,  # noqa: E402
+_textfeat = pytest.importorskip("scrapy_simdup._ext.textfeat")
+from scrapy_simdup.fingerprint.features import (_SALT, features_from_token_hashes,  # noqa: E402
                                      text_token_hashes)
-from scrapy_simdup._tokenize import split_tokens  # noqa: E402
+from scrapy_simdup.fingerprint.tokens import split_tokens  # noqa: E402
 
 # text made of the characters the tokenizer treats specially, plus any Unicode
 tricky_text = st.text(
@@ -271,7 +271,7 @@ def test_normalize_shortcuts_equal_plain_nfkc(text):
 
 # -------------------------------------- single-pass normalize (fold_text) vs normalize
 
-from scrapy_simdup._tokenize import (FOLD_LIMIT, composition_seconds,  # noqa: E402
+from scrapy_simdup.fingerprint.tokens import (FOLD_LIMIT, composition_seconds,  # noqa: E402
                                      fold_table)
 
 _FOLD_SAME = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xAC00, 0xD7A3)]  # mapped to themselves

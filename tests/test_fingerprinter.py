@@ -14,7 +14,7 @@ from scrapy.http import HtmlResponse, Response, TextResponse, XmlResponse
 import scrapy_simdup
 from scrapy_simdup import (Fingerprint, Fingerprinter, SkippedPage, fingerprint_html,
                            fingerprint_response, hamming, simhash)
-from scrapy_simdup import _fingerprinter
+from scrapy_simdup.fingerprint import fingerprinter as _fingerprinter
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -56,8 +56,8 @@ def test_fingerprint_unpacks_as_value_and_W():
 def test_fingerprint_equals_simhash_of_its_features():
     f = Fingerprinter()
     hashes, weights = f.features_html(PAGE)
-    from scrapy_simdup import _core
-    value, W = _core.simhash_hashes(hashes, weights)
+    from scrapy_simdup._ext import hashing
+    value, W = hashing.simhash_hashes(hashes, weights)
     fp = f.fingerprint_html(PAGE)
     assert fp.value == value and np.array_equal(fp.W, W)
     assert np.all(weights > 0)
@@ -236,8 +236,8 @@ def test_fingerprint_text_and_features_text():
 
 
 def simhash_of(hashes, weights):
-    from scrapy_simdup import _core
-    return int(_core.simhash_hashes(hashes, weights)[0])
+    from scrapy_simdup._ext import hashing
+    return int(hashing.simhash_hashes(hashes, weights)[0])
 
 
 def test_feature_options_change_the_fingerprint():
@@ -356,8 +356,9 @@ def test_fingerprints_are_identical_across_processes():
 def test_compiled_paths_give_bit_identical_fingerprints(options, monkeypatch):
     """The compiled walk, selection, tokenizer and features (_scan, _textfeat) change no
     fingerprint: value and W equal the pure Python/NumPy pipeline's."""
-    from scrapy_simdup import _extract, _features
-    assert None not in (_extract._scan_raw, _extract._main_text_raw, _features._textfeat)
+    from scrapy_simdup.fingerprint import extract as _extract
+    from scrapy_simdup.fingerprint import features as _features
+    assert None not in (_extract._scan_raw, _extract._main_text_raw, _features.textfeat)
     records = load_article_benchmark()[::6]
 
     def run():
@@ -375,7 +376,7 @@ def test_compiled_paths_give_bit_identical_fingerprints(options, monkeypatch):
     fast = run()
     monkeypatch.setattr(_extract, "_scan_raw", None)
     monkeypatch.setattr(_extract, "_main_text_raw", None)
-    monkeypatch.setattr(_features, "_textfeat", None)
+    monkeypatch.setattr(_features, "textfeat", None)
     assert run() == fast
     assert sum(isinstance(x, tuple) for x in fast) >= 25
 
@@ -482,9 +483,9 @@ def test_tags_with_200000_attributes_are_not_handed_to_libxml2(monkeypatch):
     extraction reads before it is parsed, on the bytes, str and response
     paths (it is fingerprinted like the page without the attributes)."""
     from scrapy.http import HtmlResponse
-    from scrapy_simdup._extract import long_tag_bytes, long_tag_bytes_py
-    from scrapy_simdup._fingerprinter import HUGE_TAGS, LONG_TAG
-    from scrapy_simdup import _fingerprinter
+    from scrapy_simdup.fingerprint.extract import long_tag_bytes, long_tag_bytes_py
+    from scrapy_simdup.fingerprint.fingerprinter import HUGE_TAGS, LONG_TAG
+    from scrapy_simdup.fingerprint import fingerprinter as _fingerprinter
     f = Fingerprinter()
     want = f.fingerprint_html(PAGE.replace("<body>", "<body><div class=x></div>", 1)).value
     seen = []
@@ -516,7 +517,7 @@ def test_taming_a_page_keeps_its_fingerprint():
     has too much in long tags) is never visible text: the default
     fingerprint of every shared page is the same with and without it."""
     from benchmarks._data import load_all
-    from scrapy_simdup._fingerprinter import strip_invisible_bulk
+    from scrapy_simdup.fingerprint.fingerprinter import strip_invisible_bulk
     f = Fingerprinter()
     checked = 0
     for record in load_all():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from scrapy_simdup import Fingerprinter, fingerprint_html
-from scrapy_simdup._atomic import CorruptFileError
-from scrapy_simdup._config import SimdupConfig
-from scrapy_simdup._idf import IdfTable
+from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.integration.config import SimdupConfig
+from scrapy_simdup.fingerprint.idf import IdfTable
 
 ROOT = Path(__file__).resolve().parent.parent
 _DATA = Path(os.environ.get("SIMDUP_DATA", ROOT.parent / "shared" / "data"))

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from http_server import PageServer
-from scrapy_simdup._atomic import CorruptFileError
-from scrapy_simdup._batchfile import list_batches, read_batch
-from scrapy_simdup._idf import IdfTable
-from scrapy_simdup._persist import IndexStore
+from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.storage.batchfile import list_batches, read_batch
+from scrapy_simdup.fingerprint.idf import IdfTable
+from scrapy_simdup.index.persist import IndexStore
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -103,17 +103,17 @@ def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
     assert len(dropped) == N_PAGES
     assert all(r["duplicate_of"] == url and r["distance"] == 0 for url, r in dropped.items())
     # and the offline merge finds each page twice: pairs across the two crawls
-    out = subprocess.run([sys.executable, "-m", "scrapy_simdup._cli", "merge", str(d), "--json"],
+    out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "merge", str(d), "--json"],
                          capture_output=True, text=True, env=_env(), timeout=120)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["fingerprints"] == 2 * N_PAGES and summary["duplicates"] == N_PAGES
     # `simdup stats` also tells what the crawls found online, from the batch headers
-    out = subprocess.run([sys.executable, "-m", "scrapy_simdup._cli", "stats", str(d), "--json"],
+    out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "stats", str(d), "--json"],
                          capture_output=True, text=True, env=_env(), timeout=120)
     (entry,) = json.loads(out.stdout)["directories"]
     assert entry["online_duplicates"] == N_PAGES and entry["online_histogram"] == {"0": N_PAGES}
-    out = subprocess.run([sys.executable, "-m", "scrapy_simdup._cli", "stats", str(d)],
+    out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "stats", str(d)],
                          capture_output=True, text=True, env=_env(), timeout=120)
     assert f"found online: {N_PAGES} of {2 * N_PAGES} checked" in out.stdout, out.stdout
 
@@ -236,7 +236,7 @@ def test_corrupt_index_with_stop_ends_the_crawl_without_a_traceback(site, tmp_pa
 
 
 def test_simdup_dir_that_cannot_be_a_directory(tmp_path):
-    from scrapy_simdup._persist import prepare_directory
+    from scrapy_simdup.index.persist import prepare_directory
     a_file = tmp_path / "settings.py"
     a_file.write_text("")
     with pytest.raises(ValueError, match="SIMDUP_DIR = .* is not a directory"):
@@ -259,7 +259,7 @@ def test_a_simdup_dir_in_use_by_another_crawl_is_refused_at_start_up(site, tmp_p
     """Two crawls writing one SIMDUP_DIR would interleave record ids and index
     snapshots: the second one stops at start-up, naming the setting and the
     process holding the directory; once it is free, a crawl uses it."""
-    from scrapy_simdup._persist import lock_crawl_directory
+    from scrapy_simdup.index.persist import lock_crawl_directory
     d = tmp_path / "simdup"
     held = lock_crawl_directory(d)            # another crawl, in this test's process
     try:
@@ -316,7 +316,7 @@ def test_damaged_snapshot_headers_and_files_are_corrupt_not_crashes(tmp_path):
 def test_index_data_without_its_header_is_corrupt_not_empty(tmp_path):
     """index.json deleted, index.values/keys left: reported (and moved aside),
     never silently taken for an empty index and overwritten."""
-    from scrapy_simdup._persist import restore
+    from scrapy_simdup.index.persist import restore
     store = IndexStore(tmp_path)
     store.append(np.arange(1, 6, dtype=np.uint64), [f"k{i}" for i in range(5)])
     (tmp_path / "index.json").unlink()
@@ -362,7 +362,7 @@ def test_idf_table_is_saved_and_a_restart_goes_on_with_it(site, tmp_path):
     assert IdfTable.load(next(d.glob("idf-*.bin"))).table_id != table.table_id
     # both directories still merge, each with its own table's fingerprints
     for directory, expected in ((d, N_PAGES), (aside, 2 * N_PAGES)):
-        out = subprocess.run([sys.executable, "-m", "scrapy_simdup._cli", "merge",
+        out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "merge",
                               str(directory), "--json"], capture_output=True, text=True,
                              env=_env(), timeout=120)
         assert out.returncode == 0, out.stderr
@@ -387,7 +387,7 @@ def test_idf_table_commits_with_the_index(site, tmp_path):
 
 
 def test_a_kill_between_table_and_index_commits_keeps_the_previous_pair(tmp_path):
-    from scrapy_simdup._persist import PersistentBatchWriter, load_idf
+    from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf
 
     class Backend:          # what the writer needs of a memory backend to snapshot
         pass
@@ -418,7 +418,7 @@ def test_a_kill_between_table_and_index_commits_keeps_the_previous_pair(tmp_path
 
 
 def test_load_idf_corrupt_table_stops_or_goes_aside_with_the_index(tmp_path):
-    from scrapy_simdup._persist import load_idf
+    from scrapy_simdup.index.persist import load_idf
     assert load_idf(tmp_path) is None                  # a new crawl
     table = IdfTable(learn_pages=3, bits=10)
     path = tmp_path / "idf-00000.bin"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scrapy_simdup._backend_redis import RedisIndexError, RedisIndexStore, StoreMatch
+from scrapy_simdup.index.redis.backend import RedisIndexError, RedisIndexStore, StoreMatch
 
 M64 = (1 << 64) - 1
 
@@ -207,7 +207,7 @@ def test_race_foreign_insert_seen_through_log(redis_server):
 
 
 def test_race_log_overrun_checks_every_bucket(redis_server):
-    from scrapy_simdup._redis_lua import LOG_MAX
+    from scrapy_simdup.index.redis.lua import LOG_MAX
 
     async def foreign(b):
         other = V0 ^ 0b1
@@ -446,7 +446,7 @@ class _Crawler:
 
 def _backend(url, **settings):
     from scrapy_simdup import SimdupConfig
-    from scrapy_simdup._backend_redis import RedisBackend
+    from scrapy_simdup.index.redis.backend import RedisBackend
     s = {"SIMDUP_INDEX": url, "SIMDUP_REDIS_KEY": f"simdup:{time.monotonic_ns()}:%(spider)s"}
     s.update(settings)
     crawler = _Crawler(s)
@@ -475,7 +475,7 @@ def _fp(text):
 
 
 def test_backend_real_near_duplicates(redis_server):
-    from scrapy_simdup._backends import Match
+    from scrapy_simdup.integration.backends import Match
     texts = _docs()
     originals = [_fp(t) for t in texts]
     variants = [_fp(t.replace(".", ". Updated at 10:42.", 1)) for t in texts]
@@ -627,7 +627,7 @@ def test_snapshots_read_ahead_see_every_uncommitted_chunk(redis_server, ahead):
 def test_scan_first_buckets_matches_reference(data):
     """Distinct buckets read once, probed through ``probe_bucket``: the same
     first match as the pure Python scan of the probes in order."""
-    from scrapy_simdup._redis_scan import scan_first_buckets
+    from scrapy_simdup._ext.redisbuckets import scan_first_buckets
     n = data.draw(st.integers(0, 6))
     h = data.draw(st.integers(0, 64))
     values = data.draw(st.lists(st.integers(0, M64), min_size=n, max_size=n))
@@ -659,7 +659,7 @@ def test_scan_first_buckets_matches_reference(data):
 
 
 def test_scan_first_buckets_rejects_bad_layout():
-    from scrapy_simdup._redis_scan import scan_first_buckets
+    from scrapy_simdup._ext.redisbuckets import scan_first_buckets
     e = np.zeros(3, np.uint64)
     v = np.zeros(1, np.uint64)
     ok = dict(entries=e, bucket_offsets=np.array([0, 3], np.int64),
@@ -682,7 +682,7 @@ def test_keys_at_script_matches_reference(redis_server, lists, asks):
     """The server-side lookup of keys by (bucket, position): as the Python
     reading of the key lists, "" past the end or in a damaged (cut) list."""
     import redis
-    from scrapy_simdup._redis_lua import KEYS_AT
+    from scrapy_simdup.index.redis.lua import KEYS_AT
     client = redis.Redis.from_url(redis_server.url)
     prefix = f"keysat:{next(_counter)}:u:"
     blobs = []
@@ -734,7 +734,7 @@ def _own_flags_reference(values, counts, headers, idx, ev, eh, h):
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_own_flags_matches_reference(data):
-    from scrapy_simdup._redis_scan import own_flags
+    from scrapy_simdup._ext.redisbuckets import own_flags
     n = data.draw(st.integers(1, 12))
     ne = data.draw(st.integers(0, 6))
     h = data.draw(st.integers(0, 6))
@@ -780,7 +780,7 @@ def test_a_script_missing_from_the_cache_is_loaded_and_the_insert_runs_once(redi
     process loaded only the insert script): the insert that ran is not run
     again when the key lookup fails with NOSCRIPT, and the other way round."""
     import redis
-    from scrapy_simdup._redis_lua import CHECK_AND_INSERT, KEYS_AT
+    from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT
     zero = [np.zeros(1, np.uint64)]
     a, b, c = np.uint64(0x1234_5678_9ABC_DEF0), np.uint64(0xFEDC_BA98_7654_3210), \
         np.uint64(0x0F0F_0F0F_0F0F_0F0F)
@@ -833,7 +833,7 @@ def test_a_key_prefix_holding_other_data_is_a_clear_error(redis_server):
 
 
 def test_passwords_never_appear_in_messages():
-    from scrapy_simdup._backend_redis import _safe_url
+    from scrapy_simdup.index.redis.backend import _safe_url
     assert _safe_url("redis://user:pw@h:6379/0") == "redis://***@h:6379/0"
     assert _safe_url("redis://:a@b@h/0") == "redis://***@h/0"
     assert _safe_url("redis://h:6379/0?password=pw&db=2") == "redis://h:6379/0?password=***&db=2"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from lxml import etree
 
-from scrapy_simdup import _extract
-from scrapy_simdup._extract import scan_lxml, scan_lxml_py
+from scrapy_simdup.fingerprint import extract as _extract
+from scrapy_simdup.fingerprint.extract import scan_lxml, scan_lxml_py
 
 pytestmark = pytest.mark.skipif(_extract._scan_raw is None, reason="compiled _scan not built")
 
@@ -136,16 +136,16 @@ def test_many_distinct_tag_names_overflow_the_cache():
 ])
 @pytest.mark.parametrize("min_length", [0, 5, 100])
 def test_long_tag_bytes_matches_its_reference(html, min_length):
-    from scrapy_simdup._extract import long_tag_bytes_py
-    from scrapy_simdup._scan import long_tag_bytes
+    from scrapy_simdup.fingerprint.extract import long_tag_bytes_py
+    from scrapy_simdup._ext.htmlscan import long_tag_bytes
     for value in (html, html.encode()):
         assert long_tag_bytes(value, min_length) == long_tag_bytes_py(value, min_length)
 
 
 def test_long_tag_bytes_on_the_shared_pages():
     from benchmarks._data import load_all
-    from scrapy_simdup._extract import long_tag_bytes_py
-    from scrapy_simdup._scan import long_tag_bytes
+    from scrapy_simdup.fingerprint.extract import long_tag_bytes_py
+    from scrapy_simdup._ext.htmlscan import long_tag_bytes
     for record in load_all()[::2]:
         for min_length in (0, 4096):
             assert long_tag_bytes(record.html, min_length) == \
@@ -166,15 +166,15 @@ TAME_CASES = [
 
 @pytest.mark.parametrize("data", TAME_CASES)
 def test_tame_html_matches_its_reference(data):
-    from scrapy_simdup._extract import tame_html_py
-    from scrapy_simdup._scan import tame_html
+    from scrapy_simdup.fingerprint.extract import tame_html_py
+    from scrapy_simdup._ext.htmlscan import tame_html
     assert tame_html(data) == tame_html_py(data)
 
 
 def test_tame_html_on_the_shared_pages():
     from benchmarks._data import load_all
-    from scrapy_simdup._extract import tame_html_py
-    from scrapy_simdup._scan import long_tag_bytes, tame_html
+    from scrapy_simdup.fingerprint.extract import tame_html_py
+    from scrapy_simdup._ext.htmlscan import long_tag_bytes, tame_html
     for record in load_all()[::2]:
         tamed = tame_html(record.html)
         assert tamed == tame_html_py(record.html)
@@ -190,8 +190,8 @@ _MARKUP = st.text(alphabet=st.sampled_from(list("<>/!-='\" \nabcsriptyleCLASidhn
 def test_tame_html_and_long_tag_bytes_match_their_references_on_any_markup(text):
     """Random markup soup (unclosed tags, quotes, comments, scripts): the
     compiled scans agree with their references and never read past the end."""
-    from scrapy_simdup._extract import long_tag_bytes_py, tame_html_py
-    from scrapy_simdup._scan import long_tag_bytes, tame_html
+    from scrapy_simdup.fingerprint.extract import long_tag_bytes_py, tame_html_py
+    from scrapy_simdup._ext.htmlscan import long_tag_bytes, tame_html
     data = text.encode("utf-8")
     assert tame_html(data) == tame_html_py(data)
     for min_length in (0, 3):

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from reference_index import ref_flip_sets
 from scrapy_simdup import VolatilityModel, flip_masks
-from scrapy_simdup._volatility import UNIFORM_P
+from scrapy_simdup.index.volatility import UNIFORM_P
 
 MODEL = VolatilityModel.laplace(0.5)
 
@@ -91,7 +91,7 @@ def test_bad_arguments(kwargs, word):
 def test_flip_masks_many_equals_one_row_at_a_time(t, h, k, n, seed):
     """The batch generator the Redis backend uses gives every row the masks
     of the one-row generator, in the same order."""
-    from scrapy_simdup._psm import flip_masks_c, flip_masks_many_c
+    from scrapy_simdup._ext.psm import flip_masks_c, flip_masks_many_c
     rng = np.random.default_rng(seed)
     W = rng.normal(0, 20, (n, 64))
     if n:
@@ -107,7 +107,7 @@ def test_flip_masks_many_equals_one_row_at_a_time(t, h, k, n, seed):
 
 
 def test_flip_masks_many_rejects_bad_weights():
-    from scrapy_simdup._psm import flip_masks_many_c
+    from scrapy_simdup._ext.psm import flip_masks_many_c
     model = VolatilityModel.default()._c
     W = np.zeros((2, 64))
     W[1, 3] = np.nan

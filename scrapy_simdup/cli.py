@@ -1,0 +1,255 @@
+"""The ``simdup`` console script: ``simdup merge`` and ``simdup stats``.
+
+Also used by the Scrapy command (``scrapy simdup merge|stats``), which only
+supplies ``SIMDUP_DIR`` from the project settings when no DIR is given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
+
+_DEFAULT_CHUNK = 1 << 20
+
+
+def _int_in(text: str, lo: int, hi: int | None, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < lo or (hi is not None and value > hi):
+        bounds = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+        raise argparse.ArgumentTypeError(f"expected {what} {bounds}, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    return _int_in(text, 1, None, "an integer")
+
+
+def _recall(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
+    return value
+
+
+def _distance(text: str) -> int:
+    return _int_in(text, 0, MAX_DISTANCE, "a distance")
+
+
+def _probes(text: str) -> int:
+    from scrapy_simdup.merge.driver import MAX_MERGE_PROBES  # noqa: PLC0415 (keep start-up light)
+    return _int_in(text, 0, MAX_MERGE_PROBES, "a probe count")
+
+
+def add_merge_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``simdup merge`` (shared with ``scrapy simdup merge``)."""
+    parser.add_argument("--collection", metavar="PATH",
+                       help="the collection directory (by default DIR/collection of the first DIR)")
+    parser.add_argument("--distance", type=_distance, default=None, metavar="H",
+                       help=f"Hamming distance threshold (by default the crawls' SIMDUP_DISTANCE "
+                       f"as recorded in their batch files, else {DEFAULT_DISTANCE}; `scrapy "
+                       f"simdup merge` falls back on the project's SIMDUP_DISTANCE, and "
+                       f"takes `-s SIMDUP_DISTANCE=H` as this option)")
+    probes = parser.add_mutually_exclusive_group()
+    probes.add_argument("--probes", type=_probes, metavar="K",
+                        help="flipped headers probed per fingerprint (by default enough for "
+                        "98%% recall by the calibrated volatility model, else 20)")
+    probes.add_argument("--recall", type=_recall, metavar="R",
+                        help="target recall; the probe count comes from the calibrated "
+                        "volatility model")
+    parser.add_argument("--all", action="store_true",
+                       help="report every earlier near-duplicate (PSM-A), not just the first "
+                       "(PSM-F)")
+    parser.add_argument("--exact", action="store_true",
+                       help="exact search (BPHS batch mode): every pair within the distance; "
+                       "the reference for recall, slower")
+    parser.add_argument("--batch-size", type=_positive_int, default=_DEFAULT_CHUNK, metavar="M",
+                       help=f"fingerprints per in-memory batch and per collection chunk "
+                       f"(memory is O(M); default {_DEFAULT_CHUNK})")
+    parser.add_argument("--pairs", metavar="FILE",
+                       help="write the duplicate pairs found by this merge as JSON Lines "
+                       "({url, duplicate_of, distance})")
+    parser.add_argument("--clusters", metavar="FILE",
+                       help="write the clusters of the whole collection as JSON Lines "
+                       "({representative, size, urls})")
+    parser.add_argument("--no-verify", action="store_true",
+                       help="skip the checksum verification of batch and collection data")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="progress bar on stderr (by default when stderr is a terminal)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+
+def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Offline near-duplicate detection over scrapy-simdup batch files "
+        "(PSM batch mode).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    nargs = "+" if dirs_required else "*"
+
+    merge = sub.add_parser(
+        "merge", help="merge pending batches of one or more SIMDUP_DIRs into the collection "
+        "and report the near-duplicates found",
+        description="Merge the pending batch files of every DIR into one collection on disk "
+        "(PSM batch mode: the collection is read in chunks, each pending batch is matched "
+        "against every chunk, then sorted and appended).")
+    merge.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR with batch files")
+    add_merge_options(merge)
+
+    stats = sub.add_parser("stats", help="what the directories and the collection hold")
+    stats.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR")
+    stats.add_argument("--collection", metavar="PATH",
+                       help="the collection directory (by default DIR/collection of the first DIR)")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _histogram_lines(hist: dict) -> list[str]:
+    if not hist:
+        return ["  (no duplicates)"]
+    top = max(hist.values())
+    return [f"  d={d}: {c:>10,} {'#' * max(1, round(40 * c / top))}" for d, c in
+            sorted(hist.items(), key=lambda kv: int(kv[0]))]
+
+
+def run_merge(args, out=sys.stdout) -> int:
+    from scrapy_simdup.merge.driver import crawl_distance, merge  # noqa: PLC0415 (keep start-up light)
+
+    if args.distance is None:   # the crawls' own SIMDUP_DISTANCE, as recorded with them
+        args.distance = crawl_distance(args.dirs)
+        if args.distance is None:   # (`scrapy simdup merge`: the project's setting)
+            fallback = getattr(args, "fallback_distance", None)
+            args.distance = DEFAULT_DISTANCE if fallback is None else fallback
+    summary = merge(args.dirs, args.collection, distance=args.distance, probes=args.probes,
+                    recall=args.recall,
+                    first=not args.all, exact=args.exact, chunk_size=args.batch_size,
+                    pairs_out=args.pairs, clusters_out=args.clusters, progress=args.progress,
+                    verify=not args.no_verify)
+    info = summary.as_dict()
+    if args.json:
+        out.write(json.dumps(info, indent=1) + "\n")
+        return 0
+    out.write(f"simdup merge ({summary.method}, distance {summary.distance}"
+              + (f", {summary.probes} probes" if summary.probes is not None else "") + ")\n")
+    out.write(f"  batches merged:      {summary.batches:,}\n")
+    out.write(f"  fingerprints merged: {summary.fingerprints:,}\n")
+    out.write(f"  collection:          {summary.collection_before:,} -> "
+              f"{summary.collection_after:,}\n")
+    out.write(f"  duplicate pairs:     {summary.pairs:,} ({summary.duplicates:,} fingerprints "
+              f"with an earlier near-duplicate)\n")
+    out.write(f"  time:                {summary.seconds:.2f} s"
+              + (f" ({summary.throughput:,.0f} fingerprints/s)\n" if summary.seconds > 0 else "\n"))
+    out.write("  distance histogram:\n")
+    for line in _histogram_lines(summary.distance_histogram):
+        out.write(line + "\n")
+    for path in summary.skipped_unfinished:
+        out.write(f"  skipped unfinished batch (no header, interrupted flush): {path}\n")
+    earlier = summary.earlier_unreported_pairs
+    if args.pairs:
+        out.write(f"  pairs written to {args.pairs}"
+                  + (f" (with {earlier:,} pairs of an earlier merge that was interrupted "
+                     f"before writing its --pairs file)" if earlier else "") + "\n")
+    elif earlier:
+        out.write(f"  note: {earlier:,} pairs of an earlier merge that was interrupted were "
+                  f"never written to a --pairs file; the next merge with --pairs writes them\n")
+    if args.clusters:
+        out.write(f"  clusters written to {args.clusters}\n")
+    return 0
+
+
+def run_stats(args, out=sys.stdout) -> int:
+    from scrapy_simdup.merge.driver import stats  # noqa: PLC0415
+
+    info = stats(args.dirs, args.collection)
+    if args.json:
+        out.write(json.dumps(info, indent=1) + "\n")
+        return 0
+    for d in info["directories"]:
+        out.write(f"{d['path']}\n")
+        out.write(f"  batches:        {d['batches']:,} ({d['fingerprints']:,} fingerprints)\n")
+        out.write(f"  pending:        {d['pending_batches']:,} batches "
+                  f"({d['pending_fingerprints']:,} fingerprints not merged yet)\n")
+        out.write(f"  size on disk:   {_human_bytes(d['bytes'])}\n")
+        if "index" in d:
+            idx = d["index"]
+            if isinstance(idx.get("count"), int):
+                out.write(f"  online index:   {idx['count']:,} fingerprints saved "
+                          f"(search {idx.get('search', '?')}, distance "
+                          f"{idx.get('distance', '?')})\n")
+        if d["fingerprints"]:
+            out.write(f"  near-duplicates the crawl found online: {d['online_duplicates']:,} "
+                      f"of {d['fingerprints']:,} checked\n")
+            for line in _histogram_lines(d["online_histogram"]):
+                out.write("  " + line + "\n")
+        for path in d["unfinished"]:
+            out.write(f"  unfinished batch (interrupted flush, ignored): {path}\n")
+        for problem in d["corrupt"]:
+            out.write(f"  CORRUPT: {problem}\n")
+    c = info["collection"]
+    # (a merge that failed before its first commit leaves an empty header)
+    if c is None or not (c["count"] or c["runs"] or c["merged_batches"]):
+        out.write("collection: none yet (run `simdup merge`)\n")
+        return 0
+    out.write(f"collection {c['path']}\n")
+    out.write(f"  fingerprints:   {c['count']:,} in {c['runs']:,} sorted runs "
+              f"({c['merged_batches']:,} batches merged)\n")
+    out.write(f"  size on disk:   {_human_bytes(c['bytes'])}\n")
+    out.write(f"  duplicate pairs: {c['pairs']:,} ({c['duplicates']:,} duplicates, "
+              f"{c['clusters']:,} clusters)\n")
+    out.write("  distance histogram of found duplicates:\n")
+    for line in _histogram_lines(c["distance_histogram"]):
+        out.write(line + "\n")
+    return 0
+
+
+def main(argv=None, prog: str = "simdup") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    return dispatch(parser, args)
+
+
+def dispatch(parser: argparse.ArgumentParser, args) -> int:
+    try:
+        code = run_merge(args) if args.command == "merge" else run_stats(args)
+        sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # the reader went away (`simdup stats DIR | head -1`): stop quietly,
+        # like a tool killed by SIGPIPE; stdout goes to /dev/null so that
+        # the interpreter's final flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+    except CorruptFileError as exc:
+        sys.stderr.write(f"{parser.prog}: error: corrupt or unreadable file: {exc}\n")
+        return 2
+    except (ValueError, OSError) as exc:
+        sys.stderr.write(f"{parser.prog}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\n{parser.prog}: interrupted (the collection is unchanged since "
+                         "the last completed batch)\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

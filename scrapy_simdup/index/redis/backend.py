@@ -1,0 +1,821 @@
+"""A PSM index shared by many crawler processes, stored in Redis.
+
+Two layers:
+
+``RedisIndexStore``   the store: bucket layout, the pipelined snapshot read,
+                      the local Hamming check (compiled, ``_redis_scan``) and
+                      the atomic Lua check-and-insert (``_redis_lua``, which
+                      documents the layout and proves the protocol). It takes
+                      probe masks, not volatility: it knows nothing of PSM's
+                      flip-set order.
+``RedisBackend``      the index backend the Scrapy glue talks to: turns
+                      ``(value, W)`` into probe masks with the index's VOSH
+                      generator (``flip_masks``), and maps Redis faults to
+                      ``SIMDUP_ON_ERROR``.
+
+Layout choice: the header size ``t`` (``SIMDUP_REDIS_HEADER_BITS``, default 14)
+is fixed when the index is created and stored in ``<key>:t``; every process
+must agree (a mismatch is a start-up ``ValueError``). Growing ``t`` online in a
+store shared by running writers would need every bucket rewritten under a
+global lock, so it is not done. ``t`` = 14 gives 16,384 buckets: from 128k to
+4M fingerprints a bucket holds 8 to 256 of them, so Redis' per-key overhead
+(about 70 bytes) is small against 8 bytes per fingerprint, and fewer header
+bits mean a near-duplicate's header is more often among the first probes.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+import logging
+import os
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT
+from scrapy_simdup._ext.redisbuckets import own_flags, scan_first_buckets
+
+__all__ = ["RedisIndexStore", "RedisIndexError", "StoreMatch", "DEFAULT_HEADER_BITS"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HEADER_BITS = 14
+_MASK64 = (1 << 64) - 1
+_HEXDIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+class RedisIndexError(ConnectionError):
+    """Redis could not be reached or did not answer in time."""
+
+
+class _Snapshot(NamedTuple):
+    """What round trip 1 read and the local check found, for one chunk."""
+    values: np.ndarray          # the candidates
+    counts: np.ndarray          # probes per candidate
+    probe_start: np.ndarray     # candidate c's probes: probe_start[c] .. probe_start[c + 1] - 1
+    headers: np.ndarray         # per probe: the bucket header (the first is the candidate's own)
+    lens: np.ndarray            # per probe: its bucket's byte length in the snapshot
+    entries: np.ndarray         # the fingerprints of the distinct buckets read, concatenated
+    idx: np.ndarray             # per candidate: position in entries of its first match, or -1
+    dist: np.ndarray            # ... and its distance
+    n_snap: int                 # B:n at the snapshot
+    id_snap: bytes              # B:id at the snapshot
+    buckets: np.ndarray         # the distinct bucket headers read
+    bucket_offsets: np.ndarray  # bucket b's entries: entries[bucket_offsets[b] : [b + 1]]
+
+
+@dataclass(frozen=True)
+class StoreMatch:
+    """A stored fingerprint within the distance of a candidate."""
+    value: int
+    distance: int
+    key: str | None
+
+
+def _redis_asyncio():
+    try:
+        import redis.asyncio as aioredis
+    except ImportError:  # pragma: no cover - redis is an install extra
+        raise ImportError("SIMDUP_INDEX = 'redis://...' needs the redis client: "
+                          "pip install 'scrapy-simdup[redis]'") from None
+    return aioredis
+
+
+class RedisIndexStore:
+    """Packed-bucket fingerprint store in Redis with atomic check-and-insert.
+
+    ``url`` is a ``redis://``, ``rediss://`` or ``unix://`` URL; ``base`` the key
+    prefix (``SIMDUP_REDIS_KEY`` already filled in); ``params`` extra keyword
+    arguments for ``redis.asyncio.Redis.from_url`` (``SIMDUP_REDIS_PARAMS``),
+    which override the bounded timeouts set here.
+    """
+
+    def __init__(self, url: str, base: str, header_bits: int = DEFAULT_HEADER_BITS,
+                 distance: int = 3, params: dict | None = None, fingerprint: str | None = None):
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"SIMDUP_INDEX must be a redis://, rediss:// or unix:// URL, got {url!r}")
+        if not isinstance(base, str) or not base:
+            raise ValueError(f"SIMDUP_REDIS_KEY must give a non-empty key, got {base!r}")
+        if isinstance(header_bits, bool) or not isinstance(header_bits, int) \
+                or not 1 <= header_bits <= 32:
+            raise ValueError("SIMDUP_REDIS_HEADER_BITS must be an integer in 1..32, "
+                             f"got {header_bits!r}")
+        if isinstance(distance, bool) or not isinstance(distance, int) or not 0 <= distance <= 64:
+            raise ValueError(f"SIMDUP_DISTANCE must be an integer in 0..64, got {distance!r}")
+        if params is not None and not isinstance(params, dict):
+            raise ValueError(f"SIMDUP_REDIS_PARAMS must be a dict, got {params!r}")
+        self.url = url
+        self.base = base
+        self.header_bits = header_bits
+        self.fingerprint = fingerprint   # Fingerprinter.version, kept at <base>:fingerprint
+        self.distance = distance
+        self.shift = 64 - header_bits
+        self.hex_digits = (header_bits + 3) // 4
+        self._bprefix = (base + ":b:").encode()
+        self._fmt = b"%s%0" + str(self.hex_digits).encode() + b"x"
+        self._keytab = None
+        self._resp_tab = None
+        if header_bits <= 16:   # all bucket names once (<= 65,536 short bytes)
+            p, f = self._bprefix, self._fmt
+            self._keytab = [f % (p, i) for i in range(1 << header_bits)]
+            # ... and each as a RESP bulk string: one row per bucket (all bucket
+            # names have the same length), so an MGET of thousands of buckets
+            # is one NumPy gather instead of packing thousands of arguments
+            self._resp_tab = np.frombuffer(b"".join(
+                b"$%d\r\n%s\r\n" % (len(k), k) for k in self._keytab),
+                dtype=np.uint8).reshape(1 << header_bits, -1)
+        # MGET's first two arguments, B:n and B:id, packed once
+        self._resp_head = b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in
+                                   ((base + ":n").encode(), (base + ":id").encode()))
+        # 32 hex digits, then what CHECK_AND_INSERT checks against the index
+        self._id_new = f"{uuid.uuid4().hex}{header_bits:02d}{fingerprint or ''}"
+        opts = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0,
+                "health_check_interval": 30, "retry_on_timeout": False}
+        opts.update(params or {})
+        self._params = opts
+        self._client = None
+        self._loop = None
+        self._sha = None
+        self._keys_sha = None
+        self.last_size = 0
+
+    # -- life cycle -------------------------------------------------------------
+    def _make_client(self, module):
+        params = self._params
+        if module.__name__ == "redis.asyncio" and self.url.startswith("redis://") \
+                and "connection_class" not in params:
+            packer = _hiredis_connection_class()
+            if packer is not None:
+                params = dict(params, connection_class=packer)
+        try:
+            return module.Redis.from_url(self.url, **params)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"SIMDUP_INDEX / SIMDUP_REDIS_PARAMS are not usable: "
+                             f"{_safe_url(self.url)}: {exc}") from None
+
+    def check_server(self):
+        """Start-up check (blocking, once): reachable, script loaded, same layout.
+
+        Raises :class:`RedisIndexError` naming SIMDUP_INDEX when Redis cannot be
+        reached, ``ValueError`` when the index was created with another ``t`` or
+        from fingerprints of another recipe (other feature settings).
+        """
+        try:
+            import redis
+        except ImportError:  # pragma: no cover - redis is an install extra
+            raise ImportError("SIMDUP_INDEX = 'redis://...' needs the redis client: "
+                              "pip install 'scrapy-simdup[redis]'") from None
+        client = self._make_client(redis)
+        try:
+            try:
+                client.ping()
+            except (TypeError, ValueError) as exc:  # a connection option redis-py refuses
+                raise ValueError(f"SIMDUP_REDIS_PARAMS are not usable for {_safe_url(self.url)}:"
+                                 f" {exc}") from None
+            base = self.base
+            pipe = client.pipeline(transaction=True)
+            pipe.set(base + ":t", self.header_bits, nx=True)
+            pipe.set(base + ":id", self._id_new, nx=True)
+            if self.fingerprint:   # the first process to start records its recipe
+                pipe.set(base + ":fingerprint", self.fingerprint, nx=True)
+            pipe.get(base + ":t")
+            pipe.get(base + ":n")
+            pipe.get(base + ":fingerprint")
+            stored_t, n, stored_fp = pipe.execute()[-3:]
+            self._sha = client.script_load(CHECK_AND_INSERT)
+            self._keys_sha = client.script_load(KEYS_AT)
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at "
+                                      f"{_safe_url(self.url)}: {exc}") from exc
+            raise ValueError(f"SIMDUP_REDIS_KEY: {self.base!r} already holds keys that are not "
+                             f"a scrapy-simdup index ({exc}); use another SIMDUP_REDIS_KEY"
+                             ) from None
+        except redis.RedisError as exc:
+            raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at {_safe_url(self.url)}: "
+                                  f"{exc}") from exc
+        finally:
+            client.close()
+        try:
+            stored_t = int(stored_t)
+            self.last_size = int(n or 0)
+        except (TypeError, ValueError):
+            raise ValueError(f"SIMDUP_REDIS_KEY: {self.base!r} already holds keys that are not "
+                             f"a scrapy-simdup index ({self.base}:t = {stored_t!r}, "
+                             f"{self.base}:n = {n!r}); use another SIMDUP_REDIS_KEY") from None
+        if stored_t != self.header_bits:
+            raise ValueError(f"SIMDUP_REDIS_HEADER_BITS = {self.header_bits} but the index at "
+                             f"{self.base!r} was created with {stored_t} header bits; use "
+                             f"{stored_t} or another SIMDUP_REDIS_KEY")
+        stored_fp = stored_fp.decode("utf-8", "replace") if isinstance(stored_fp, bytes) \
+            else stored_fp
+        if self.fingerprint and stored_fp and stored_fp != self.fingerprint:
+            raise ValueError(f"the index at {self.base!r} (SIMDUP_INDEX) holds fingerprints made "
+                             f"with {_short(stored_fp)!r}, this crawl makes "
+                             f"{_short(self.fingerprint)!r}; they "
+                             f"cannot be compared: use the same feature settings in every "
+                             f"process, or another SIMDUP_REDIS_KEY")
+        return self
+
+    def size_sync(self) -> int:
+        return self.last_size
+
+    async def connect(self):
+        """:meth:`check_server`, then the asyncio client (used by every query)."""
+        self.check_server()
+        self._ensure_client()
+        return self
+
+    def _ensure_client(self):
+        # asyncio connections belong to one event loop: a new loop (another
+        # asyncio.run) gets a new client; the old one died with its loop
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = self._make_client(_redis_asyncio())
+            self._loop = loop
+        return self._client
+
+    async def _close_client(self):
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            client, self._client = self._client, None
+            try:
+                await client.aclose()
+            except Exception:  # pragma: no cover - closing a broken connection
+                pass
+
+    async def close(self):
+        await self._close_client()
+        self._client = None        # (a client of a finished event loop is just dropped)
+
+    # -- queries ---------------------------------------------------------------
+    def _hex(self, headers) -> bytes:
+        """Headers as the concatenation of their bucket-name hex digits."""
+        d = self.hex_digits
+        shifts = np.arange(4 * (d - 1), -1, -4, dtype=np.uint64)
+        digits = (headers[:, None] >> shifts) & np.uint64(15)
+        return _HEXDIGITS[digits.astype(np.intp)].tobytes()
+
+    def _keys(self, headers):
+        tab = self._keytab
+        if tab is not None:
+            return [tab[h] for h in headers]
+        p, f = self._bprefix, self._fmt
+        return [f % (p, h) for h in headers]
+
+    async def check_and_add_many(self, values, masks, keys: Sequence | None = None,
+                                 chunk: int = 2048, ahead: int = 2):
+        """PSM-F check and insert for a batch.
+
+        ``values``: uint64 fingerprints; ``masks[i]``: uint64 header XOR masks
+        for ``values[i]`` in probe order (mask 0 first, then the most likely
+        flip sets), already shifted into the top header bits (or a callable
+        ``masks(a, b)`` giving them for ``values[a:b]``, as a list or as a
+        tuple ``(all masks, count per value)``, computed while Redis works on
+        earlier chunks); ``keys[i]``: the page's key (URL)
+        or None. Returns, per value, ``None`` (new: inserted) or a
+        :class:`StoreMatch`, as if the values were checked one after the
+        other. Raises :class:`RedisIndexError` on Redis faults (nothing is
+        half-done for a value: the script is atomic).
+
+        Chunks of ``chunk`` values are pipelined: the snapshots of the next
+        ``ahead`` chunks are read while this one is checked and its script
+        runs, so the client and Redis work at the same time; the scripts run
+        in order, one at a time, and a script sees every insertion made after
+        its snapshot (``_redis_lua``): the client flags the candidates that an
+        insertion of this call's own chunks not yet committed when their
+        snapshot was sent may match.
+        """
+        values = np.ascontiguousarray(values, dtype=np.uint64).ravel()
+        n = values.shape[0]
+        if not callable(masks) and len(masks) != n:
+            raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"keys must have one key per value ({n}), got {len(keys)}")
+        if not 1 <= chunk <= 65535:     # (per-bucket counts travel as uint16)
+            raise ValueError(f"chunk must be in 1..65535, got {chunk}")
+        if n == 0:
+            return []
+        if self._sha is None:
+            raise RedisIndexError("the Redis index is not connected (call connect() first)")
+        self._ensure_client()
+        bounds = [(a, min(n, a + chunk)) for a in range(0, n, chunk)]
+        out: list = []
+        token = os.urandom(8)        # names this call's insertions in the log
+        inserted_by: list = []       # per chunk checked: (values, own headers) of its new ones
+        committed = 0                # chunks whose script has returned
+        reads: deque = deque()       # (snapshot task, chunks committed when it was started)
+        pending = None               # the script of the previous chunk
+
+        def read(k):
+            a, b = bounds[k]
+            m = masks(a, b) if callable(masks) else masks[a:b]
+            reads.append((asyncio.ensure_future(self._snapshot(values[a:b], m)), committed))
+
+        try:
+            for k in range(len(bounds)):
+                while len(reads) < max(1, ahead) and k + len(reads) < len(bounds):
+                    read(k + len(reads))
+                task, seen = reads.popleft()
+                state = await task
+                # chunks seen..k-1 may have inserted after this snapshot was read
+                flags = self._own_flags(state, inserted_by[seen:k])
+                if pending is not None:
+                    out.extend(await pending)
+                    pending = None
+                    committed = k
+                is_new = state.idx < 0
+                own = state.headers[state.probe_start[:-1]]     # each one's own bucket
+                inserted_by.append((state.values[is_new], own[is_new]))
+                a, b = bounds[k]
+                pending = asyncio.ensure_future(
+                    self._commit(state, None if keys is None else keys[a:b], flags, token))
+                await asyncio.sleep(0)          # let it send its commands now
+            out.extend(await pending)
+            pending = None
+        finally:
+            for task in [t for t, _ in reads] + ([pending] if pending is not None else []):
+                task.cancel()
+                try:
+                    await task
+                except BaseException:  # noqa: BLE001 (the first error is the one raised)
+                    pass
+        return out
+
+    def _own_flags(self, state, earlier) -> np.ndarray:
+        """Per candidate, 1 if an insertion of this call that the snapshot may
+        miss (an earlier new candidate of this chunk, or one of the chunks in
+        ``earlier``: ``(values, own headers)`` of those not committed when the
+        snapshot was read) lands in one of its probed buckets *within distance
+        h*: only then must the script re-check this call's own insertions for
+        it. Insertions of other writers are always re-checked (``_redis_lua``)."""
+        earlier = [e for e in earlier if e[0].shape[0]]
+        ev = np.concatenate([e[0] for e in earlier]) if earlier else np.zeros(0, np.uint64)
+        eh = np.concatenate([e[1] for e in earlier]) if earlier else np.zeros(0, np.uint64)
+        return own_flags(state.values, state.probe_start, state.headers, state.idx, ev, eh,
+                         self.distance)
+
+    async def _snapshot(self, values, masks) -> _Snapshot:
+        """Round trip 1: MGET the probed buckets; local check (compiled)."""
+        from redis.exceptions import RedisError
+        n = values.shape[0]
+        if isinstance(masks, tuple):    # (all masks, count per value): already flat
+            allmasks = np.ascontiguousarray(masks[0], dtype=np.uint64)
+            counts = np.asarray(masks[1], dtype=np.int64)
+            if counts.shape != (n,) or allmasks.ndim != 1 or counts.sum() != allmasks.shape[0]:
+                raise ValueError("flat masks must come with one count per value")
+        else:
+            if len(masks) != n:
+                raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
+            counts = np.fromiter(map(len, masks), dtype=np.int64, count=n)
+            allmasks = np.concatenate(masks).astype(np.uint64, copy=False) if n else \
+                np.zeros(0, np.uint64)
+            if allmasks.ndim != 1:
+                raise ValueError("masks must be 1-d arrays")
+        if counts.min() < 1 or counts.max() > 65535:
+            raise ValueError("masks must be 1-d arrays of 1 to 65,535 masks")
+        probe_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=probe_start[1:])
+        if allmasks[probe_start[:-1]].any():
+            raise ValueError("every masks[i] must start with 0 (the page's own bucket)")
+        headers = (np.repeat(values, counts) ^ allmasks) >> np.uint64(self.shift)
+        # candidates of a chunk share many buckets: each is read once
+        buckets, probe_bucket = np.unique(headers, return_inverse=True)
+        try:
+            # 1. snapshot: one atomic MGET
+            res = await self._read_buckets(buckets)
+            n_snap = int(res[0] or 0)
+            id_snap = res[1] or b""
+            parts = [b if b is not None else b"" for b in res[2:]]
+            bucket_lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+            if (bucket_lens & 7).any():
+                bad = int(buckets[int(np.flatnonzero(bucket_lens & 7)[0])])
+                raise ValueError(f"Redis key {self._keys([bad])[0]!r} is not a simdup bucket "
+                                 f"(length not a multiple of 8): is SIMDUP_REDIS_KEY shared "
+                                 f"with something else?")
+            entries = np.frombuffer(b"".join(parts), dtype="<u8")
+            bucket_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum(bucket_lens >> 3, out=bucket_offsets[1:])
+            # 2. local check
+            idx, dist = scan_first_buckets(entries, bucket_offsets, probe_bucket, probe_start,
+                                           values, self.distance)
+        except RedisError as exc:
+            raise self._failed(exc) from exc
+        return _Snapshot(values, counts, probe_start, headers, bucket_lens[probe_bucket],
+                         entries, idx, dist, n_snap, id_snap, buckets, bucket_offsets)
+
+    async def _read_buckets(self, buckets) -> list:
+        """``MGET B:n B:id <buckets>``: one atomic command."""
+        base = self.base
+        if self._resp_tab is not None and _packs_resp(self._client):
+            return await self._client.execute_command("MGET", PackedCommand(
+                self._resp_head + self._resp_tab[buckets.astype(np.intp)].tobytes(),
+                2 + buckets.shape[0]))
+        return await self._client.mget([base + ":n", base + ":id"] +
+                                       self._keys(buckets.tolist()))
+
+    async def _commit(self, state: _Snapshot, keys, flags=None, token=b"\0" * 8):
+        """Round trip 2: the atomic script for the new ones, the keys of the matches."""
+        from redis.exceptions import RedisError, NoScriptError
+        values, counts, headers, lens, idx, dist = (state.values, state.counts, state.headers,
+                                                    state.lens, state.idx, state.dist)
+        entries, n_snap, id_snap = state.entries, state.n_snap, state.id_snap
+        buckets, bucket_offsets = state.buckets, state.bucket_offsets
+        n = values.shape[0]
+        base = self.base
+        is_new = idx < 0
+        new = np.flatnonzero(is_new).tolist()
+        local = np.flatnonzero(~is_new).tolist()
+        try:
+            # 3. one pipeline: atomic check-and-insert of the new ones, keys of the matches
+            script_args = None
+            if new:
+                sel = np.repeat(is_new, counts)
+                if keys is None:
+                    argv_keys = [b""] * len(new)
+                else:
+                    argv_keys = [_key_bytes(keys[i]) for i in new]
+                script_args = (0, base, self.distance, n_snap, id_snap, self.hex_digits,
+                               values[is_new].astype("<u8").tobytes(),
+                               counts[is_new].astype("<u2").tobytes(),
+                               self._hex(headers[sel]),
+                               lens[sel].astype("<u4").tobytes(),
+                               self._id_new,
+                               (np.ones(n, np.uint8) if flags is None else flags)[is_new]
+                               .tobytes(), token, *argv_keys)
+            match_values = entries[idx[~is_new]]
+            if local:
+                # the bucket and the position in it of each match: its key is
+                # entry `pos` of the bucket's key list
+                m_idx = idx[~is_new]
+                m_bucket = np.searchsorted(bucket_offsets, m_idx, "right") - 1
+                m_pos = m_idx - bucket_offsets[m_bucket]
+                # one request per distinct (bucket, position), grouped by bucket
+                asked, where = np.unique(np.stack((m_bucket, m_pos)), axis=1,
+                                         return_inverse=True)
+                ub, per_bucket = np.unique(asked[0], return_counts=True)
+                keys_args = (0, base + ":u:", self.hex_digits, self._hex(buckets[ub]),
+                             per_bucket.astype("<u2").tobytes(),
+                             asked[1].astype("<u4").tobytes())
+            replies = []
+            if new or local:
+                pipe = self._client.pipeline(transaction=False)
+                if new:
+                    pipe.evalsha(self._sha, *script_args)
+                if local:
+                    pipe.evalsha(self._keys_sha, *keys_args)
+                replies = await pipe.execute(raise_on_error=False)
+                # A script missing from the server's cache (a restart that kept
+                # the data, a failover, SCRIPT FLUSH) did not run: load it and run
+                # that one again, never one that ran (the insert must run once).
+                for i, (attr, source, args) in enumerate(
+                        ([("_sha", CHECK_AND_INSERT, script_args)] if new else []) +
+                        ([("_keys_sha", KEYS_AT, keys_args)] if local else [])):
+                    if isinstance(replies[i], NoScriptError):
+                        setattr(self, attr, await self._client.script_load(source))
+                        replies[i] = await self._client.evalsha(getattr(self, attr), *args)
+                    elif isinstance(replies[i], Exception):
+                        raise replies[i]
+        except RedisError as exc:
+            if "SIMDUP_SETTINGS" in str(exc):
+                theirs = _short(str(exc).split("SIMDUP_SETTINGS ", 1)[1])
+                raise RedisIndexError(
+                    f"the index at {base!r} ({_safe_url(self.url)}) was re-created with other "
+                    f"settings than this process's ({theirs}): its fingerprints cannot be "
+                    f"compared with this process's; restart the crawls with the same "
+                    f"settings") from exc
+            raise self._failed(exc) from exc
+        out: list = [None] * n
+        r = 0
+        inserted = 0
+        if new:
+            for i, item in zip(new, replies[0]):
+                if item != 0:
+                    val = struct.unpack("<Q", item[0])[0]
+                    out[i] = StoreMatch(val, int(item[1]), _text(item[2]))
+                else:
+                    inserted += 1
+            r = 1
+        self.last_size = n_snap + inserted
+        if local:
+            found_keys = replies[r]
+            for i, v, k in zip(local, match_values.tolist(), np.ravel(where).tolist()):
+                out[i] = StoreMatch(v, int(dist[i]), _text(found_keys[k]))
+        return out
+
+    def _failed(self, exc) -> RedisIndexError:
+        """The error for a Redis command that failed mid-crawl (another type of
+        key under the prefix is named, like at start-up)."""
+        if "WRONGTYPE" in str(exc):
+            return RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: a key under "
+                                   f"SIMDUP_REDIS_KEY {self.base!r} was replaced by a key of "
+                                   f"another type ({exc}); is the prefix shared with something "
+                                   f"else?")
+        return RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}")
+
+    async def size(self) -> int:
+        from redis.exceptions import RedisError
+        try:
+            return int(await self._client.get(self.base + ":n") or 0)
+        except RedisError as exc:
+            raise self._failed(exc) from exc
+
+    async def clear(self):
+        """Delete the whole index (all buckets and bookkeeping keys)."""
+        client = self._client
+        batch = []
+        for pattern in (":b:*", ":u:*"):
+            async for k in client.scan_iter(match=self.base + pattern, count=1000):
+                batch.append(k)
+                if len(batch) >= 1000:
+                    await client.unlink(*batch)
+                    batch = []
+        if batch:
+            await client.unlink(*batch)
+        await client.delete(self.base + ":n", self.base + ":log", self.base + ":id")
+        await client.set(self.base + ":id", uuid.uuid4().hex)
+
+
+_HIREDIS_CONN = []
+
+
+class PackedCommand:
+    """The arguments of a command after its name, already RESP-encoded
+    (``count`` bulk strings): sent as they are by the connection class below."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self, data: bytes, count: int):
+        self.data = data
+        self.count = count
+
+
+def _packs_resp(client) -> bool:
+    cls = _HIREDIS_CONN[0] if _HIREDIS_CONN else None
+    return cls is not None and client.connection_pool.connection_class is cls
+
+
+def _hiredis_connection_class():
+    """redis.asyncio's TCP connection packing commands with hiredis (C), if present.
+
+    redis-py's asyncio client packs commands in Python, which costs more than
+    the whole Redis round trip for an MGET of thousands of buckets.
+    """
+    if not _HIREDIS_CONN:
+        try:
+            import hiredis
+            from redis.asyncio.connection import Connection
+        except ImportError:
+            _HIREDIS_CONN.append(None)
+        else:
+            pack = hiredis.pack_command
+
+            class HiredisPackedConnection(Connection):
+                def pack_command(self, *args):
+                    if len(args) == 2 and type(args[1]) is PackedCommand:
+                        name = args[0].encode()
+                        return [b"*%d\r\n$%d\r\n%s\r\n" % (args[1].count + 1, len(name),
+                                                                name) + args[1].data]
+                    if isinstance(args[0], str) and " " in args[0]:
+                        args = tuple(args[0].split()) + args[1:]
+                    return [pack(args)]
+
+            _HIREDIS_CONN.append(HiredisPackedConnection)
+    return _HIREDIS_CONN[0]
+
+
+def _key_bytes(key) -> bytes:
+    """A page key as stored: UTF-8, at most 65,535 bytes (longer ones cut)."""
+    if key is None:
+        return b""
+    if isinstance(key, str):
+        key = key.encode("utf-8", "surrogatepass")
+    elif not isinstance(key, (bytes, bytearray)):
+        raise TypeError(f"keys must be str, bytes or None, got {type(key).__name__}")
+    return bytes(key[:65535])
+
+
+def _text(v):
+    if v is None or v == b"":
+        return None
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """``text`` cut for a message (a recipe holds the user's content XPath)."""
+    text = text.replace("\x00", "\\0")
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _safe_url(url: str) -> str:
+    """The URL without a password (``user:pass@`` or a ``password=`` query)."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        url = scheme + "://***@" + rest.rsplit("@", 1)[1]
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
+
+
+# -- the backend the Scrapy glue uses ---------------------------------------------
+#: recall target that picks the probe budget when neither SIMDUP_MAX_PROBES nor
+#: SIMDUP_RECALL is set (the in-memory index probes every flip set by default;
+#: over the network each probe costs a bucket read, so the Redis index aims at
+#: the calibrated 98%: 14 probes with t = 14 and h = 3)
+DEFAULT_REDIS_RECALL = 0.98
+#: probe budget when the volatility model has no calibration for the setting
+DEFAULT_REDIS_PROBES = 16
+#: most pages checked in one round trip when concurrent checks are coalesced
+MAX_BATCH = 2048
+
+
+def _flip_masks():
+    """The index's VOSH flip-set generator (``flip_masks``)."""
+    from scrapy_simdup.index.memory import flip_masks  # noqa: PLC0415 (the index module, imported late)
+    return flip_masks
+
+
+def _parse_header_bits(settings) -> int:
+    value = settings.get("SIMDUP_REDIS_HEADER_BITS", DEFAULT_HEADER_BITS) if settings is not None \
+        else DEFAULT_HEADER_BITS
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"SIMDUP_REDIS_HEADER_BITS must be an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 4 <= value <= 24:
+        raise ValueError(f"SIMDUP_REDIS_HEADER_BITS must be an integer in 4..24, got {value!r}")
+    return value
+
+
+def probe_budget(config, header_bits: int) -> int | None:
+    """Probes per lookup: SIMDUP_MAX_PROBES, else SIMDUP_RECALL (default
+    ``DEFAULT_REDIS_RECALL``) through the calibrated volatility model; None
+    means every flip set of at most ``h`` header bits."""
+    if config.max_probes is not None:
+        return int(config.max_probes)
+    recall = config.recall if config.recall is not None else DEFAULT_REDIS_RECALL
+    from scrapy_simdup.index.volatility import VolatilityModel  # noqa: PLC0415
+    try:
+        model = VolatilityModel.default()
+    except Exception:  # noqa: BLE001 (no shipped model: a fixed budget)
+        return DEFAULT_REDIS_PROBES
+    if not model.probes.get(int(config.distance)):
+        return DEFAULT_REDIS_PROBES
+    return model.probes_for_recall(recall, header_bits, config.distance)
+
+
+class RedisBackend:
+    """Index backend on a :class:`RedisIndexStore` (``SIMDUP_INDEX = "redis://..."``).
+
+    ``check_and_add`` calls made while a round trip is in flight are coalesced
+    into the next batch (at most ``MAX_BATCH``), so a crawl with many
+    concurrent responses pays one round trip per batch, not per page.
+    ``__len__`` is the index size as of the last round trip (all processes).
+    Redis faults raise :class:`RedisIndexError`; the Scrapy component counts
+    them (``simdup/errors``) and applies ``SIMDUP_ON_ERROR``. The client
+    reconnects by itself once Redis is back; every command is bounded by
+    ``socket_timeout`` (5 s unless ``SIMDUP_REDIS_PARAMS`` says otherwise).
+    """
+
+    def __init__(self, store: RedisIndexStore, max_probes: int | None = DEFAULT_REDIS_PROBES,
+                 model=None, flip_masks=None):
+        if max_probes is not None and (isinstance(max_probes, bool) or
+                                       not isinstance(max_probes, int) or max_probes < 1):
+            raise ValueError(f"SIMDUP_MAX_PROBES must be an integer >= 1, got {max_probes!r}")
+        self.store = store
+        self.max_probes = max_probes
+        self.model = model
+        self._flip = flip_masks
+        self._size = 0
+        self._probes = 0
+        self._pending: list = []
+        self._flushing = False
+
+    # IndexBackend interface ------------------------------------------------------
+    @classmethod
+    def from_config(cls, config, crawler=None, namespace: str = "pages"):
+        settings = getattr(crawler, "settings", None)
+        spider = getattr(crawler, "spider", None)
+        name = getattr(spider, "name", None) or "default"
+        base = config.redis_key % {"spider": name}
+        if namespace != "pages":
+            base = f"{base}:{namespace}"
+        store = RedisIndexStore(config.index, base, header_bits=_parse_header_bits(settings),
+                                distance=config.distance, params=config.redis_params,
+                                fingerprint=config.make_fingerprinter().version)
+        backend = cls(store, max_probes=probe_budget(config, store.header_bits))
+        store.check_server()
+        backend._size = store.size_sync()
+        return backend
+
+    @property
+    def probes(self) -> int:
+        return self._probes
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _fast_flip(self):
+        """The compiled VOSH generator with its arguments checked once per
+        batch (what ``flip_masks`` checks per call), or None for a custom one."""
+        if self._flip is not None:
+            return None
+        try:
+            from scrapy_simdup._ext.psm import flip_masks_many_c  # noqa: PLC0415
+            from scrapy_simdup.index.volatility import VolatilityModel  # noqa: PLC0415
+            model = self.model if self.model is not None else VolatilityModel.default()
+            model_c = model._c
+        except (ImportError, AttributeError):
+            return None
+        k = -1 if self.max_probes is None else int(self.max_probes)
+        return flip_masks_many_c, model_c, self.store.header_bits, self.store.distance, k
+
+    def masks_for(self, W) -> np.ndarray:
+        """Header XOR masks of one page, mask 0 first (VOSH order)."""
+        flip = self._flip
+        if flip is None:
+            flip = self._flip = _flip_masks()
+        masks, _ = flip(W, self.store.header_bits, self.store.distance,
+                        max_probes=self.max_probes, model=self.model)
+        return masks
+
+    async def check_and_add_many(self, values, W, keys) -> list:
+        values = np.ascontiguousarray(values, dtype=np.uint64).ravel()
+        W = np.asarray(W, dtype=np.float64)
+        if W.shape != (values.shape[0], 64):
+            raise ValueError(f"W must have shape ({values.shape[0]}, 64), got {W.shape}")
+        if len(keys) != values.shape[0]:
+            raise ValueError(f"keys must have one key per value ({values.shape[0]}), "
+                             f"got {len(keys)}")
+        out: list = []
+        for a in range(0, values.shape[0], MAX_BATCH):
+            out.extend(await self._check(values[a:a + MAX_BATCH], W[a:a + MAX_BATCH],
+                                         keys[a:a + MAX_BATCH]))
+        return out
+
+    async def check_and_add(self, value, W, key):
+        value = int(value)
+        if not 0 <= value <= _MASK64:
+            raise ValueError(f"value must be a 64-bit unsigned integer, got {value}")
+        W = np.asarray(W, dtype=np.float64)
+        if W.shape != (64,):
+            raise ValueError(f"W must have shape (64,), got {W.shape}")
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((value, W, key, fut))
+        if not self._flushing:
+            self._flushing = True
+            asyncio.ensure_future(self._drain())
+        return await fut
+
+    async def _drain(self):
+        try:
+            while self._pending:
+                await asyncio.sleep(0)      # let the callers of this tick join the batch
+                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+                values = np.array([b[0] for b in batch], dtype=np.uint64)
+                W = np.stack([b[1] for b in batch])
+                try:
+                    results = await self._check(values, W, [b[2] for b in batch])
+                except BaseException as exc:  # noqa: BLE001 (handed to every caller)
+                    for b in batch:
+                        if not b[3].done():
+                            b[3].set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    for b, r in zip(batch, results):
+                        if not b[3].done():
+                            b[3].set_result(r)
+        finally:
+            self._flushing = False
+
+    async def _check(self, values, W, keys) -> list:
+        from scrapy_simdup.integration.backends import Match  # noqa: PLC0415 (the glue's result type)
+        W = np.ascontiguousarray(W, dtype=np.float64)
+        if not np.isfinite(W).all():
+            raise ValueError("W must be finite (no NaN or infinity)")
+        fast = self._fast_flip()
+
+        def masks(a, b):
+            if fast is not None:    # all pages of the chunk in one compiled call
+                flip_many, model_c, t, h, k = fast
+                flat, counts = flip_many(model_c, W[a:b], t, h, k)
+                self._probes += int(flat.shape[0])
+                return flat, counts
+            out = [self.masks_for(W[i]) for i in range(a, b)]
+            self._probes += sum(m.shape[0] for m in out)
+            return out
+        found = await self.store.check_and_add_many(values, masks, keys)
+        self._size = self.store.last_size
+        return [None if m is None else
+                Match(m.key if m.key is not None else f"simhash:{m.value:016x}", m.distance)
+                for m in found]
+
+    async def close(self):
+        await self.store.close()

@@ -1,0 +1,34 @@
+"""Addon: ``ADDONS = {"scrapy_simdup.Addon": 0}`` turns the plugin on in one line."""
+from __future__ import annotations
+
+__all__ = ["Addon", "MIDDLEWARE_PRIORITY", "PIPELINE_PRIORITY", "EXTENSION_PRIORITY"]
+
+#: Below HttpCompressionMiddleware (590) and RedirectMiddleware (600): their
+#: process_response runs first, so the middleware sees the final, decompressed
+#: response.
+MIDDLEWARE_PRIORITY = 585
+#: Early, so that duplicates are dropped before storage pipelines.
+PIPELINE_PRIORITY = 200
+EXTENSION_PRIORITY = 500
+
+
+class Addon:
+    """Enables the downloader middleware, the item pipeline and the log line.
+
+    Sets ``SIMDUP_ENABLED = True`` at add-on priority (a project or command
+    line setting ``SIMDUP_ENABLED = False`` still turns it off) and registers
+    the components unless the project already lists them (its priority wins).
+    """
+
+    def update_settings(self, settings) -> None:
+        from scrapy_simdup.integration.logstats import SimdupLogStats  # noqa: PLC0415 (import cycle)
+        from scrapy_simdup.integration.middleware import SimdupDownloaderMiddleware  # noqa: PLC0415
+        from scrapy_simdup.integration.pipeline import SimdupPipeline  # noqa: PLC0415
+
+        settings.set("SIMDUP_ENABLED", True, "addon")
+        settings.setdefault_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", SimdupDownloaderMiddleware, MIDDLEWARE_PRIORITY)
+        settings.setdefault_in_component_priority_dict(
+            "ITEM_PIPELINES", SimdupPipeline, PIPELINE_PRIORITY)
+        settings.setdefault_in_component_priority_dict(
+            "EXTENSIONS", SimdupLogStats, EXTENSION_PRIORITY)

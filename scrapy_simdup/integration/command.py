@@ -1,0 +1,90 @@
+"""``scrapy simdup merge [DIR...]`` / ``scrapy simdup stats [DIR...]``.
+
+The same as the ``simdup`` console script; without a DIR it uses the
+project's ``SIMDUP_DIR`` (or ``JOBDIR/simdup``). Kept import-light: Scrapy
+imports every registered command at start-up.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "merge|stats [DIR...] [options]"
+
+    def short_desc(self) -> str:
+        return "Merge scrapy-simdup batch files and report near-duplicates (PSM batch mode)"
+
+    def long_desc(self) -> str:
+        return ("merge: match the pending batch files of every DIR (default: the SIMDUP_DIR "
+                "setting) against the on-disk collection and append them; stats: what the "
+                "directories and the collection hold. Same options as the `simdup` script.")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        from scrapy_simdup.cli import add_merge_options  # noqa: PLC0415
+
+        add_merge_options(parser)
+
+    @staticmethod
+    def _refuse_merge_options(opts: argparse.Namespace) -> None:
+        """``stats`` takes DIRs, --collection and --json: a merge option given
+        to it is an error (the script's parser refuses them too)."""
+        from scrapy_simdup.cli import add_merge_options  # noqa: PLC0415
+
+        merge_only = argparse.ArgumentParser(add_help=False)
+        add_merge_options(merge_only)
+        given = [action.option_strings[0] for action in merge_only._actions
+                 if action.dest not in ("collection", "json")
+                 and getattr(opts, action.dest, action.default) != action.default]
+        if given:
+            raise UsageError(f"{', '.join(given)}: merge options, not for stats")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        from scrapy_simdup.cli import dispatch  # noqa: PLC0415
+
+        if not args or args[0] not in ("merge", "stats"):
+            raise UsageError("expected a subcommand: merge or stats")
+        opts.command = args[0]
+        dirs = args[1:]
+        unknown = [a for a in dirs if a.startswith("-")]
+        if unknown:
+            raise UsageError(f"unrecognized option(s): {' '.join(unknown)}")
+        if not dirs:
+            directory = self.settings.get("SIMDUP_DIR") if self.settings else None
+            if not directory and self.settings and self.settings.get("JOBDIR"):
+                directory = os.path.join(self.settings.get("JOBDIR"), "simdup")
+            if not directory:
+                raise UsageError("no DIR given and the SIMDUP_DIR setting is not set")
+            dirs = [os.fspath(directory)]
+        opts.dirs = dirs
+        if args[0] == "stats":
+            self._refuse_merge_options(opts)
+        elif getattr(opts, "distance", None) is None and self.settings \
+                and self.settings.get("SIMDUP_DISTANCE") is not None:
+            from scrapy.settings import SETTINGS_PRIORITIES  # noqa: PLC0415
+
+            from scrapy_simdup.integration.config import SimdupConfig  # noqa: PLC0415
+
+            # like `simdup merge`, the distance the crawls recorded wins; the
+            # project's SIMDUP_DISTANCE is the fallback, `-s SIMDUP_DISTANCE=H`
+            # an override like --distance (a bad value: the settings' error)
+            try:
+                distance = SimdupConfig.from_settings(self.settings).distance
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            if self.settings.getpriority("SIMDUP_DISTANCE") >= SETTINGS_PRIORITIES["cmdline"]:
+                opts.distance = distance
+            else:
+                opts.fallback_distance = distance
+        parser = argparse.ArgumentParser(prog=f"scrapy simdup {args[0]}")
+        self.exitcode = dispatch(parser, opts)    # (it flushes stdout itself)

@@ -1,0 +1,233 @@
+"""What the downloader middleware and the item pipeline share: set-up from the
+crawler, the fingerprint -> lookup -> verdict step, stats, errors and shutdown.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any, Callable
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from scrapy_simdup.integration import logstats
+from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.integration.backends import Match, MemoryBackend, make_backend, make_batch_writer
+from scrapy_simdup.integration.config import SimdupConfig
+
+logger = logging.getLogger("scrapy_simdup")
+
+
+class Verdict:
+    """The outcome of checking one page or item."""
+
+    __slots__ = ("simhash", "match", "skipped")
+
+    def __init__(self, simhash: int | None = None, match: Match | None = None,
+                 skipped: str | None = None) -> None:
+        self.simhash = simhash
+        self.match = match
+        self.skipped = skipped
+
+    def as_tag(self) -> dict[str, Any]:
+        tag = {"simhash": self.simhash,
+               "duplicate_of": self.match.duplicate_of if self.match else None,
+               "distance": self.match.distance if self.match else None}
+        if self.skipped is not None:
+            tag["skipped"] = self.skipped
+        return tag
+
+
+class SimdupComponent:
+    """Base of SimdupDownloaderMiddleware and SimdupPipeline (not public)."""
+
+    #: "pages" or "items": backend namespace and stats prefix
+    kind = "pages"
+    prefix = "simdup/"
+
+    def __init__(self, crawler, config: SimdupConfig, fingerprinter=None, backend=None) -> None:
+        from scrapy_simdup import SkippedPage  # noqa: PLC0415 (import cycle with the package)
+
+        self.crawler = crawler
+        self.config = config
+        self.stats = crawler.stats
+        #: the crawl's close reason when the component refuses to work (a
+        #: corrupt saved index with SIMDUP_ON_ERROR = "stop", Redis unreachable)
+        self.refused: str | None = None
+        try:
+            self._open(config, crawler, fingerprinter, backend)
+        except (CorruptFileError, ConnectionError) as exc:
+            if isinstance(exc, CorruptFileError):
+                if config.on_error != "stop":
+                    raise
+                self.refused = "simdup_corrupt_index"    # already logged by file name
+            else:   # the shared index cannot be reached (RedisIndexError)
+                self.refused = "simdup_index_unavailable"
+                if not getattr(crawler, "_simdup_refusal_logged", False):   # once, not per component
+                    crawler._simdup_refusal_logged = True
+                    logger.error("Simdup: %s; the crawl stops (%s)", exc, self.refused)
+            # stop the crawl without a traceback and without letting a page
+            # through unchecked
+            self.fingerprinter = config.make_fingerprinter()
+            self.backend = MemoryBackend.from_config(config, crawler, self.kind)
+            self.writer = None
+            crawler.signals.connect(self._refuse, signal=signals.spider_opened)
+        self.logstats = logstats.attach(crawler, config)
+        self._skipped_exc = SkippedPage
+        self._stopping = False
+        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
+
+    def _open(self, config, crawler, fingerprinter, backend) -> None:
+        if config.dir:
+            from scrapy_simdup.index.persist import (lock_crawl_directory, namespace_dir,  # noqa: PLC0415
+                                   prepare_directory)
+            setting = ("SIMDUP_DIR" if crawler.settings.get("SIMDUP_DIR")
+                       else "SIMDUP_DIR (JOBDIR/simdup)")
+            prepare_directory(config.dir, setting)
+            if self.kind != "pages":     # items keep their files in a folder of their own
+                prepare_directory(namespace_dir(config.dir, self.kind),
+                                  f"{setting} ({self.kind} folder)")
+            self._dir_lock = lock_crawl_directory(namespace_dir(config.dir, self.kind), setting)
+        try:
+            self._open_index(config, crawler, fingerprinter, backend)
+        except BaseException:
+            # this crawl does not go on with the directory: another one may use it
+            lock = getattr(self, "_dir_lock", None)
+            if lock is not None:
+                lock.close()
+            raise
+
+    def _open_index(self, config, crawler, fingerprinter, backend) -> None:
+        idf = None
+        if config.dir and fingerprinter is None and \
+                config.feature_options.get("weighting") == "idf":
+            from scrapy_simdup.index.persist import load_idf, namespace_dir  # noqa: PLC0415
+            idf = load_idf(namespace_dir(config.dir, self.kind), config.on_error,
+                           self.stats, self.prefix)
+        self.fingerprinter = fingerprinter if fingerprinter is not None else \
+            config.make_fingerprinter(idf=idf)
+        self.backend = backend if backend is not None else make_backend(
+            config, crawler, self.kind, fingerprint=self.fingerprinter.version)
+        self.writer = make_batch_writer(config, crawler, self.kind, backend=self.backend,
+                                        fingerprint=self.fingerprinter.version,
+                                        idf=self.fingerprinter.idf)
+
+    def _refuse(self, spider) -> None:
+        self._stopping = True
+        self._close_spider(self.refused)
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        config = SimdupConfig.from_settings(crawler.settings)
+        if not config.enabled or not cls.applies(config):
+            raise NotConfigured
+        return cls(crawler, config)
+
+    @classmethod
+    def applies(cls, config) -> bool:
+        """Whether this component has work under ``config`` (else NotConfigured)."""
+        return True
+
+    # -- the one step ---------------------------------------------------------
+    def skip(self, reason: str, key: str) -> Verdict:
+        self.stats.inc_value(f"{self.prefix}skipped/{reason}")
+        if self.config.debug:
+            logger.debug("Simdup skipped %s %s: %s", self.kind[:-1], key, reason,
+                         extra={"spider": self.crawler.spider})
+        return Verdict(skipped=reason)
+
+    async def check(self, fingerprint: Callable[[], Any], key: str) -> Verdict | None:
+        """Fingerprint (``fingerprint()``), look up and add; None on an error."""
+        t0 = time.perf_counter()
+        try:
+            fp = fingerprint()
+        except self._skipped_exc as exc:
+            return self.skip(getattr(exc, "reason", None) or "other", key)
+        except Exception:  # noqa: BLE001 (any failure: count, log, keep or stop)
+            self.error(key, "fingerprinting")
+            return None
+        value, W = fp
+        t1 = time.perf_counter()
+        try:
+            match = await self.backend.check_and_add(value, W, key)
+        except Exception:  # noqa: BLE001
+            self.error(key, "index lookup")
+            return None
+        t2 = time.perf_counter()
+        self.logstats.record(self.kind, t1 - t0, t2 - t1)
+        stats = self.stats
+        stats.inc_value(self.prefix + "checked")
+        if fp.truncated:     # from a cut text (SIMDUP_MAX_BYTES/MAX_TOKENS)
+            stats.inc_value(self.prefix + "truncated")
+        stats.set_value(self.prefix + "index_size", len(self.backend))
+        probes = self.backend.probes
+        if probes is not None:
+            stats.set_value(self.prefix + "probes", probes)
+        if match is None and self.fingerprinter.idf is not None:
+            # weighting "idf": learn from kept pages, before the writer may
+            # snapshot the index with this page in it
+            self.fingerprinter.learn(fp)
+        if self.writer is not None:
+            try:
+                self.writer.add(value, W, key, match)
+            except Exception:  # noqa: BLE001 (disk full, SIMDUP_DIR gone: the page goes on)
+                self.error(key, "writing to SIMDUP_DIR")
+        if match is not None:
+            stats.inc_value(self.prefix + "duplicates")
+        if self.config.debug:
+            logger.debug("Simdup checked %s %s: simhash %016x, %s", self.kind[:-1], key, value,
+                         f"duplicate of {match.duplicate_of} at distance {match.distance}"
+                         if match else "new", extra={"spider": self.crawler.spider})
+        return Verdict(int(value), match)
+
+    def error(self, key: str, what: str) -> None:
+        self.stats.inc_value(self.prefix + "errors")
+        # an index outage fails every page: log once per SIMDUP_LOG_INTERVAL
+        # (with the traceback), and say how many were not logged in between
+        now = time.monotonic()
+        last = getattr(self, "_error_logged_at", None)
+        interval = self.config.log_interval or 60.0
+        if last is not None and now - last < interval:
+            self._errors_unlogged = getattr(self, "_errors_unlogged", 0) + 1
+            return self._on_error()
+        unlogged, self._errors_unlogged, self._error_logged_at = \
+            getattr(self, "_errors_unlogged", 0), 0, now
+        exc = sys.exc_info()[1]
+        more = f"; {unlogged} more errors since the last one logged" if unlogged else ""
+        if isinstance(exc, OSError):
+            # disk full, SIMDUP_DIR gone, Redis down: the message says it all
+            logger.error("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s): %s%s", what, key,
+                         self.config.on_error, exc, more, extra={"spider": self.crawler.spider})
+        else:       # anything else is a bug worth its traceback
+            logger.exception("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s)%s", what, key,
+                             self.config.on_error, more, extra={"spider": self.crawler.spider})
+        self._on_error()
+
+    def _on_error(self) -> None:
+        if self.config.on_error == "stop" and not self._stopping:
+            self._stopping = True
+            self._close_spider("simdup_error")
+
+    def _close_spider(self, reason: str) -> None:
+        engine = self.crawler.engine
+        if hasattr(engine, "close_spider_async"):
+            from scrapy.utils.defer import deferred_from_coro  # noqa: PLC0415
+            deferred_from_coro(engine.close_spider_async(reason=reason))
+        else:  # pragma: no cover (Scrapy < 2.14)
+            engine.close_spider(self.crawler.spider, reason)
+
+    async def _spider_closed(self, spider, reason) -> None:
+        try:
+            if self.writer is not None:
+                try:
+                    await self.writer.close()
+                except Exception as exc:  # noqa: BLE001 (reported, not a signal traceback)
+                    self.stats.inc_value(self.prefix + "errors")
+                    logger.error("Simdup could not write to SIMDUP_DIR at close: %s", exc,
+                                 extra={"spider": self.crawler.spider})
+        finally:
+            await self.backend.close()
+            lock = getattr(self, "_dir_lock", None)
+            if lock is not None:        # another crawl may use SIMDUP_DIR from now on
+                lock.close()

@@ -1,0 +1,382 @@
+"""Every ``SIMDUP_*`` setting, parsed and checked once into a frozen dataclass.
+
+Components call :meth:`SimdupConfig.from_settings` in ``from_crawler``; a bad
+value raises ``ValueError`` naming the setting, at start-up. ``NotConfigured``
+is raised by the components (not here) and only means "turned off".
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
+
+__all__ = ["SimdupConfig", "SETTINGS_DEFAULTS"]
+
+logger = logging.getLogger(__name__)
+
+
+def _warn_once(settings, message: str, *args) -> None:
+    """Log a settings warning once per crawl, not once per component (the
+    middleware, the pipeline and the log extension each read the settings)."""
+    try:
+        seen = vars(settings).setdefault("_simdup_warned", set())
+    except TypeError:           # a plain dict of settings: no attributes to keep it in
+        seen = set()
+    text = message % args
+    if text not in seen:
+        seen.add(text)
+        logger.warning(text)
+
+_ACTIONS = ("drop", "tag")
+_SEARCHES = ("psm", "exact")
+_ON_ERROR = ("keep", "stop")
+_INDEX_SCHEMES = ("redis://", "rediss://", "unix://")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+#: Feature settings passed through to :class:`scrapy_simdup.Fingerprinter`
+#: (setting name -> keyword argument). ``None`` means "the Fingerprinter's
+#: default"; the Fingerprinter validates the values.
+FEATURE_SETTINGS = {
+    "SIMDUP_FEATURES": "features",
+    "SIMDUP_SHINGLE_SIZE": "shingle_size",
+    "SIMDUP_WEIGHTING": "weighting",
+    "SIMDUP_EXTRACT": "extract",
+    "SIMDUP_CONTENT_XPATH": "content_xpath",
+    "SIMDUP_CONTENT_CSS": "content_css",
+    "SIMDUP_MIN_FEATURES": "min_features",
+    "SIMDUP_PARSER": "parser",
+    "SIMDUP_MAX_BYTES": "max_bytes",
+    "SIMDUP_ON_TOO_LARGE": "on_too_large",
+    "SIMDUP_MAX_TOKENS": "max_tokens",
+    "SIMDUP_IDF_PAGES": "idf_pages",
+}
+
+
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise ValueError(f"{name} must be a boolean (True/False, 1/0, 'true'/'false'), got {value!r}")
+
+
+#: upper bound of the SIMDUP_* count settings (2**63 would skip every page)
+_INT_SETTING_MAX = 1 << 40
+
+
+def _log_interval(value) -> float:
+    """SIMDUP_LOG_INTERVAL: 0 (no periodic line) or at least 0.1 s (1e-9
+    would write a line per reactor turn)."""
+    interval = _float("SIMDUP_LOG_INTERVAL", value, lo=0.0)
+    if 0 < interval < 0.1:
+        raise ValueError(f"SIMDUP_LOG_INTERVAL must be 0 (off) or at least 0.1 seconds, "
+                         f"got {interval}")
+    return interval
+
+
+def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None,
+         optional: bool = False) -> int | None:
+    if value is None or (optional and value == ""):
+        if optional:
+            return None
+        raise ValueError(f"{name} must be an integer, got None")
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        value = int(value)
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if lo is not None and value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {value}")
+    return value
+
+
+def _float(name: str, value: Any, lo: float | None = None, hi: float | None = None,
+           lo_open: bool = False, optional: bool = False) -> float | None:
+    if value is None or (optional and value == ""):
+        if optional:
+            return None
+        raise ValueError(f"{name} must be a number, got None")
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if lo is not None and (number <= lo if lo_open else number < lo):
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo}, got {number}")
+    if hi is not None and number > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {number}")
+    return number
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value.strip().lower()
+
+
+def _opt_str(name: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _str_list(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"{name} must be a non-empty list of field names, got {value!r}")
+    for v in value:
+        if not isinstance(v, str) or not v:
+            raise ValueError(f"{name} must contain non-empty strings, got {v!r}")
+    return tuple(value)
+
+
+def _index(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be 'memory' or a redis://, rediss:// or unix:// URL, "
+                         f"got {value!r}")
+    value = value.strip()
+    if value.lower() == "memory":
+        return "memory"
+    if value.lower().startswith(_INDEX_SCHEMES):
+        return value
+    raise ValueError(f"{name} must be 'memory' or a redis://, rediss:// or unix:// URL, "
+                     f"got {value!r}")
+
+
+def _dict(name: str, value: Any) -> dict:
+    if value is None:
+        return {}
+    if hasattr(value, "copy_to_dict"):  # a BaseSettings
+        value = value.copy_to_dict()
+    if isinstance(value, str):
+        import json
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name} must be a dict (or a JSON object string): {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a dict, got {type(value).__name__} {value!r}")
+    return dict(value)
+
+
+#: Default of every setting (None: computed or left to the component).
+SETTINGS_DEFAULTS: dict[str, Any] = {
+    "SIMDUP_ENABLED": False,
+    "SIMDUP_ACTION": "drop",
+    "SIMDUP_DISTANCE": DEFAULT_DISTANCE,
+    "SIMDUP_RECALL": None,
+    "SIMDUP_MAX_PROBES": None,
+    "SIMDUP_SEARCH": "psm",
+    "SIMDUP_FEATURES": None,
+    "SIMDUP_SHINGLE_SIZE": None,
+    "SIMDUP_WEIGHTING": None,
+    "SIMDUP_EXTRACT": None,
+    "SIMDUP_CONTENT_XPATH": None,
+    "SIMDUP_CONTENT_CSS": None,
+    "SIMDUP_MIN_FEATURES": None,
+    "SIMDUP_PARSER": None,
+    "SIMDUP_MAX_BYTES": None,
+    "SIMDUP_ON_TOO_LARGE": None,
+    "SIMDUP_MAX_TOKENS": None,
+    "SIMDUP_IDF_PAGES": None,
+    "SIMDUP_ITEM_FIELDS": ("text",),
+    "SIMDUP_ITEM_ID_FIELD": "url",
+    "SIMDUP_TAG_FIELD": "simdup",
+    "SIMDUP_INDEX": "memory",
+    "SIMDUP_DIR": None,
+    "SIMDUP_BATCH_SIZE": 100_000,
+    "SIMDUP_REDIS_KEY": "simdup:%(spider)s",
+    "SIMDUP_REDIS_PARAMS": {},
+    "SIMDUP_REDIS_HEADER_BITS": 14,       # read by the Redis backend (_backend_redis)
+    "SIMDUP_ON_ERROR": "keep",
+    "SIMDUP_LOG_INTERVAL": 60.0,
+    "SIMDUP_DEBUG": False,
+}
+
+
+@dataclass(frozen=True)
+class SimdupConfig:
+    """Typed, validated ``SIMDUP_*`` settings (see the README's "Settings")."""
+
+    enabled: bool = False
+    action: str = "drop"                  # "drop" | "tag"
+    distance: int = DEFAULT_DISTANCE      # Hamming distance threshold h
+    recall: float | None = None           # PSM target recall in (0, 1]
+    max_probes: int | None = None         # PSM probe budget (flip sets per query)
+    search: str = "psm"                   # "psm" | "exact" (BPHS)
+    #: keyword arguments for Fingerprinter (only the settings the user set)
+    feature_options: dict = field(default_factory=dict)
+    item_fields: tuple[str, ...] = ("text",)
+    item_id_field: str | None = "url"
+    tag_field: str = "simdup"
+    index: str = "memory"                 # "memory" or a redis:// / rediss:// / unix:// URL
+    dir: str | None = None                # persistence directory (None: no persistence)
+    batch_size: int = 100_000
+    redis_key: str = "simdup:%(spider)s"
+    redis_params: dict = field(default_factory=dict)
+    on_error: str = "keep"                # "keep" | "stop"
+    log_interval: float = 60.0            # seconds; 0 disables the periodic line
+    debug: bool = False
+
+    @classmethod
+    def from_settings(cls, settings) -> "SimdupConfig":
+        """Parse a Scrapy ``Settings`` (or a plain dict) into a config.
+
+        Raises ``ValueError`` naming the first bad setting.
+        """
+        def get(name):
+            value = settings.get(name, None) if settings is not None else None
+            return SETTINGS_DEFAULTS[name] if value is None else value
+
+        unknown = [k for k in (settings.keys() if hasattr(settings, "keys") else ())
+                   if isinstance(k, str) and k.startswith("SIMDUP_")
+                   and k not in SETTINGS_DEFAULTS]
+        if unknown:  # most likely a typo: say so, but do not refuse to start
+            _warn_once(settings, "Unknown setting(s) %s ignored (scrapy-simdup knows: %s)",
+                       ", ".join(sorted(unknown)), ", ".join(sorted(SETTINGS_DEFAULTS)))
+
+        recall = _float("SIMDUP_RECALL", get("SIMDUP_RECALL"), lo=0.0, hi=1.0,
+                        lo_open=True, optional=True)
+        max_probes = _int("SIMDUP_MAX_PROBES", get("SIMDUP_MAX_PROBES"), lo=1, optional=True)
+        if recall is not None and max_probes is not None:
+            raise ValueError("SIMDUP_RECALL and SIMDUP_MAX_PROBES are exclusive: set only one "
+                             "of them (a target recall, or a probe budget per lookup)")
+
+        feature_options = {}
+        for name, kwarg in FEATURE_SETTINGS.items():
+            value = get(name)
+            if value is None or value == "":
+                continue
+            if name in ("SIMDUP_SHINGLE_SIZE", "SIMDUP_MIN_FEATURES", "SIMDUP_MAX_BYTES",
+                        "SIMDUP_MAX_TOKENS", "SIMDUP_IDF_PAGES"):
+                value = _int(name, value, lo=1, hi=_INT_SETTING_MAX)
+            elif name in ("SIMDUP_CONTENT_XPATH", "SIMDUP_CONTENT_CSS", "SIMDUP_EXTRACT",
+                          "SIMDUP_PARSER", "SIMDUP_ON_TOO_LARGE", "SIMDUP_FEATURES",
+                          "SIMDUP_WEIGHTING"):
+                value = _opt_str(name, value)
+            feature_options[kwarg] = value
+        if "idf_pages" in feature_options and feature_options.get("weighting") != "idf":
+            _warn_once(settings, "SIMDUP_IDF_PAGES has no effect without SIMDUP_WEIGHTING = 'idf'")
+            del feature_options["idf_pages"]
+        if "content_xpath" in feature_options and "content_css" in feature_options:
+            raise ValueError("SIMDUP_CONTENT_XPATH and SIMDUP_CONTENT_CSS are exclusive: "
+                             "set only one of them")
+
+        item_id_field = get("SIMDUP_ITEM_ID_FIELD")
+        if item_id_field is not None and (not isinstance(item_id_field, str)
+                                          or not item_id_field):
+            raise ValueError(f"SIMDUP_ITEM_ID_FIELD must be a field name, got {item_id_field!r}")
+        tag_field = get("SIMDUP_TAG_FIELD")
+        if not isinstance(tag_field, str) or not tag_field:
+            raise ValueError(f"SIMDUP_TAG_FIELD must be a field name, got {tag_field!r}")
+
+        redis_key = get("SIMDUP_REDIS_KEY")
+        if not isinstance(redis_key, str) or not redis_key:
+            raise ValueError(f"SIMDUP_REDIS_KEY must be a non-empty string, got {redis_key!r}")
+        if "%" in redis_key.replace("%%", "").replace("%(spider)s", ""):
+            raise ValueError(f"SIMDUP_REDIS_KEY may use only %(spider)s (and %% for a "
+                             f"percent sign), got {redis_key!r}")
+
+        # read by the Redis backend, checked here so a typo fails with any index
+        _int("SIMDUP_REDIS_HEADER_BITS", get("SIMDUP_REDIS_HEADER_BITS"), lo=4, hi=24)
+        index = _index("SIMDUP_INDEX", get("SIMDUP_INDEX"))
+        if feature_options.get("weighting") == "idf" and index != "memory":
+            raise ValueError("SIMDUP_WEIGHTING = 'idf' cannot be used with a shared Redis "
+                             "SIMDUP_INDEX: each process would learn its own IDF table, and "
+                             "their fingerprints could not be compared. Use 'logtf' (the "
+                             "default) with Redis.")
+
+        search = _choice("SIMDUP_SEARCH", get("SIMDUP_SEARCH"), _SEARCHES)
+        if search == "exact" and index != "memory":
+            raise ValueError("SIMDUP_SEARCH = 'exact' needs the memory index: a Redis "
+                             "SIMDUP_INDEX searches with PSM (tune it with SIMDUP_RECALL or "
+                             "SIMDUP_MAX_PROBES)")
+        if search == "exact" and (recall is not None or max_probes is not None):
+            _warn_once(settings, "%s has no effect with SIMDUP_SEARCH = 'exact' (it finds every "
+                       "match within SIMDUP_DISTANCE)",
+                       "SIMDUP_RECALL" if recall is not None else "SIMDUP_MAX_PROBES")
+
+        directory = get("SIMDUP_DIR")
+        if directory is None or directory == "":
+            jobdir = settings.get("JOBDIR") if settings is not None else None
+            directory = os.path.join(jobdir, "simdup") if jobdir else None
+        elif not isinstance(directory, (str, os.PathLike)):
+            raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r}")
+        else:
+            directory = os.fspath(directory)
+            if "\x00" in str(directory):
+                raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r} "
+                                 f"(a NUL character)")
+
+        return cls(
+            enabled=_bool("SIMDUP_ENABLED", get("SIMDUP_ENABLED")),
+            action=_choice("SIMDUP_ACTION", get("SIMDUP_ACTION"), _ACTIONS),
+            distance=_int("SIMDUP_DISTANCE", get("SIMDUP_DISTANCE"), lo=0, hi=MAX_DISTANCE),
+            recall=recall,
+            max_probes=max_probes,
+            search=search,
+            feature_options=feature_options,
+            item_fields=_str_list("SIMDUP_ITEM_FIELDS", get("SIMDUP_ITEM_FIELDS")),
+            item_id_field=item_id_field,
+            tag_field=tag_field,
+            index=index,
+            dir=directory,
+            batch_size=_int("SIMDUP_BATCH_SIZE", get("SIMDUP_BATCH_SIZE"), lo=1),
+            redis_key=redis_key,
+            redis_params=_dict("SIMDUP_REDIS_PARAMS", get("SIMDUP_REDIS_PARAMS")),
+            on_error=_choice("SIMDUP_ON_ERROR", get("SIMDUP_ON_ERROR"), _ON_ERROR),
+            log_interval=_log_interval(get("SIMDUP_LOG_INTERVAL")),
+            debug=_bool("SIMDUP_DEBUG", get("SIMDUP_DEBUG")),
+        )
+
+    def make_fingerprinter(self, idf=None):
+        """Build the :class:`scrapy_simdup.Fingerprinter` for these settings
+        (``idf``: a saved IdfTable to go on with, for ``weighting="idf"``).
+
+        The Fingerprinter validates its options; its ``ValueError`` is re-raised
+        naming the ``SIMDUP_*`` setting it concerns.
+        """
+        from scrapy_simdup import Fingerprinter  # noqa: PLC0415 (import cycle: the package imports us)
+        try:
+            return Fingerprinter(**self.feature_options, idf=idf)
+        except (TypeError, ValueError) as exc:
+            message = str(exc)
+            for name, kwarg in FEATURE_SETTINGS.items():
+                if re.search(rf"(?<!\w){kwarg}(?!\w)", message) and kwarg in self.feature_options:
+                    raise ValueError(f"{name}: {message}") from exc
+            names = ", ".join(n for n, k in FEATURE_SETTINGS.items() if k in self.feature_options)
+            raise ValueError(f"invalid feature settings ({names or 'defaults'}): {message}") from exc
+
+    def redis_key_for(self, spider_name: str) -> str:
+        return self.redis_key % {"spider": spider_name}
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

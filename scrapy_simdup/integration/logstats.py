@@ -1,0 +1,146 @@
+"""The periodic ``Simdup:`` log line (like Scrapy's LogStats) and the close summary.
+
+One :class:`SimdupLogStats` exists per crawler: the extension entry and the
+middleware/pipeline all get the same instance from :func:`attach`, so the line
+appears however the plugin was enabled.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from scrapy_simdup.integration.config import SimdupConfig
+
+try:  # Scrapy >= 2.13: asyncio-native looping call when the asyncio reactor runs
+    from scrapy.utils.asyncio import create_looping_call as _looping_call
+except ImportError:  # pragma: no cover (older Scrapy)
+    from twisted.internet.task import LoopingCall as _looping_call
+
+__all__ = ["SimdupLogStats", "attach"]
+
+logger = logging.getLogger("scrapy_simdup")
+
+_ATTR = "_simdup_logstats"
+
+
+class SimdupLogStats:
+    """Logs the dedup counters every ``SIMDUP_LOG_INTERVAL`` seconds and a summary at close.
+
+    Besides the Scrapy stats it keeps the time spent fingerprinting and in
+    index lookups (``record_page``/``record_item``), for the per-lookup means.
+    """
+
+    def __init__(self, crawler, config: SimdupConfig) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.interval = config.log_interval
+        self.task = None
+        self.checked_prev = 0
+        self.started = None
+        self.fingerprint_seconds = {"pages": 0.0, "items": 0.0}
+        self.lookup_seconds = {"pages": 0.0, "items": 0.0}
+        self.lookups = {"pages": 0, "items": 0}
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler) -> "SimdupLogStats":
+        config = SimdupConfig.from_settings(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured
+        return attach(crawler, config)
+
+    # -- timing, fed by the middleware and the pipeline ----------------------
+    def record(self, kind: str, fingerprint_seconds: float, lookup_seconds: float) -> None:
+        self.fingerprint_seconds[kind] += fingerprint_seconds
+        self.lookup_seconds[kind] += lookup_seconds
+        self.lookups[kind] += 1
+
+    # -- signals -------------------------------------------------------------
+    def spider_opened(self, spider) -> None:
+        self.started = time.monotonic()
+        if self.interval > 0:
+            self.task = _looping_call(self.log)
+            self.task.start(self.interval, now=False)
+
+    def spider_closed(self, spider, reason) -> None:
+        if self.task is not None and self.task.running:
+            self.task.stop()
+        self.task = None
+        if self.stats.get_value("simdup/checked", 0) or self.stats.get_value(
+                "simdup/items/checked", 0) or _skipped(self.stats, "simdup/skipped/"):
+            logger.info(self.summary(), extra={"spider": spider})
+
+    # -- formatting ------------------------------------------------------------
+    def _means(self, kind: str) -> tuple[float, float, float]:
+        n = self.lookups[kind]
+        probes_key = "simdup/probes" if kind == "pages" else "simdup/items/probes"
+        probes = self.stats.get_value(probes_key)
+        mean_probes = probes / n if (n and probes is not None) else float("nan")
+        mean_lookup_us = 1e6 * self.lookup_seconds[kind] / n if n else 0.0
+        mean_fp_us = 1e6 * self.fingerprint_seconds[kind] / n if n else 0.0
+        return mean_probes, mean_lookup_us, mean_fp_us
+
+    def log(self) -> None:
+        get = self.stats.get_value
+        checked = get("simdup/checked", 0)
+        rate = (checked - self.checked_prev) * 60.0 / self.interval
+        self.checked_prev = checked
+        duplicates = get("simdup/duplicates", 0)
+        mean_probes, lookup_us, fp_us = self._means("pages")
+        message = f"Simdup: checked {checked} pages (at {rate:.0f} pages/min)"
+        if checked:
+            message += (f", {duplicates} duplicates ({_share(duplicates, checked)}), "
+                        f"index {get('simdup/index_size', 0)}, "
+                        f"{_fmt(mean_probes)} probes and {lookup_us:.0f} us per lookup")
+        items = get("simdup/items/checked", 0)
+        if items:
+            item_dups = get("simdup/items/duplicates", 0)
+            message += f"; items: checked {items}, {item_dups} duplicates ({_share(item_dups, items)})"
+        logger.info(message, extra={"spider": self.crawler.spider})
+
+    def summary(self) -> str:
+        get = self.stats.get_value
+        parts = []
+        for kind, prefix in (("pages", "simdup/"), ("items", "simdup/items/")):
+            checked = get(prefix + "checked", 0)
+            skipped = _skipped(self.stats, prefix + "skipped/")
+            if not checked and not skipped:     # e.g. the pipeline alone: no pages part
+                continue
+            duplicates = get(prefix + "duplicates", 0)
+            mean_probes, lookup_us, fp_us = self._means(kind)
+            reasons = ", ".join(f"{k.rsplit('/', 1)[1]} {v}" for k, v in sorted(skipped.items()))
+            parts.append(
+                f"{kind}: checked {checked}, {duplicates} near-duplicates "
+                f"({_share(duplicates, checked)}; dropped {get(prefix + 'dropped', 0)}, "
+                f"tagged {get(prefix + 'tagged', 0)}), skipped {sum(skipped.values())}"
+                + (f" ({reasons})" if reasons else "")
+                + f", errors {get(prefix + 'errors', 0)}, index size {get(prefix + 'index_size', 0)}, "
+                f"{_fmt(mean_probes)} probes, {lookup_us:.0f} us per lookup, "
+                f"{fp_us:.0f} us per fingerprint")
+        return "Simdup summary: " + "; ".join(parts)
+
+
+def _skipped(stats, prefix: str) -> dict:
+    return {k: v for k, v in stats.get_stats().items()
+            if k.startswith(prefix) and k.count("/") == prefix.count("/")}
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "0.0%"
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if x != x else f"{x:.1f}"
+
+
+def attach(crawler, config: SimdupConfig) -> SimdupLogStats:
+    """The crawler's one SimdupLogStats, created on first use."""
+    existing = getattr(crawler, _ATTR, None)
+    if existing is None:
+        existing = SimdupLogStats(crawler, config)
+        setattr(crawler, _ATTR, existing)
+    return existing

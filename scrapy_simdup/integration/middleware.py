@@ -1,0 +1,75 @@
+"""SimdupDownloaderMiddleware: drop or tag near-duplicate HTML responses."""
+from __future__ import annotations
+
+import logging
+
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import HtmlResponse
+
+from scrapy_simdup.integration.component import SimdupComponent
+
+__all__ = ["SimdupDownloaderMiddleware", "NearDuplicateResponse"]
+
+logger = logging.getLogger("scrapy_simdup")
+
+
+class NearDuplicateResponse(IgnoreRequest):
+    """Raised for a dropped near-duplicate (``SIMDUP_ACTION = "drop"``).
+
+    An ``IgnoreRequest``, so Scrapy drops the response quietly; a request
+    errback receives it with ``url``, ``duplicate_of``, ``distance`` and
+    ``simhash`` attributes.
+    """
+
+    def __init__(self, url: str, duplicate_of: str, distance: int, simhash: int) -> None:
+        super().__init__(f"near-duplicate of {duplicate_of} (distance {distance}): {url}")
+        self.url = url
+        self.duplicate_of = duplicate_of
+        self.distance = distance
+        self.simhash = simhash
+
+
+class SimdupDownloaderMiddleware(SimdupComponent):
+    """Checks every final HTML response against the index.
+
+    Place it below ``HttpCompressionMiddleware`` (590) and ``RedirectMiddleware``
+    (600), so that it sees decompressed responses after redirects: the add-on
+    uses 585. Requests with ``meta["dont_simdup"] = True`` are not checked.
+    Every response it passes on gets ``meta["simdup"]`` (``simhash``,
+    ``duplicate_of``, ``distance``; ``skipped`` when not fingerprinted).
+    """
+
+    kind = "pages"
+    prefix = "simdup/"
+
+    async def process_response(self, request, response, spider=None):
+        url = response.url
+        if self.refused:     # the crawl is being stopped: no page goes through unchecked
+            raise IgnoreRequest(f"scrapy-simdup refused to check pages ({self.refused})")
+        if request.meta.get("dont_simdup"):
+            verdict = self.skip("dont_simdup", url)
+        elif not isinstance(response, HtmlResponse):
+            verdict = self.skip("not_html", url)
+        elif not 200 <= response.status < 300:
+            verdict = self.skip("status", url)
+        else:
+            verdict = await self.check(lambda: self.fingerprinter.fingerprint_response(response),
+                                       url)
+            if verdict is None:  # error, counted and logged: keep the page
+                return response
+        match = verdict.match
+        if match is not None and self.config.action == "drop":
+            self.stats.inc_value("simdup/dropped")
+            logger.debug("Dropped near-duplicate %s of %s (distance %d)", url,
+                         match.duplicate_of, match.distance,
+                         extra={"spider": self.crawler.spider})
+            raise NearDuplicateResponse(url, match.duplicate_of, match.distance,
+                                        verdict.simhash)
+        if match is not None:  # tag mode
+            self.stats.inc_value("simdup/tagged")
+            logger.debug("Tagged near-duplicate %s of %s (distance %d)", url,
+                         match.duplicate_of, match.distance,
+                         extra={"spider": self.crawler.spider})
+        # every response passed on carries the verdict (in drop mode: not a duplicate)
+        request.meta["simdup"] = verdict.as_tag()
+        return response

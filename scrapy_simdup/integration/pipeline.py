@@ -1,0 +1,120 @@
+"""SimdupPipeline: drop or tag near-duplicate items by their text fields."""
+from __future__ import annotations
+
+import itertools
+import logging
+
+from itemadapter import ItemAdapter
+from scrapy.exceptions import DropItem
+
+from scrapy_simdup.integration.component import SimdupComponent
+from scrapy_simdup.fingerprint.fingerprinter import has_text_features
+
+__all__ = ["SimdupPipeline", "NearDuplicateItem"]
+
+logger = logging.getLogger("scrapy_simdup")
+
+
+class NearDuplicateItem(DropItem):
+    """Raised for a dropped near-duplicate item (``SIMDUP_ACTION = "drop"``).
+
+    Scrapy logs it at DEBUG, like a dropped near-duplicate response (every
+    drop is counted in ``simdup/items/dropped``), instead of a WARNING line
+    per duplicate.
+    """
+
+    def __init__(self, key: str, duplicate_of: str, distance: int, simhash: int) -> None:
+        super().__init__(f"near-duplicate of {duplicate_of} (distance {distance}): {key}")
+        self.log_level = "DEBUG"     # read by Scrapy's LogFormatter.dropped
+        self.key = key
+        self.duplicate_of = duplicate_of
+        self.distance = distance
+        self.simhash = simhash
+
+
+def _as_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        parts = [t for t in map(_as_text, value) if t]
+        return "\n".join(parts)
+    return str(value)
+
+
+class SimdupPipeline(SimdupComponent):
+    """Fingerprints the text of ``SIMDUP_ITEM_FIELDS`` (joined) of every item.
+
+    The item's key is its ``SIMDUP_ITEM_ID_FIELD`` (default ``url``) or, when
+    missing, ``item-<n>``. Duplicates are dropped (``DropItem``) or, with
+    ``SIMDUP_ACTION = "tag"``, get ``SIMDUP_TAG_FIELD`` (default ``simdup``)
+    set to ``{"simhash", "duplicate_of", "distance"}``. Stats: ``simdup/items/*``.
+    """
+
+    kind = "items"
+    prefix = "simdup/items/"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._counter = itertools.count(1)
+        self._warned_tag = False
+
+    @classmethod
+    def applies(cls, config) -> bool:
+        features = config.feature_options.get("features")
+        if features is not None and not has_text_features(features):
+            # items are text: HTML structure features cannot describe them
+            logger.warning("SimdupPipeline is off: SIMDUP_FEATURES = %r has no text features "
+                           "for items (add 'shingles' or 'spots' to check items)", features)
+            return False
+        return True
+
+    async def process_item(self, item, spider=None):
+        if self.refused:     # the crawl is being stopped: no item goes through unchecked
+            raise DropItem(f"scrapy-simdup refused to check items ({self.refused})")
+        adapter = ItemAdapter(item)
+        n = next(self._counter)
+        key = None
+        if self.config.item_id_field and adapter.get(self.config.item_id_field) is not None:
+            try:
+                key = str(adapter.get(self.config.item_id_field))
+            except Exception:  # noqa: BLE001 (an id whose str() fails: the item keeps a number)
+                key = None
+        key = key or f"item-{n}"
+        try:
+            texts = [_as_text(adapter.get(name)) for name in self.config.item_fields]
+        except Exception:  # noqa: BLE001 (a field whose str() fails, a list holding itself)
+            texts = None
+        if texts is None:
+            verdict = self.skip("unreadable_field", key)
+        elif not any(texts):
+            verdict = self.skip("no_text", key)
+        else:
+            text = "\n".join(t for t in texts if t)
+            verdict = await self.check(lambda: self.fingerprinter.fingerprint_text(text), key)
+            if verdict is None:
+                return item
+        match = verdict.match
+        if match is not None and self.config.action == "drop":
+            self.stats.inc_value(self.prefix + "dropped")
+            raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash)
+        if self.config.action == "tag":
+            try:
+                adapter[self.config.tag_field] = verdict.as_tag()
+                if match is not None:       # counted once the tag is on the item
+                    self.stats.inc_value(self.prefix + "tagged")
+            except (KeyError, AttributeError, TypeError) as exc:
+                # no such field (scrapy.Item), a frozen dataclass or attrs
+                # class: the item goes on untagged, counted
+                self.stats.inc_value(self.prefix + "errors")
+                if not self._warned_tag:
+                    self._warned_tag = True
+                    logger.warning("Cannot tag %s items with a %r field (%s: %s); declare a "
+                                   "writable field or set SIMDUP_TAG_FIELD",
+                                   type(item).__name__, self.config.tag_field,
+                                   type(exc).__name__, exc,
+                                   extra={"spider": self.crawler.spider})
+        return item

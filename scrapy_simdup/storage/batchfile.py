@@ -1,0 +1,295 @@
+"""Batch file format (version 1): what a crawl flushes for the offline merge.
+
+A batch named ``B`` (``batch-<crawl>-<seq>``) is three files in ``SIMDUP_DIR``:
+
+``B.npy``
+    A plain NumPy ``.npy`` file (``np.load`` reads it) holding a structured
+    array of ``count`` records with dtype :data:`BATCH_DTYPE`:
+
+    ========  ==============  ===============================================
+    field     type            meaning
+    ========  ==============  ===============================================
+    value     ``<u8``         the 64-bit simhash
+    id        ``<i8``         record id, unique within the directory, increasing
+    wrms      ``<f4``         ``rms(W) = sqrt(mean(W ** 2))`` over all 64 weights
+    cq        ``u1`` x 32     ``round(32 * |W[63 - i]| / rms(W))`` clipped to
+                              255, for ``i = 0..31``: the normalised weight
+                              ``c = |W| / rms(W)`` (what the volatility model
+                              reads) of the 32 most significant bits, the only
+                              bits a PSM header can use, in steps of 1/32
+    ========  ==============  ===============================================
+
+    52 bytes per fingerprint instead of 8 + 64 x 8: PSM batch mode needs the
+    volatility of the header bits only (``p_j`` is a function of ``c_j``).
+``B.urls``
+    The records' URLs, UTF-8, one per line in record order, each ending in
+    ``\\n`` (a URL containing a raw newline or carriage return has it
+    percent-escaped).
+``B.json``
+    The header, written last (its presence commits the batch): ``format``
+    (``"simdup-batch"``), ``version`` (1), ``count``, ``first_id``,
+    ``header_bits`` (32), ``dtype`` (the NumPy descr), ``npy_bytes``,
+    ``npy_crc32``, ``urls_bytes``, ``urls_crc32``, ``created`` (Unix time).
+
+Each file is written to a temporary name, fsynced and renamed into place, so
+a crash leaves either no batch or a complete one; a ``.npy``/``.urls`` without
+its ``.json`` is an unfinished flush and is ignored. On load, sizes and CRC-32
+are checked and a damaged batch raises :class:`CorruptFileError` naming the file.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from scrapy_simdup.storage.atomic import CorruptFileError, atomic_write, atomic_write_json, crc32_file, read_json
+from scrapy_simdup._ext.checksum import crc32
+
+FORMAT = "simdup-batch"
+VERSION = 1
+HEADER_BITS = 32
+CQ_SCALE = 32.0
+BATCH_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8"), ("wrms", "<f4"),
+                        ("cq", "u1", (HEADER_BITS,))])
+
+
+def header_weights(W) -> tuple[np.ndarray, np.ndarray]:
+    """``(cq, wrms)``: the quantised normalised weights of the 32 most significant
+    bits (uint8, most significant first, see the format) and ``rms(W)`` (float32).
+
+    ``W`` is one weight vector ``(64,)`` or many ``(n, 64)``.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    if W.shape[-1] != 64:
+        raise ValueError(f"W must have 64 weights per fingerprint, got shape {W.shape}")
+    if not np.all(np.isfinite(W)):
+        raise ValueError("W must be finite (no NaN or infinity)")
+    rms = np.sqrt(np.mean(W * W, axis=-1))
+    top = np.abs(W[..., 63:63 - HEADER_BITS:-1])
+    scale = np.where(rms > 0, CQ_SCALE / np.where(rms > 0, rms, 1.0), 0.0)
+    cq = np.minimum(np.rint(top * np.expand_dims(scale, -1)), 255).astype(np.uint8)
+    return cq, rms.astype(np.float32)
+
+
+def escape_url(url) -> str:
+    if isinstance(url, bytes):
+        url = url.decode("utf-8", "surrogateescape")
+    elif not isinstance(url, str):
+        raise TypeError(f"url must be str, not {type(url).__name__}")
+    if "\n" in url or "\r" in url:
+        url = url.replace("\r", "%0D").replace("\n", "%0A")
+    if not url.isascii():
+        try:
+            url.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            # a lone surrogate (e.g. an item id "bad-\ud800") has no UTF-8 form:
+            # written as its \uXXXX escape, so one odd key never stops a batch
+            url = "".join(c if not "\ud800" <= c <= "\udfff" or "\udc80" <= c <= "\udcff"
+                          else f"\\u{ord(c):04x}" for c in url)
+    return url
+
+
+@dataclass
+class Batch:
+    """A batch read from disk: ``records`` (BATCH_DTYPE array) and ``urls`` (list of str)."""
+
+    name: str
+    path: Path
+    records: np.ndarray
+    urls: list
+    meta: dict
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def write_batch(directory, name: str, records: np.ndarray, urls,
+                fingerprint: str | None = None, distance: int | None = None,
+                online_duplicates: dict | None = None) -> Path:
+    """Write one batch atomically; returns the path of its ``.json`` header.
+
+    ``fingerprint`` (``Fingerprinter.version``) names the recipe the values
+    were made with; ``simdup merge`` refuses to mix recipes. ``distance``: the
+    crawl's SIMDUP_DISTANCE (``simdup merge``'s default). ``online_duplicates``:
+    ``{distance: count}`` of the records the crawl's online index found a
+    near-duplicate for (``simdup stats``)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    records = np.ascontiguousarray(records)
+    if records.dtype != BATCH_DTYPE:
+        raise TypeError(f"records must have dtype {BATCH_DTYPE}, got {records.dtype}")
+    urls = [escape_url(u) for u in urls]
+    if len(urls) != len(records):
+        raise ValueError(f"{len(urls)} URLs for {len(records)} records")
+    npy_path = directory / f"{name}.npy"
+    with atomic_write(npy_path) as handle:
+        np.save(handle, records, allow_pickle=False)
+    url_bytes = "".join(u + "\n" for u in urls).encode("utf-8", "surrogateescape")
+    urls_path = directory / f"{name}.urls"
+    with atomic_write(urls_path) as handle:
+        handle.write(url_bytes)
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "count": int(len(records)),
+        "first_id": int(records["id"][0]) if len(records) else 0,
+        "header_bits": HEADER_BITS,
+        "dtype": BATCH_DTYPE.descr,
+        "npy_bytes": npy_path.stat().st_size,
+        "npy_crc32": crc32_file(npy_path),
+        "urls_bytes": len(url_bytes),
+        "urls_crc32": crc32(url_bytes),
+        "created": time.time(),
+    }
+    if fingerprint:
+        meta["fingerprint"] = fingerprint
+    if distance is not None:
+        meta["distance"] = int(distance)
+    if online_duplicates is not None:
+        meta["online_duplicates"] = {str(int(d)): int(c)
+                                     for d, c in sorted(online_duplicates.items())}
+    json_path = directory / f"{name}.json"
+    atomic_write_json(json_path, meta)
+    return json_path
+
+
+def read_meta(json_path) -> dict:
+    """Read and validate a batch header (not the data)."""
+    json_path = Path(json_path)
+    meta = read_json(json_path, "batch header")
+    if meta.get("format") != FORMAT:
+        raise CorruptFileError(json_path, f"not a {FORMAT} header (format={meta.get('format')!r})")
+    if meta.get("version") != VERSION:
+        raise CorruptFileError(
+            json_path, f"batch format version {meta.get('version')!r} is not supported "
+            f"(this scrapy-simdup reads version {VERSION})")
+    for key in ("count", "npy_bytes", "npy_crc32", "urls_bytes", "urls_crc32"):
+        if not _count(meta.get(key)):
+            raise CorruptFileError(json_path, f"batch header field {key!r} is missing or invalid")
+    if "first_id" in meta and not _count(meta["first_id"]):
+        raise CorruptFileError(json_path, "batch header field 'first_id' is invalid")
+    if meta.get("fingerprint") is not None and not isinstance(meta["fingerprint"], str):
+        raise CorruptFileError(json_path, "batch header field 'fingerprint' is invalid")
+    return meta
+
+
+def _count(value) -> bool:
+    """A JSON integer >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def read_batch(json_path, with_urls: bool = True, verify: bool = True, out=None) -> Batch:
+    """Load a batch, checking lengths and checksums. Raises CorruptFileError naming the bad file.
+
+    ``out``: a BATCH_DTYPE array of the batch's ``count`` records to read the
+    data into (a merge reads its batches into one array, without a copy);
+    the batch's ``records`` is then ``out``.
+    """
+    json_path = Path(json_path)
+    meta = read_meta(json_path)
+    name = json_path.name[: -len(".json")]
+    npy_path = json_path.with_name(name + ".npy")
+    try:
+        size = npy_path.stat().st_size
+    except FileNotFoundError:
+        raise CorruptFileError(npy_path, "batch data file is missing") from None
+    if size != meta["npy_bytes"]:
+        raise CorruptFileError(npy_path, f"batch data is {size} bytes, header says {meta['npy_bytes']}"
+                               " (truncated or overwritten)")
+    if out is not None and (out.dtype != BATCH_DTYPE or out.shape != (meta["count"],)):
+        raise ValueError(f"out must be {meta['count']} records of {BATCH_DTYPE}")
+    records = _read_records(npy_path, meta, verify, out)
+    batch = Batch(name, json_path, records, [], meta)
+    if with_urls:
+        batch.urls = read_urls(batch, verify=verify)
+    return batch
+
+
+def _read_records(npy_path: Path, meta: dict, verify: bool, out) -> np.ndarray:
+    """The records of a batch's ``.npy`` file, read once: the checksum is
+    taken over the bytes as they are read into the array."""
+    count = meta["count"]
+    try:
+        with open(npy_path, "rb", buffering=0) as handle:
+            problem = None
+            try:
+                version = np.lib.format.read_magic(handle)
+                if version not in ((1, 0), (2, 0), (3, 0)):
+                    raise ValueError(f"unknown .npy format version {version}")
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read_header(handle)
+            except Exception as exc:  # noqa: BLE001 - any parse failure is corruption
+                problem = f"not a readable .npy file ({exc})"
+            else:
+                if dtype != BATCH_DTYPE or shape != (count,):
+                    problem = (f"unexpected array {dtype} {shape}, expected {count} records "
+                               f"of {BATCH_DTYPE}")
+                elif fortran:
+                    problem = "unexpected Fortran-order array"
+                elif handle.tell() + count * BATCH_DTYPE.itemsize != meta["npy_bytes"]:
+                    problem = "batch data length does not match its .npy header"
+            if problem is not None:
+                # a damaged file is reported as such, whatever part of it broke
+                if verify and crc32_file(npy_path) != meta["npy_crc32"]:
+                    raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
+                raise CorruptFileError(npy_path, problem)
+            start = handle.tell()
+            handle.seek(0)
+            crc = crc32(handle.read(start))
+            records = np.empty(count, dtype=BATCH_DTYPE) if out is None else out
+            view = memoryview(records).cast("B")
+            got = 0
+            while got < len(view):
+                n = handle.readinto(view[got:])
+                if not n:
+                    raise CorruptFileError(npy_path, "batch data ends early (truncated)")
+                got += n
+    except OSError as exc:
+        raise CorruptFileError(npy_path, f"cannot be read ({exc.strerror or exc})") from None
+    if verify and crc32(view, crc) != meta["npy_crc32"]:
+        raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
+    return records
+
+
+def read_urls(batch: Batch, verify: bool = True) -> list[str]:
+    """The URLs of a batch (from its ``.urls`` file), checked against its header."""
+    meta = batch.meta
+    urls_path = batch.path.with_name(batch.name + ".urls")
+    try:
+        data = urls_path.read_bytes()
+    except FileNotFoundError:
+        raise CorruptFileError(urls_path, "batch URL file is missing") from None
+    if len(data) != meta["urls_bytes"]:
+        raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
+                               f"{meta['urls_bytes']} (truncated or overwritten)")
+    if verify and crc32(data) != meta["urls_crc32"]:
+        raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
+    urls = data.decode("utf-8", "surrogateescape").split("\n")
+    if urls and urls[-1] == "":
+        urls.pop()
+    if len(urls) != meta["count"]:
+        raise CorruptFileError(urls_path, f"{len(urls)} URLs for {meta['count']} records")
+    return urls
+
+
+def list_batches(directory) -> list[Path]:
+    """Committed batch headers in ``directory``, oldest first (by name)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("batch-*.json") if not p.name.startswith("."))
+
+
+def unfinished_batches(directory) -> list[Path]:
+    """Data files whose header was never written (a flush interrupted by a crash)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    out = []
+    for p in sorted(directory.glob("batch-*.npy")):
+        if not p.with_suffix(".json").exists():
+            out.append(p)
+    return out

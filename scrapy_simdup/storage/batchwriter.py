@@ -1,0 +1,165 @@
+"""BatchWriter: accumulate checked fingerprints in memory, flush them as batch files.
+
+Every fingerprint the crawl checks goes into the in-memory batch ``Q``; at
+``batch_size`` entries (and at ``close()``) ``Q`` is written to the directory as
+one batch (see :mod:`scrapy_simdup.storage.batchfile` for the format). A crash loses
+at most the unflushed part of ``Q``. A batch that cannot be written (disk
+full, directory gone) stays in memory and is tried again after another
+``batch_size`` records and at ``close()``; the write raises
+:class:`BatchWriteError` naming the directory each time it fails.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from scrapy_simdup.storage.atomic import CorruptFileError, remove_stale_temporaries
+from scrapy_simdup.storage.batchfile import BATCH_DTYPE, escape_url, header_weights, list_batches, read_meta, write_batch
+
+_NAME_RE = re.compile(r"^batch-(\d+)-")
+
+
+class BatchWriteError(OSError):
+    """A batch file could not be written; its records are still in memory."""
+
+
+class BatchWriter:
+    """Append ``(value, W, url)`` records; write a batch file every ``batch_size`` records.
+
+    ``on_flush`` callables are called with the path of each new batch header
+    (the persistence layer uses this to snapshot the index at the same moment).
+    """
+
+    def __init__(self, directory, batch_size: int = 100_000, on_flush=None,
+                 fingerprint: str | None = None, distance: int | None = None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.directory)
+        self.batch_size = batch_size
+        self.on_flush = list(on_flush or [])
+        self.fingerprint = fingerprint     # recorded in every batch header
+        self.distance = distance           # (the crawl's SIMDUP_DISTANCE) likewise
+        self._values: list = []
+        self._cq: list = []
+        self._wrms: list = []
+        self._urls: list = []
+        self._online: dict = {}            # distance -> records the online index matched
+        self.flushed_batches = 0
+        self.flushed_records = 0
+        self._seq, self._next_id = self._scan_existing()
+        self._closed = False
+        self._flush_at = batch_size     # pending records that trigger the next write
+
+    def _scan_existing(self) -> tuple[int, int]:
+        seq = 0
+        next_id = 0
+        for header in list_batches(self.directory):
+            match = _NAME_RE.match(header.name)
+            if match:
+                seq = max(seq, int(match.group(1)))
+            try:
+                meta = read_meta(header)
+            except CorruptFileError:
+                continue  # reported by `simdup stats` / the merge, not fatal for writing
+            next_id = max(next_id, meta.get("first_id", 0) + meta["count"])
+        return seq, next_id
+
+    def __len__(self) -> int:
+        """Records waiting in memory (not yet flushed)."""
+        return len(self._values)
+
+    @property
+    def next_id(self) -> int:
+        """The record id the next appended fingerprint gets."""
+        return self._next_id + len(self._values)
+
+    def append(self, value, W, url, duplicate_distance: int | None = None) -> int:
+        """Add one checked fingerprint; returns its record id. Flushes when the batch is full.
+
+        ``duplicate_distance``: the distance of the near-duplicate the online
+        index found for it (None: new), counted in the batch header."""
+        if self._closed:
+            raise RuntimeError("BatchWriter is closed")
+        value = int(value)
+        if not 0 <= value < 1 << 64:
+            raise ValueError(f"value must be a 64-bit unsigned int, got {value}")
+        W = np.asarray(W)
+        if W.shape != (64,):
+            raise ValueError(f"W must have shape (64,), got {W.shape}")
+        cq, wrms = header_weights(W)
+        url = escape_url(url)          # validate everything before changing state
+        record_id = self.next_id
+        self._values.append(value)
+        self._cq.append(cq)
+        self._wrms.append(wrms)
+        self._urls.append(url)
+        if duplicate_distance is not None:
+            d = int(duplicate_distance)
+            self._online[d] = self._online.get(d, 0) + 1
+        if len(self._values) >= self._flush_at:
+            self.flush()
+        return record_id
+
+    def append_many(self, values, W, urls) -> None:
+        """Append many records at once (``W`` is ``(n, 64)``)."""
+        values = np.asarray(values, dtype=np.uint64)
+        W = np.asarray(W)
+        urls = list(urls)
+        if not (len(values) == len(W) == len(urls)):
+            raise ValueError(f"values, W and urls differ in length: {len(values)}, {len(W)}, {len(urls)}")
+        for i in range(len(values)):
+            self.append(int(values[i]), W[i], urls[i])
+
+    def flush(self) -> Path | None:
+        """Write the pending records as one batch file; returns its header path (None if empty)."""
+        if not self._values:
+            return None
+        n = len(self._values)
+        records = np.empty(n, dtype=BATCH_DTYPE)
+        records["value"] = np.array(self._values, dtype=np.uint64)
+        records["id"] = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        records["cq"] = np.stack(self._cq)
+        records["wrms"] = np.array(self._wrms, dtype=np.float32)
+        name = f"batch-{self._seq + 1:08d}-{os.getpid()}"
+        try:
+            path = write_batch(self.directory, name, records, self._urls, self.fingerprint,
+                               self.distance, self._online)
+        except OSError as exc:
+            # keep the records; try again after another batch (not at every record)
+            self._flush_at = n + self.batch_size
+            raise BatchWriteError(exc.errno, f"cannot write batch {name} to {self.directory} "
+                                  f"({n:,} fingerprints kept in memory, tried again later): "
+                                  f"{exc.strerror or exc}") from exc
+        self._seq += 1
+        self._flush_at = self.batch_size
+        self._next_id += n
+        self._values, self._cq, self._wrms, self._urls = [], [], [], []
+        self._online = {}
+        self.flushed_batches += 1
+        self.flushed_records += n
+        for callback in self.on_flush:
+            callback(path)
+        return path
+
+    def close(self) -> Path | None:
+        """Flush what is left and refuse further appends (also when that
+        write fails: the error says how many fingerprints were not written)."""
+        if self._closed:
+            return None
+        self._closed = True
+        try:
+            return self.flush()
+        except BatchWriteError as exc:
+            raise BatchWriteError(exc.errno, f"{len(self._values):,} fingerprints were not "
+                                  f"written to {self.directory}: {exc.strerror}") from exc
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
