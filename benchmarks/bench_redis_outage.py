@@ -6,7 +6,7 @@ Starts a ``redis-server`` (Debian package) on a free loopback port, fills a
 small index, then for each client timeout (``SIMDUP_REDIS_PARAMS``
 ``socket_timeout``/``socket_connect_timeout``): times checks with Redis up,
 kills Redis (SIGKILL) and times the checks that now fail with
-``RedisIndexError``, restarts it and times the first check that succeeds again.
+``IndexUnavailableError``, restarts it and times the first check that succeeds again.
 Prints seconds and ratios: a failing check against its timeout (how many
 timeouts it costs) and a check after the restart against one with Redis up.
 The tests only check that a lost Redis gives errors and not a hang; the time
@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from redis_server import RedisServer  # noqa: E402  (the tests' server helper)
 
-from scrapy_simdup.index.redis.backend import RedisIndexError, RedisIndexStore  # noqa: E402
+from scrapy_simdup.index.redis.backend import RedisIndexStore
+from scrapy_simdup.exceptions import IndexUnavailableError  # noqa: E402
 
 ONE = [np.zeros(1, np.uint64)]
 
@@ -41,7 +42,7 @@ async def timed_check(store, value: int) -> tuple[float, bool]:
     try:
         await store.check_and_add_many(np.array([value], np.uint64), ONE, [f"k{value}"])
         return time.perf_counter() - t0, False
-    except RedisIndexError:
+    except IndexUnavailableError:
         return time.perf_counter() - t0, True
 
 

@@ -2,14 +2,14 @@
 
 Public names are re-exported here; modules starting with ``_`` are private.
 """
-from ._version import __version__
+from scrapy_simdup._version import __version__
+from scrapy_simdup.exceptions import CorruptFileError, CorruptIndexError, SimdupError, SkippedPage
+from scrapy_simdup.fingerprint.fingerprinter import (Fingerprint, Fingerprinter, fingerprint_html,
+                                                     fingerprint_response)
 from scrapy_simdup.fingerprint.simhash import SimhashResult, hamming, simhash, simhash_many
-from scrapy_simdup.index.memory import BPHSIndex, CorruptIndexError, PSMIndex, flip_masks
+from scrapy_simdup.index.memory import BPHSIndex, PSMIndex, flip_masks
 from scrapy_simdup.index.volatility import VolatilityModel
 from scrapy_simdup.integration.config import SimdupConfig
-from scrapy_simdup.fingerprint.fingerprinter import (Fingerprint, Fingerprinter, SkippedPage,
-                             fingerprint_html, fingerprint_response)
-from scrapy_simdup.storage.atomic import CorruptFileError
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from scrapy_simdup.storage.batchfile import read_batch
 from scrapy_simdup.merge.driver import merge as merge_batches
@@ -46,6 +46,7 @@ __all__ = [
     "BPHSIndex",
     "VolatilityModel",
     "CorruptIndexError",
+    "SimdupError",
     "flip_masks",
     "SimdupConfig",
     "Fingerprint",

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
 
 _DEFAULT_CHUNK = 1 << 20

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from scrapy_simdup import simhash
-from scrapy_simdup.storage.atomic import CorruptFileError, atomic_write
+from scrapy_simdup.storage.atomic import atomic_write
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from scrapy_simdup.storage.batchfile import (BATCH_DTYPE, list_batches, read_batch, read_meta,
                                       unfinished_batches, write_batch)
@@ -202,7 +203,7 @@ def test_atomic_write_keeps_old_file_on_error(tmp_path):
 
 
 def test_writer_keeps_a_batch_it_cannot_write_and_writes_it_later(tmp_path):
-    from scrapy_simdup.storage.batchwriter import BatchWriteError
+    from scrapy_simdup.exceptions import BatchWriteError
     d = tmp_path / "q"
     w = BatchWriter(d, batch_size=3)
     W = np.ones(64)

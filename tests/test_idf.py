@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scrapy_simdup import Fingerprinter, fingerprint_html
-from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.integration.config import SimdupConfig
 from scrapy_simdup.fingerprint.idf import IdfTable
 

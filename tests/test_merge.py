@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scrapy_simdup import simhash
-from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from scrapy_simdup.merge.driver import Collection, components, merge, stats
 

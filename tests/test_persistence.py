@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from http_server import PageServer
-from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.batchfile import list_batches, read_batch
 from scrapy_simdup.fingerprint.idf import IdfTable
 from scrapy_simdup.index.persist import IndexStore

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scrapy_simdup.index.redis.backend import RedisIndexError, RedisIndexStore, StoreMatch
+from scrapy_simdup.index.redis.backend import RedisIndexStore, StoreMatch
+from scrapy_simdup.exceptions import IndexUnavailableError
 
 M64 = (1 << 64) - 1
 
@@ -305,7 +306,7 @@ def test_unreachable_at_startup_is_a_clear_error():
     from redis_server import free_port
     store = RedisIndexStore(f"redis://127.0.0.1:{free_port()}/0", "x", header_bits=8,
                             params={"socket_connect_timeout": 1.0})
-    with pytest.raises(RedisIndexError, match="SIMDUP_INDEX"):
+    with pytest.raises(IndexUnavailableError, match="SIMDUP_INDEX"):
         store.check_server()
 
 
@@ -359,7 +360,7 @@ def test_an_index_redis_lost_is_recreated_with_its_settings(redis_server):
                 client.delete(key)
             c = await RedisIndexStore(redis_server.url, base, header_bits=9, distance=3,
                                       fingerprint="recipe-A").connect()
-            with pytest.raises(RedisIndexError, match="re-created with other settings"):
+            with pytest.raises(IndexUnavailableError, match="re-created with other settings"):
                 await b.check_and_add_many(np.array([3 << 60], np.uint64), [masks], ["b"])
             await c.close()
         finally:
@@ -383,9 +384,9 @@ def test_a_key_replaced_mid_crawl_is_named(redis_server):
             await store.check_and_add_many(np.array([1 << 60], np.uint64), [masks], ["a"])
             client.delete(base + ":n")
             client.hset(base + ":n", "x", "y")
-            with pytest.raises(RedisIndexError, match=f"SIMDUP_REDIS_KEY '{base}'"):
+            with pytest.raises(IndexUnavailableError, match=f"SIMDUP_REDIS_KEY '{base}'"):
                 await store.check_and_add_many(np.array([2 << 60], np.uint64), [masks], ["b"])
-            with pytest.raises(RedisIndexError, match="SIMDUP_REDIS_KEY"):
+            with pytest.raises(IndexUnavailableError, match="SIMDUP_REDIS_KEY"):
                 await store.size()
         finally:
             client.close()
@@ -426,7 +427,7 @@ def test_redis_lost_and_back(private_redis):
         # an error, not a hang (the watchdog fails a hung check; how long a
         # failing check takes is measured by benchmarks/bench_redis_outage.py)
         for _ in range(3):
-            with pytest.raises(RedisIndexError):
+            with pytest.raises(IndexUnavailableError):
                 await asyncio.wait_for(
                     store.check_and_add_many(np.array([8], np.uint64), one, ["b"]), 60)
         private_redis.start()                      # empty, and without the script
@@ -530,7 +531,7 @@ def test_backend_coalesces_concurrent_checks(redis_server):
 
 def test_backend_settings_and_startup_errors(redis_server):
     from redis_server import free_port
-    with pytest.raises(RedisIndexError, match="SIMDUP_INDEX"):
+    with pytest.raises(IndexUnavailableError, match="SIMDUP_INDEX"):
         _backend(f"redis://127.0.0.1:{free_port()}/0",
                  SIMDUP_REDIS_PARAMS={"socket_connect_timeout": 1.0})
     with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
@@ -551,7 +552,7 @@ def test_backend_fault_is_raised_then_recovers(private_redis):
         W = np.ones(64)
         assert await be.check_and_add(1 << 40, W, "a") is None
         private_redis.stop()
-        with pytest.raises(RedisIndexError):
+        with pytest.raises(IndexUnavailableError):
             await be.check_and_add(2 << 40, W, "b")
         private_redis.start()
         assert await be.check_and_add(3 << 40, W, "c") is None

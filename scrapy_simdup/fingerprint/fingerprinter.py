@@ -25,6 +25,7 @@ from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
                             http_content_type_encoding, read_bom)
 
 from scrapy_simdup._ext import hashing
+from scrapy_simdup.exceptions import SkippedPage
 from scrapy_simdup.fingerprint.extract import EXTRACTOR_VERSION, extract_lxml, long_tag_bytes, tame_html
 from scrapy_simdup.fingerprint.idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
 from scrapy_simdup.fingerprint.features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS, text_token_hashes,
@@ -59,25 +60,6 @@ PARSERS = ("lxml", "bs4")
 
 SKIP_REASONS = ("empty", "too_few_features", "binary", "not_html", "too_large",
                 "parse_error", "decode_error")
-
-
-class SkippedPage(ValueError):
-    """A page that gets no fingerprint; ``reason`` is a short stats slug.
-
-    Reasons: ``empty`` (no text at all), ``too_few_features`` (fewer distinct
-    features than ``min_features``), ``binary`` (bytes that are not text),
-    ``not_html`` (a non-HTML response), ``too_large`` (above ``max_bytes`` with
-    ``on_too_large="skip"``), ``parse_error``, ``decode_error`` (unknown
-    encoding name).
-    """
-
-    def __init__(self, reason: str, detail: str = ""):
-        self.reason = reason
-        self.detail = detail
-        super().__init__(f"page skipped ({reason})" + (f": {detail}" if detail else ""))
-
-    def __reduce__(self):
-        return (SkippedPage, (self.reason, self.detail))
 
 
 class Fingerprint:

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_simdup.storage.atomic import CorruptFileError, atomic_write_bytes
+from scrapy_simdup.storage.atomic import atomic_write_bytes
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup._ext.checksum import crc32
 
 MAGIC = b"SIMDUPDF"

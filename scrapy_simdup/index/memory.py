@@ -17,16 +17,13 @@ import numpy as np
 from scrapy_simdup._ext import psm
 from scrapy_simdup._ext.checksum import crc32
 from scrapy_simdup._limits import MAX_DISTANCE
+from scrapy_simdup.exceptions import CorruptIndexError
 from scrapy_simdup.index.volatility import VolatilityModel
 
-__all__ = ["PSMIndex", "BPHSIndex", "CorruptIndexError", "flip_masks"]
+__all__ = ["PSMIndex", "BPHSIndex", "flip_masks"]
 
 MAX_HEADER_BITS = 30
 MAX_BLOCKS = 24   # BPHS blocks G (_bphs.pyx MAX_G)
-
-
-class CorruptIndexError(ValueError):
-    """An index file is truncated, corrupt, or not an index file."""
 
 
 # ------------------------------------------------------------ validation
@@ -274,7 +271,7 @@ class PSMIndex(psm.PSMCore):
         path = os.fspath(path)
 
         def bad(why):
-            return CorruptIndexError(f"{path}: not a valid PSM index file ({why})")
+            return CorruptIndexError(path, f"not a valid PSM index file ({why})")
 
         size = os.path.getsize(path)
         with open(path, "rb") as f:

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_simdup.storage.atomic import (CorruptFileError, DirectoryBusyError, atomic_write_json, fsync_dir,
-                      lock_directory, read_json, remove_stale_temporaries)
+from scrapy_simdup.storage.atomic import atomic_write_json, fsync_dir, lock_directory, read_json, remove_stale_temporaries
+from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from scrapy_simdup.storage.batchfile import escape_url
 from scrapy_simdup._ext.checksum import crc32

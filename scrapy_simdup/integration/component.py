@@ -12,7 +12,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from scrapy_simdup.integration import logstats
-from scrapy_simdup.storage.atomic import CorruptFileError
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.integration.backends import Match, MemoryBackend, make_backend, make_batch_writer
 from scrapy_simdup.integration.config import SimdupConfig
 
@@ -62,7 +62,7 @@ class SimdupComponent:
                 if config.on_error != "stop":
                     raise
                 self.refused = "simdup_corrupt_index"    # already logged by file name
-            else:   # the shared index cannot be reached (RedisIndexError)
+            else:   # the shared index cannot be reached (IndexUnavailableError)
                 self.refused = "simdup_index_unavailable"
                 if not getattr(crawler, "_simdup_refusal_logged", False):   # once, not per component
                     crawler._simdup_refusal_logged = True

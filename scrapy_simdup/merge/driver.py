@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_simdup._ext import batchjoin
-from scrapy_simdup.storage.atomic import (CorruptFileError, DirectoryBusyError, atomic_write, atomic_write_json,
-                      crc32_file, fsync_dir, lock_directory, read_json)
+from scrapy_simdup.storage.atomic import atomic_write, atomic_write_json, crc32_file, fsync_dir, lock_directory, read_json
+from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
 from scrapy_simdup.storage.batchfile import (BATCH_DTYPE, list_batches, read_batch, read_meta, read_urls,
                          unfinished_batches)
 from scrapy_simdup.merge.probes import probe_masks, probes_for_recall

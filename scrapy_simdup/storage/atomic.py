@@ -16,18 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from scrapy_simdup._ext.checksum import crc32
-
-
-class CorruptFileError(ValueError):
-    """A scrapy-simdup file on disk is truncated, corrupt or of an unknown format.
-
-    ``str(err)`` names the file and what is wrong with it.
-    """
-
-    def __init__(self, path, problem: str):
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
 
 
 def fsync_dir(directory) -> None:
@@ -122,14 +111,6 @@ def remove_stale_temporaries(directory) -> int:
         except OSError:
             pass
     return removed
-
-
-class DirectoryBusyError(ValueError):
-    """Another process holds the lock of a directory (see :func:`lock_directory`)."""
-
-    def __init__(self, message: str, holder: str) -> None:
-        super().__init__(message)
-        self.holder = holder
 
 
 def lock_directory(directory, name: str = ".lock"):

@@ -44,7 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_simdup.storage.atomic import CorruptFileError, atomic_write, atomic_write_json, crc32_file, read_json
+from scrapy_simdup.storage.atomic import atomic_write, atomic_write_json, crc32_file, read_json
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup._ext.checksum import crc32
 
 FORMAT = "simdup-batch"

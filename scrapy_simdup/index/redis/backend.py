@@ -38,18 +38,15 @@ import numpy as np
 
 from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT
 from scrapy_simdup._ext.redisbuckets import own_flags, scan_first_buckets
+from scrapy_simdup.exceptions import IndexUnavailableError
 
-__all__ = ["RedisIndexStore", "RedisIndexError", "StoreMatch", "DEFAULT_HEADER_BITS"]
+__all__ = ["RedisIndexStore", "StoreMatch", "DEFAULT_HEADER_BITS"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_HEADER_BITS = 14
 _MASK64 = (1 << 64) - 1
 _HEXDIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-
-
-class RedisIndexError(ConnectionError):
-    """Redis could not be reached or did not answer in time."""
 
 
 class _Snapshot(NamedTuple):
@@ -160,7 +157,7 @@ class RedisIndexStore:
     def check_server(self):
         """Start-up check (blocking, once): reachable, script loaded, same layout.
 
-        Raises :class:`RedisIndexError` naming SIMDUP_INDEX when Redis cannot be
+        Raises :class:`IndexUnavailableError` naming SIMDUP_INDEX when Redis cannot be
         reached, ``ValueError`` when the index was created with another ``t`` or
         from fingerprints of another recipe (other feature settings).
         """
@@ -190,13 +187,13 @@ class RedisIndexStore:
             self._keys_sha = client.script_load(KEYS_AT)
         except redis.ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
-                raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at "
+                raise IndexUnavailableError(f"SIMDUP_INDEX: cannot use Redis at "
                                       f"{_safe_url(self.url)}: {exc}") from exc
             raise ValueError(f"SIMDUP_REDIS_KEY: {self.base!r} already holds keys that are not "
                              f"a scrapy-simdup index ({exc}); use another SIMDUP_REDIS_KEY"
                              ) from None
         except redis.RedisError as exc:
-            raise RedisIndexError(f"SIMDUP_INDEX: cannot use Redis at {_safe_url(self.url)}: "
+            raise IndexUnavailableError(f"SIMDUP_INDEX: cannot use Redis at {_safe_url(self.url)}: "
                                   f"{exc}") from exc
         finally:
             client.close()
@@ -278,7 +275,7 @@ class RedisIndexStore:
         earlier chunks); ``keys[i]``: the page's key (URL)
         or None. Returns, per value, ``None`` (new: inserted) or a
         :class:`StoreMatch`, as if the values were checked one after the
-        other. Raises :class:`RedisIndexError` on Redis faults (nothing is
+        other. Raises :class:`IndexUnavailableError` on Redis faults (nothing is
         half-done for a value: the script is atomic).
 
         Chunks of ``chunk`` values are pipelined: the snapshots of the next
@@ -300,7 +297,7 @@ class RedisIndexStore:
         if n == 0:
             return []
         if self._sha is None:
-            raise RedisIndexError("the Redis index is not connected (call connect() first)")
+            raise IndexUnavailableError("the Redis index is not connected (call connect() first)")
         self._ensure_client()
         bounds = [(a, min(n, a + chunk)) for a in range(0, n, chunk)]
         out: list = []
@@ -482,7 +479,7 @@ class RedisIndexStore:
         except RedisError as exc:
             if "SIMDUP_SETTINGS" in str(exc):
                 theirs = _short(str(exc).split("SIMDUP_SETTINGS ", 1)[1])
-                raise RedisIndexError(
+                raise IndexUnavailableError(
                     f"the index at {base!r} ({_safe_url(self.url)}) was re-created with other "
                     f"settings than this process's ({theirs}): its fingerprints cannot be "
                     f"compared with this process's; restart the crawls with the same "
@@ -506,15 +503,15 @@ class RedisIndexStore:
                 out[i] = StoreMatch(v, int(dist[i]), _text(found_keys[k]))
         return out
 
-    def _failed(self, exc) -> RedisIndexError:
+    def _failed(self, exc) -> IndexUnavailableError:
         """The error for a Redis command that failed mid-crawl (another type of
         key under the prefix is named, like at start-up)."""
         if "WRONGTYPE" in str(exc):
-            return RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: a key under "
+            return IndexUnavailableError(f"Redis index at {_safe_url(self.url)} failed: a key under "
                                    f"SIMDUP_REDIS_KEY {self.base!r} was replaced by a key of "
                                    f"another type ({exc}); is the prefix shared with something "
                                    f"else?")
-        return RedisIndexError(f"Redis index at {_safe_url(self.url)} failed: {exc}")
+        return IndexUnavailableError(f"Redis index at {_safe_url(self.url)} failed: {exc}")
 
     async def size(self) -> int:
         from redis.exceptions import RedisError
@@ -673,7 +670,7 @@ class RedisBackend:
     into the next batch (at most ``MAX_BATCH``), so a crawl with many
     concurrent responses pays one round trip per batch, not per page.
     ``__len__`` is the index size as of the last round trip (all processes).
-    Redis faults raise :class:`RedisIndexError`; the Scrapy component counts
+    Redis faults raise :class:`IndexUnavailableError`; the Scrapy component counts
     them (``simdup/errors``) and applies ``SIMDUP_ON_ERROR``. The client
     reconnects by itself once Redis is back; every command is bounded by
     ``socket_timeout`` (5 s unless ``SIMDUP_REDIS_PARAMS`` says otherwise).
