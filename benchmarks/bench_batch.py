@@ -158,14 +158,12 @@ def worker(args) -> None:
 
     if args.join_kernel is not None:
         from scrapy_simdup._ext import batchjoin
-        from scrapy_simdup._ext import checksum
 
         if batchjoin.join_kernel(args.join_kernel) != args.join_kernel:
             raise SystemExit(f"join kernel {args.join_kernel} is not available on this CPU")
         if args.join_kernel < 2:
-            # a CPU without AVX-512: VOSH for the probes, the 128-bit CRC folding
+            # a CPU without AVX-512: VOSH for the probes
             batchjoin.flip_kernel(0)
-            checksum.crc32_kernel(1)
     rss0 = _peak_rss_mb()
     kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),
           "bphs": dict(exact=True, first=False, tables=4),

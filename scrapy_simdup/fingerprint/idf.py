@@ -40,7 +40,7 @@ import numpy as np
 
 from scrapy_simdup.storage.atomic import atomic_write_bytes
 from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup._ext.checksum import crc32
+from zlib import crc32
 
 MAGIC = b"SIMDUPDF"
 FORMAT_VERSION = 1

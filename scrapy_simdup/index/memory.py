@@ -15,7 +15,7 @@ import tempfile
 import numpy as np
 
 from scrapy_simdup._ext import psm
-from scrapy_simdup._ext.checksum import crc32
+from zlib import crc32
 from scrapy_simdup._limits import MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptIndexError
 from scrapy_simdup.index.volatility import VolatilityModel

@@ -44,7 +44,7 @@ from scrapy_simdup.storage.atomic import atomic_write_json, fsync_dir, lock_dire
 from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from scrapy_simdup.storage.batchfile import escape_url
-from scrapy_simdup._ext.checksum import crc32
+from zlib import crc32
 from scrapy_simdup.fingerprint.idf import IdfTable
 
 logger = logging.getLogger("scrapy_simdup")

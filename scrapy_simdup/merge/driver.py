@@ -53,7 +53,7 @@ from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
 from scrapy_simdup.storage.batchfile import (BATCH_DTYPE, list_batches, read_batch, read_meta, read_urls,
                          unfinished_batches)
 from scrapy_simdup.merge.probes import probe_masks, probes_for_recall
-from scrapy_simdup._ext.checksum import crc32
+from zlib import crc32
 from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
 
 FORMAT = "simdup-collection"

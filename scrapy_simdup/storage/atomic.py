@@ -15,7 +15,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from scrapy_simdup._ext.checksum import crc32
+from zlib import crc32
 from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
 
 

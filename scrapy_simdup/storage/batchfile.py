@@ -46,7 +46,7 @@ import numpy as np
 
 from scrapy_simdup.storage.atomic import atomic_write, atomic_write_json, crc32_file, read_json
 from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup._ext.checksum import crc32
+from zlib import crc32
 
 FORMAT = "simdup-batch"
 VERSION = 1
