@@ -14,7 +14,7 @@ import tempfile
 
 import numpy as np
 
-from scrapy_simdup._ext import psm
+from scrapy_simdup._ext import bphs, psm
 from zlib import crc32
 from scrapy_simdup._limits import MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptIndexError
@@ -343,82 +343,75 @@ class PSMIndex(psm.PSMCore):
 
 
 # ------------------------------------------------------------ BPHS
-try:
-    from scrapy_simdup._ext.bphs import BPHSCore as _BPHSCore
-except ImportError:  # pragma: no cover - during development only
-    _BPHSCore = None
+class BPHSIndex(bphs.BPHSCore):
+    """Manku's Block-Permuted Hamming Search: exact for distances <= h.
 
+    64 bits are split into ``blocks`` (G) blocks; each of the ``tables``
+    (T = C(G, g)) tables keeps its own sorted copy with ``g = G - h``
+    blocks leading. Give ``tables`` (e.g. 4 or 10 for h = 3) or ``blocks``;
+    the default is G = h + 1 (T = h + 1 tables). ``lookup``: "offsets"
+    (default; a bucket offset array per table, like PSM) or "binary" (a
+    binary search per table, as in Manku et al. and the PSM paper).
+    """
 
-if _BPHSCore is not None:
-    class BPHSIndex(_BPHSCore):
-        """Manku's Block-Permuted Hamming Search: exact for distances <= h.
+    def __init__(self, distance=3, blocks=None, tables=None, lookup="offsets"):
+        distance = _check_distance(distance)
+        if lookup not in ("offsets", "binary"):
+            raise ValueError(f"lookup must be 'offsets' or 'binary', got {lookup!r}")
+        self.binary = lookup == "binary"
+        if tables is not None and (isinstance(tables, bool)
+                                   or not isinstance(tables, (int, np.integer))):
+            raise TypeError(f"tables must be an int, got {tables!r}")
+        from math import comb
+        if blocks is not None:
+            if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)):
+                raise TypeError("blocks must be an int")
+            if not distance + 1 <= blocks <= MAX_BLOCKS:
+                raise ValueError(
+                    f"blocks must be in [{distance + 1}, {MAX_BLOCKS}] for distance "
+                    f"{distance}, got {blocks}")
+            G = int(blocks)
+            if tables is not None and comb(G, G - distance) != tables:
+                raise ValueError(
+                    f"tables={tables} does not match blocks={G} "
+                    f"(C({G}, {G - distance}) = {comb(G, G - distance)})")
+        elif tables is not None:
+            G = None
+            for g in range(1, 64 - distance + 1):
+                if comb(g + distance, g) == tables:
+                    G = g + distance
+                    break
+                if comb(g + distance, g) > tables:
+                    break
+            if G is None:
+                raise ValueError(
+                    f"tables must be C(g + {distance}, g) for some g >= 1 "
+                    f"(e.g. {distance + 1}, {comb(distance + 2, 2)}), got {tables}")
+        else:
+            G = distance + 1
+        self._core_init(distance, G)
 
-        64 bits are split into ``blocks`` (G) blocks; each of the ``tables``
-        (T = C(G, g)) tables keeps its own sorted copy with ``g = G - h``
-        blocks leading. Give ``tables`` (e.g. 4 or 10 for h = 3) or ``blocks``;
-        the default is G = h + 1 (T = h + 1 tables). ``lookup``: "offsets"
-        (default; a bucket offset array per table, like PSM) or "binary" (a
-        binary search per table, as in Manku et al. and the PSM paper).
-        """
+    def add(self, values, ids=None) -> np.ndarray:
+        vals = _as_values(values)
+        id_arr = _as_ids(ids, vals.shape[0], len(self))
+        self._add_arrays(vals, id_arr)
+        return id_arr
 
-        def __init__(self, distance=3, blocks=None, tables=None, lookup="offsets"):
-            distance = _check_distance(distance)
-            if lookup not in ("offsets", "binary"):
-                raise ValueError(f"lookup must be 'offsets' or 'binary', got {lookup!r}")
-            self.binary = lookup == "binary"
-            if tables is not None and (isinstance(tables, bool)
-                                       or not isinstance(tables, (int, np.integer))):
-                raise TypeError(f"tables must be an int, got {tables!r}")
-            from math import comb
-            if blocks is not None:
-                if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)):
-                    raise TypeError("blocks must be an int")
-                if not distance + 1 <= blocks <= MAX_BLOCKS:
-                    raise ValueError(
-                        f"blocks must be in [{distance + 1}, {MAX_BLOCKS}] for distance "
-                        f"{distance}, got {blocks}")
-                G = int(blocks)
-                if tables is not None and comb(G, G - distance) != tables:
-                    raise ValueError(
-                        f"tables={tables} does not match blocks={G} "
-                        f"(C({G}, {G - distance}) = {comb(G, G - distance)})")
-            elif tables is not None:
-                G = None
-                for g in range(1, 64 - distance + 1):
-                    if comb(g + distance, g) == tables:
-                        G = g + distance
-                        break
-                    if comb(g + distance, g) > tables:
-                        break
-                if G is None:
-                    raise ValueError(
-                        f"tables must be C(g + {distance}, g) for some g >= 1 "
-                        f"(e.g. {distance + 1}, {comb(distance + 2, 2)}), got {tables}")
-            else:
-                G = distance + 1
-            self._core_init(distance, G)
+    def query(self, value, W=None, first=True):
+        """Exact: all (``first=False``) or one (``first=True``) stored
+        fingerprints within ``distance``; W is accepted and ignored."""
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                or not 0 <= int(value) < 1 << 64:
+            raise ValueError(f"value must be an int in [0, 2**64), got {value!r}")
+        if W is not None:
+            _as_W1(W)
+        return self._query1(int(value), bool(first))
 
-        def add(self, values, ids=None) -> np.ndarray:
-            vals = _as_values(values)
-            id_arr = _as_ids(ids, vals.shape[0], len(self))
-            self._add_arrays(vals, id_arr)
-            return id_arr
+    def query_many(self, values, W=None, first=True):
+        vals = _as_values(values)
+        _as_W_many(W, vals.shape[0])
+        return self._query_many(vals, bool(first))
 
-        def query(self, value, W=None, first=True):
-            """Exact: all (``first=False``) or one (``first=True``) stored
-            fingerprints within ``distance``; W is accepted and ignored."""
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                    or not 0 <= int(value) < 1 << 64:
-                raise ValueError(f"value must be an int in [0, 2**64), got {value!r}")
-            if W is not None:
-                _as_W1(W)
-            return self._query1(int(value), bool(first))
-
-        def query_many(self, values, W=None, first=True):
-            vals = _as_values(values)
-            _as_W_many(W, vals.shape[0])
-            return self._query_many(vals, bool(first))
-
-        def __repr__(self):
-            return (f"BPHSIndex(n={len(self)}, distance={self.distance}, "
-                    f"blocks={self.blocks}, tables={self.tables})")
+    def __repr__(self):
+        return (f"BPHSIndex(n={len(self)}, distance={self.distance}, "
+                f"blocks={self.blocks}, tables={self.tables})")
