@@ -24,16 +24,7 @@
 #ifndef SIMDUP_JOINSCAN_H
 #define SIMDUP_JOINSCAN_H
 #include <stdint.h>
-
-static inline int simdup_popcount32(uint32_t x) {
-#if defined(__GNUC__) || defined(__clang__)
-    return __builtin_popcount(x);
-#else
-    int c = 0;
-    while (x) { x &= x - 1; c++; }
-    return c;
-#endif
-}
+#include "_popcount.h"
 
 /* The chunk value of slot s: slots past ny repeat y[0], so that every
  * kernel compares all its slots without a branch... */

@@ -88,8 +88,4 @@ static inline uint64_t simdup_murmur3_64(const void *key, Py_ssize_t len, uint32
     return h1;
 }
 
-static inline int simdup_popcount64(uint64_t x) {
-    return __builtin_popcountll(x);
-}
-
 #endif

@@ -1,5 +1,5 @@
 /* Strict UTF-8 check: what bytes.decode("utf-8") accepts (no overlong forms,
- * surrogates or code points above U+10FFFF). Shared by _textfeat and _scan. */
+ * surrogates or code points above U+10FFFF). Shared by textfeat and htmlscan. */
 #ifndef SIMDUP_UTF8_H
 #define SIMDUP_UTF8_H
 #include <stdint.h>

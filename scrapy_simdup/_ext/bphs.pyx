@@ -15,22 +15,18 @@ Recent inserts sit in a pending list scanned linearly (exact); it is merged
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t, int8_t
 from libc.stdlib cimport realloc, free
+
+from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch
+from scrapy_simdup._ext.popcount cimport simdup_popcount64
+from scrapy_simdup._ext.resvec cimport res_free, res_push, resvec
+
 from itertools import combinations
 
 import numpy as np
 
-cdef extern from "_murmur3.h" nogil:
-    int simdup_popcount64(uint64_t x)
-
-cdef extern from *:
-    void __builtin_prefetch(const void *addr) nogil
-
 cdef enum:
     MAX_T = 256
     MAX_G = 24
-
-
-from scrapy_simdup._ext.resvec cimport res_free, res_push, resvec
 
 
 cdef inline int auto_bits(Py_ssize_t n) noexcept nogil:

@@ -15,34 +15,22 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM
 from cpython.ref cimport PyObject
 
-cdef extern from "Python.h":
-    # Compact ASCII strings are their own UTF-8: hash the buffer in place.
-    bint PyUnicode_Check(object o)
-    bint PyBytes_Check(object o)
-    bint PyUnicode_IS_COMPACT_ASCII(object o)
-    void *PyUnicode_DATA(object o)
-    Py_ssize_t PyUnicode_GET_LENGTH(object o)
-
-cdef extern from *:
-    void __builtin_prefetch(const void *addr) nogil
+from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch
+from scrapy_simdup._ext.murmur3 cimport simdup_murmur3_64
+from scrapy_simdup._ext.popcount cimport simdup_popcount64
+# Compact ASCII strings are their own UTF-8: hash the buffer in place.
+from scrapy_simdup._ext.pyapi cimport (PyBytes_Check, PyUnicode_Check, PyUnicode_DATA,
+                                       PyUnicode_GET_LENGTH, PyUnicode_IS_COMPACT_ASCII)
+# The weighted accumulation runs in _simhash_kernel.h (scalar, AVX2 or
+# AVX-512F, picked at run time; bit-identical W).
+from scrapy_simdup._ext.simhash_kernel cimport (simdup_accumulate, simdup_simhash_select,
+                                                simdup_simhash_tables)
 
 import numpy as np
-
-cdef extern from "_murmur3.h" nogil:
-    uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
-    int simdup_popcount64(uint64_t x)
 
 # SPREAD_TABLE[b] puts bit k of byte b into byte k of a 64-bit word, so one
 # addition bumps 8 byte-wide counters at once (unit-weight fast path).
 cdef uint64_t SPREAD_TABLE[256]
-
-# The weighted accumulation runs in _simhash_kernel.h (scalar, AVX2 or
-# AVX-512F, picked at run time; bit-identical W).
-cdef extern from "_simhash_kernel.h" nogil:
-    void simdup_simhash_tables()
-    int simdup_simhash_select(int level)
-    void simdup_accumulate(const uint64_t *hashes, const double *weights, Py_ssize_t n,
-                           double *W)
 
 
 cdef void _init_tables() noexcept:

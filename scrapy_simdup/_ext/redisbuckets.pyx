@@ -9,10 +9,9 @@ first), which is what PSM-F answers. No Scrapy, no Redis here.
 """
 from libc.stdint cimport int64_t, uint64_t, uint8_t
 
-import numpy as np
+from scrapy_simdup._ext.popcount cimport simdup_popcount64
 
-cdef extern from "_murmur3.h" nogil:
-    int simdup_popcount64(uint64_t x)
+import numpy as np
 
 
 def scan_first_buckets(const uint64_t[::1] entries, const int64_t[::1] bucket_offsets,

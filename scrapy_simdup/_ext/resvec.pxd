@@ -1,7 +1,7 @@
-# Declarations of _resvec.h (the growable result vectors of _psm and _bphs).
+# Declarations of _resvec.h (the growable result vectors of psm and bphs).
 from libc.stdint cimport int64_t, uint8_t
 
-cdef extern from "resvec.h" nogil:
+cdef extern from "_resvec.h" nogil:
     ctypedef struct resvec:
         int64_t *q
         int64_t *ids

@@ -25,23 +25,14 @@ from libc.stdlib cimport calloc, free, qsort
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
+from scrapy_simdup._ext.murmur3 cimport simdup_murmur3_64
+from scrapy_simdup._ext.pyapi cimport (Py_UNICODE_ISALNUM, PyUnicode_4BYTE_KIND, PyUnicode_DATA,
+                                       PyUnicode_FromKindAndData, PyUnicode_GET_LENGTH,
+                                       PyUnicode_IS_COMPACT_ASCII, PyUnicode_KIND,
+                                       PyUnicode_READ)
+from scrapy_simdup._ext.utf8 cimport simdup_utf8_valid
+
 import numpy as np
-
-cdef extern from "Python.h":
-    int PyUnicode_KIND(object o)
-    void *PyUnicode_DATA(object o)
-    Py_UCS4 PyUnicode_READ(int kind, void *data, Py_ssize_t index)
-    Py_ssize_t PyUnicode_GET_LENGTH(object o)
-    bint PyUnicode_IS_COMPACT_ASCII(object o)
-    bint Py_UNICODE_ISALNUM(Py_UCS4 ch)
-    object PyUnicode_FromKindAndData(int kind, const void *buffer, Py_ssize_t size)
-    int PyUnicode_4BYTE_KIND
-
-cdef extern from "_murmur3.h" nogil:
-    uint64_t simdup_murmur3_64(const void *key, Py_ssize_t length, uint32_t seed)
-
-cdef extern from "_utf8.h" nogil:
-    int simdup_utf8_valid(const unsigned char *p, Py_ssize_t n)
 
 cdef uint64_t M = 0x9E3779B97F4A7C15ULL
 

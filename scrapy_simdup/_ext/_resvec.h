@@ -1,5 +1,5 @@
 /* Growable result vectors of (query index, id, distance) triples, filled by
- * the compiled searches of _psm and _bphs (query_many, PSM-A, BPHS-A).
+ * the compiled searches of psm and bphs (query_many, PSM-A, BPHS-A).
  * Pure C, no Python objects, usable without the GIL. Zero-initialise
  * (all NULL / 0) before the first res_push; res_free leaves it empty again.
  */

@@ -1,0 +1,285 @@
+# The probe table and join_chunk: a batch and a sorted chunk merged as two header-ordered streams.
+
+def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
+                const int32_t[::1] nprobes, int t, int runs=1):
+    """Invert the probes of a batch: for every header ``b``, the elements that probe it.
+
+    Returns ``(offsets int64 (2^t * runs + 1,), low uint32 (total,), idx
+    uint32 (total,))``. With ``runs = 1`` the elements probing header ``b``
+    are ``idx[offsets[b]:offsets[b + 1]]``; with ``runs = R`` they come in
+    ``R`` runs by the number ``s`` of header bits their probe flipped, run
+    ``(b, s)`` being ``idx[offsets[b * R + s]:offsets[b * R + s + 1]]`` (the
+    last run: ``R - 1`` flips or more). ``low`` holds the low 32 bits of
+    the elements' values, side by side (each element probes its own header
+    plus ``nprobes[i]`` flipped ones). ``masks``: uint64 XOR masks, uint32
+    ones holding their top 32 bits (``batch_flip_masks_cq(high32=True)``),
+    or uint16 ones holding the header bits alone (``header16=True``). Built
+    once per batch by a counting sort, so that matching a sorted chunk is a
+    merge of two header-ordered streams instead of ``m * k`` random bucket
+    visits; the low bits, a dense array, are what the join sweeps. The runs
+    let the join ask less of an entry whose probe already used up ``s`` of
+    the distance in the header (:func:`join_chunk`).
+    """
+    cdef Py_ssize_t m = q_values.shape[0]
+    if masks.shape[0] != m or nprobes.shape[0] != m:
+        raise ValueError("q_values, masks and nprobes must have the same length")
+    if t < 1 or t > 32:
+        raise ValueError(f"t must be in 1..32, got {t}")
+    if runs < 1 or runs > 65:
+        raise ValueError(f"runs must be in 1..65, got {runs}")
+    if m >= 0xFFFFFFFF:
+        raise ValueError("a batch holds at most 2^32 - 1 elements")
+    cdef int64_t nb = (<int64_t>1) << t
+    cdef int64_t R = runs
+    cdef int shift = 64 - t
+    cdef Py_ssize_t kmax = masks.shape[1]
+    offsets = np.zeros(nb * R + 1, dtype=np.int64)
+    cdef int64_t[::1] off = offsets
+    cdef Py_ssize_t i
+    cdef int p, np_i, flips
+    cdef uint64_t x, mk
+    cdef uint32_t xl
+    cdef int64_t total = 0, b, f, key
+    # uint32 masks are the top 32 bits: (x ^ (f << 32)) >> shift == (x >> shift) ^ (f >> (32 - t));
+    # uint16 ones the header bits alone
+    cdef int fshift = 0 if mask_t is uint16_t else (shift - 32) if mask_t is uint32_t else shift
+    if mask_t is uint16_t and t > 16:
+        raise ValueError(f"uint16 (header) masks need t <= 16, got {t}")
+    # p = -1 is the element's own header (no flips), then its flipped ones
+    with nogil:
+        for i in range(m):
+            x = q_values[i]
+            np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
+            for p in range(-1, np_i):
+                mk = 0 if p < 0 else <uint64_t>masks[i, p] >> fshift
+                flips = simdup_popcount64(mk)
+                key = <int64_t>((x >> shift) ^ mk) * R + (flips if flips < R else R - 1)
+                off[key + 1] += 1
+            total += np_i + 1
+        for b in range(nb * R):
+            off[b + 1] += off[b]
+    low = np.empty(total, dtype=np.uint32)
+    idx = np.empty(total, dtype=np.uint32)
+    cdef uint32_t[::1] lv = low
+    cdef uint32_t[::1] iv = idx
+    fill = offsets[:nb * R].copy()
+    cdef int64_t[::1] fv = fill
+    with nogil:
+        for i in range(m):
+            x = q_values[i]
+            xl = <uint32_t>x
+            np_i = nprobes[i] if nprobes[i] < kmax else <int>kmax
+            for p in range(-1, np_i):
+                mk = 0 if p < 0 else <uint64_t>masks[i, p] >> fshift
+                flips = simdup_popcount64(mk)
+                key = <int64_t>((x >> shift) ^ mk) * R + (flips if flips < R else R - 1)
+                f = fv[key]
+                lv[f] = xl
+                iv[f] = <uint32_t>i
+                fv[key] = f + 1
+    return offsets, low, idx
+
+
+def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] low, uint32_t[::1] idx,
+                        const uint8_t[::1] active):
+    """Drop inactive elements from a probe table in place (order kept).
+
+    Returns the new number of entries; ``low``/``idx`` beyond it are garbage.
+    """
+    cdef int64_t nb = offsets.shape[0] - 1
+    cdef int64_t n_active = active.shape[0]
+    cdef int64_t b, j, w = 0, start
+    cdef uint32_t qi
+    cdef int bad = 0
+    if low.shape[0] != idx.shape[0] or low.shape[0] < offsets[nb]:
+        raise ValueError("the probe table is shorter than its offsets say")
+    with nogil:
+        start = 0
+        for b in range(nb):
+            for j in range(start, offsets[b + 1]):
+                qi = idx[j]
+                if qi >= n_active:
+                    bad = 1
+                    break
+                if active[qi]:
+                    low[w] = low[j]
+                    idx[w] = qi
+                    w += 1
+            if bad:
+                break
+            start = offsets[b + 1]
+            offsets[b + 1] = w
+    if bad:
+        raise ValueError("the probe table names an element beyond `active`")
+    return w
+
+
+def join_kernel_level():
+    """The join kernel in use (picking the best one on first use)."""
+    return simdup_join_level()
+
+
+def join_kernel(int level=-1):
+    """Pick the join's candidate kernel: 2 AVX-512 (VPOPCNTDQ), 1 AVX2, 0 scalar,
+    -1 the best this CPU has. Returns the level in use (a level the CPU lacks
+    falls back to the best one below it). For tests and benchmarks; every
+    kernel gives the same results."""
+    return simdup_join_select(level)
+
+
+# candidates are checked in batches of CAND_BATCH: each needs three random
+# reads (its element number, `active`, its full value), and prefetching them
+# for a whole batch overlaps the cache misses instead of paying them in turn
+cdef enum:
+    CAND_BATCH = 64
+
+
+cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
+                           const uint32_t[::1] idx, const uint64_t[::1] q_values,
+                           const uint64_t[::1] chunk, uint8_t[::1] active, int h,
+                           bint first_only, PairBuf *buf) noexcept nogil:
+    """Check candidates ``(probe entry ce[c], chunk entry cj[c])`` in order;
+    matches go to ``buf``. Returns 0, 1 (out of memory) or 2 (bad element)."""
+    cdef uint32_t qs[CAND_BATCH]
+    cdef int64_t c, n_active = active.shape[0]
+    cdef uint32_t qi
+    cdef int dist
+    for c in range(nc):
+        __builtin_prefetch(&idx[ce[c]])
+    for c in range(nc):
+        qs[c] = idx[ce[c]]
+        if qs[c] < n_active:
+            __builtin_prefetch(&q_values[qs[c]])
+            __builtin_prefetch(&active[qs[c]])
+    for c in range(nc):
+        qi = qs[c]
+        if qi >= n_active:
+            return 2
+        if not active[qi]:
+            continue
+        dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
+        if dist <= h:
+            if _push(buf, qi, cj[c], <uint8_t>dist) != 0:
+                return 1
+            if first_only:
+                active[qi] = 0
+    return 0
+
+
+def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
+               const int64_t[::1] probe_offsets, const uint32_t[::1] low,
+               const uint32_t[::1] idx, const uint64_t[::1] q_values, int h,
+               uint8_t[::1] active, bint first_only):
+    """Match a batch against one sorted chunk by walking both header-ordered tables.
+
+    Same result set as :func:`scan_chunk` with the same probes (within one
+    chunk; with ``first_only`` the one reported match of an element may
+    differ). A chunk entry ``y`` is a candidate when the low 32 bits differ
+    in at most ``h`` positions (a lower bound of the distance; ``h - r`` in
+    run ``r`` of a table built with runs, whose probe flipped ``r`` header
+    bits), found by a SIMD sweep of ``low`` (:func:`join_kernel`); only then
+    is the element's full value read. ``probe_offsets`` comes from
+    :func:`probe_table` (its number of runs per bucket is read from its
+    length). Returns ``(qi int64, yi int64, distance uint8)``.
+    """
+    cdef int64_t nb = chunk_offsets.shape[0] - 1
+    if nb < 1 or (probe_offsets.shape[0] - 1) % nb:
+        raise ValueError("chunk and probe tables use different header lengths")
+    cdef int64_t R = (probe_offsets.shape[0] - 1) // nb
+    if low.shape[0] != idx.shape[0] or low.shape[0] < probe_offsets[nb * R]:
+        raise ValueError("the probe table is shorter than its offsets say")
+    if active.shape[0] != q_values.shape[0]:
+        raise ValueError("active and q_values differ in length")
+    if h < 0 or h > 64:
+        raise ValueError(f"h must be in 0..64, got {h}")
+    simdup_join_level()
+    # one kernel for the whole chunk, even if join_kernel() is called meanwhile
+    cdef simdup_block_fn next_block = simdup_next_block
+    cdef int64_t width = simdup_block_width
+    cdef int64_t slots = simdup_block_slots
+    cdef PairBuf buf
+    buf.q = NULL
+    buf.y = NULL
+    buf.d = NULL
+    buf.n = 0
+    buf.cap = 0
+    cdef int64_t b, lo, hi, j0, e0, plo, phi, r
+    cdef int hr
+    cdef uint32_t ys[8]
+    cdef uint32_t masks[8]
+    cdef uint32_t mk
+    cdef int s, ny, failed = 0
+    cdef int64_t ce[CAND_BATCH]
+    cdef int64_t cj[CAND_BATCH]
+    cdef int64_t nc = 0
+    cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
+    with nogil:
+        for b in range(nb):
+            lo = chunk_offsets[b]
+            hi = chunk_offsets[b + 1]
+            if lo == hi or probe_offsets[b * R] == probe_offsets[b * R + R]:
+                continue
+            # chunk values outer, `slots` at a time; a SIMD sweep of the bucket's
+            # probe entries inner, run by run (run r: the probe flipped r
+            # header bits, so the low bits may differ in at most h - r);
+            # candidates are queued for _check_candidates
+            j0 = lo
+            while j0 < hi:
+                ny = <int>(hi - j0) if hi - j0 < slots else <int>slots
+                for s in range(ny):
+                    ys[s] = <uint32_t>chunk[j0 + s]
+                for r in range(R):
+                    hr = h - <int>r if R > 1 else h
+                    if hr < 0:
+                        break
+                    plo = probe_offsets[b * R + r]
+                    phi = probe_offsets[b * R + r + 1]
+                    if plo == phi:
+                        continue
+                    e0 = next_block(ys, ny, lp, plo, phi, <uint32_t>hr, masks)
+                    while e0 < phi:
+                        for s in range(ny):
+                            mk = masks[s]
+                            while mk:
+                                if nc == CAND_BATCH:
+                                    failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
+                                                               active, h, first_only, &buf)
+                                    nc = 0
+                                    if failed:
+                                        break
+                                ce[nc] = e0 + ctz32(mk)
+                                cj[nc] = j0 + s
+                                nc += 1
+                                mk &= mk - 1
+                            if failed:
+                                break
+                        if failed:
+                            break
+                        e0 = next_block(ys, ny, lp, e0 + width, phi, <uint32_t>hr, masks)
+                    if failed:
+                        break
+                if failed:
+                    break
+                j0 += ny
+            if failed:
+                break
+        if not failed and nc:
+            failed = _check_candidates(nc, ce, cj, idx, q_values, chunk, active, h,
+                                       first_only, &buf)
+    try:
+        if failed == 2:
+            raise ValueError("the probe table names an element beyond `active`")
+        if failed:
+            raise MemoryError("join_chunk: out of memory for the result pairs")
+        qa = np.empty(buf.n, dtype=np.int64)
+        ya = np.empty(buf.n, dtype=np.int64)
+        da = np.empty(buf.n, dtype=np.uint8)
+        if buf.n:
+            qa[:] = <int64_t[:buf.n]>buf.q
+            ya[:] = <int64_t[:buf.n]>buf.y
+            da[:] = <uint8_t[:buf.n]>buf.d
+        return qa, ya, da
+    finally:
+        free(buf.q)
+        free(buf.y)
+        free(buf.d)

@@ -1,0 +1,597 @@
+# The bucketed table PSMCore (inserts, merges, PSM-F and PSM-A queries) and its helpers.
+
+cdef inline int auto_header_bits(Py_ssize_t n) noexcept nogil:
+    """t = floor(log2 n) - 2, within [4, 30]: 4..8 fingerprints per bucket
+    on average (one or two cache lines), offsets cost at most 1 byte per
+    fingerprint. The paper's t = log2 n gives smaller buckets but needs more
+    probes for the same recall; a probe costs a cache miss whatever its size,
+    and t = log2 n - 2 measured fastest at n = 10M (bench_index.py)."""
+    cdef int t = 0
+    while (<Py_ssize_t>1 << (t + 1)) <= n:
+        t += 1
+    t -= 2
+    if t < 4:
+        t = 4
+    if t > 30:
+        t = 30
+    return t
+
+
+cdef class PSMCore:
+    """Bucketed single-copy table with compiled PSM-F / PSM-A queries."""
+    cdef public int distance
+    cdef int t, tb, fixed_t
+    cdef long _maxk                  # probes per query, -1 = all
+    cdef _Model _model
+    # main table
+    cdef object _vals_arr, _ids_arr, _off_arr
+    cdef const uint64_t *vals
+    cdef const int64_t *ids
+    cdef const uint32_t *off
+    cdef Py_ssize_t n_main
+    # buffer
+    cdef object _bvals_arr, _bids_arr, _bnext_arr, _bhead_arr
+    cdef uint64_t *bvals
+    cdef int64_t *bids
+    cdef int32_t *bnext
+    cdef int32_t *bhead
+    cdef Py_ssize_t n_buf, buf_cap
+
+    def __cinit__(self, *args, **kwargs):
+        self.n_main = 0
+        self.n_buf = 0
+        self.buf_cap = 0
+        self._maxk = -1
+        self.t = 4
+        self.tb = 0
+        self.fixed_t = 0
+
+    # -- state --------------------------------------------------------
+    def _core_init(self, int distance, int header_bits, _Model model):
+        self.distance = distance
+        self.fixed_t = header_bits
+        self._model = model
+        self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.int64),
+                       header_bits if header_bits > 0 else auto_header_bits(0))
+
+    def _set_model(self, _Model model):
+        self._model = model
+
+    def _set_main(self, vals, ids, int t, offsets=None):
+        """Install a main table (values grouped by t-bit header)."""
+        cdef Py_ssize_t n = vals.shape[0]
+        if offsets is None:
+            offsets = _bucket_offsets(vals, t)
+        self._vals_arr = vals
+        self._ids_arr = ids
+        self._off_arr = offsets
+        self.t = t
+        self.n_main = n
+        cdef const uint64_t[::1] vv = vals
+        cdef const int64_t[::1] iv = ids
+        cdef const uint32_t[::1] ov = offsets
+        self.vals = &vv[0] if n else NULL
+        self.ids = &iv[0] if n else NULL
+        self.off = &ov[0]
+        self._reset_buffer()
+
+    def _reset_buffer(self):
+        self.n_buf = 0
+        self.buf_cap = 0
+        self._bvals_arr = self._bids_arr = self._bnext_arr = self._bhead_arr = None
+        self.bvals = NULL
+        self.bids = NULL
+        self.bnext = NULL
+        self.bhead = NULL
+        cdef int tb = auto_header_bits(self.buffer_limit())
+        self.tb = tb if tb < self.t else self.t
+
+    cpdef Py_ssize_t buffer_limit(self):
+        lim = self.n_main // 4
+        return lim if lim > 256 else 256
+
+    @property
+    def header_bits(self):
+        return self.t
+
+    @property
+    def max_probes(self):
+        return None if self._maxk < 0 else self._maxk
+
+    @max_probes.setter
+    def max_probes(self, value):
+        if value is None:
+            self._maxk = -1
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"max_probes must be an int >= 1 or None, got {value!r}")
+            v = int(value)
+            if v < 1:
+                raise ValueError(f"max_probes must be >= 1 or None, got {value!r}")
+            self._maxk = min(v, 1 << 62)    # more than every flip set is every flip set
+
+    def __len__(self):
+        return self.n_main + self.n_buf
+
+    def _n_buffered(self):
+        return self.n_buf
+
+    def _fixed_header_bits(self):
+        return self.fixed_t
+
+    @property
+    def nbytes(self):
+        """Bytes held by the table's arrays (values, ids, offsets, buffer)."""
+        total = 0
+        for a in (self._vals_arr, self._ids_arr, self._off_arr, self._bvals_arr,
+                  self._bids_arr, self._bnext_arr, self._bhead_arr):
+            if a is not None:
+                total += a.nbytes
+        return total
+
+    def _arrays(self):
+        """(vals, ids) of everything stored, main first then buffer."""
+        if self.n_buf == 0:
+            return self._vals_arr, self._ids_arr
+        return (np.concatenate([self._vals_arr, self._bvals_arr[:self.n_buf]]),
+                np.concatenate([self._ids_arr, self._bids_arr[:self.n_buf]]))
+
+    def _main_arrays(self):
+        return self._vals_arr, self._ids_arr, self._off_arr
+
+    # -- insert -------------------------------------------------------
+    def _add_arrays(self, const uint64_t[::1] values, const int64_t[::1] ids):
+        cdef Py_ssize_t m = values.shape[0], i
+        cdef Py_ssize_t total = self.n_main + self.n_buf + m
+        if total >= 4294967295:
+            raise ValueError("PSMIndex holds at most 2**32 - 1 fingerprints")
+        if m == 0:
+            return
+        if self.n_buf + m > self.buffer_limit():
+            self._merge(np.asarray(values), np.asarray(ids))
+            return
+        if self.n_buf + m > self.buf_cap:
+            self._grow_buffer(self.n_buf + m)
+        cdef int shift = 64 - self.tb
+        cdef uint64_t v
+        cdef int32_t b
+        for i in range(m):
+            v = values[i]
+            b = <int32_t>(v >> shift) if self.tb > 0 else 0
+            self.bvals[self.n_buf] = v
+            self.bids[self.n_buf] = ids[i]
+            self.bnext[self.n_buf] = self.bhead[b]
+            self.bhead[b] = <int32_t>self.n_buf
+            self.n_buf += 1
+        return
+
+    def _grow_buffer(self, Py_ssize_t need):
+        cdef Py_ssize_t cap = 64 if self.buf_cap == 0 else self.buf_cap
+        while cap < need:
+            cap *= 2
+        lim = self.buffer_limit()
+        if cap > lim:
+            cap = lim
+        bv = np.empty(cap, np.uint64)
+        bi = np.empty(cap, np.int64)
+        bn = np.empty(cap, np.int32)
+        if self.n_buf:
+            bv[:self.n_buf] = self._bvals_arr[:self.n_buf]
+            bi[:self.n_buf] = self._bids_arr[:self.n_buf]
+            bn[:self.n_buf] = self._bnext_arr[:self.n_buf]
+        if self._bhead_arr is None:
+            self._bhead_arr = np.full(1 << self.tb, -1, np.int32)
+        self._bvals_arr, self._bids_arr, self._bnext_arr = bv, bi, bn
+        cdef uint64_t[::1] bvv = bv
+        cdef int64_t[::1] biv = bi
+        cdef int32_t[::1] bnv = bn
+        cdef int32_t[::1] bhv = self._bhead_arr
+        self.bvals = &bvv[0]
+        self.bids = &biv[0]
+        self.bnext = &bnv[0]
+        self.bhead = &bhv[0]
+        self.buf_cap = cap
+
+    def _merge(self, extra_vals=None, extra_ids=None):
+        """Merge main + buffer (+ extra) into a new main table."""
+        parts_v = [self._vals_arr]
+        parts_i = [self._ids_arr]
+        if self.n_buf:
+            parts_v.append(self._bvals_arr[:self.n_buf])
+            parts_i.append(self._bids_arr[:self.n_buf])
+        if extra_vals is not None:
+            parts_v.append(extra_vals)
+            parts_i.append(extra_ids)
+        n = sum(p.shape[0] for p in parts_v)
+        t = self.fixed_t if self.fixed_t > 0 else auto_header_bits(n)
+        vals = np.empty(n, np.uint64)
+        ids = np.empty(n, np.int64)
+        offsets = np.zeros((1 << t) + 1, np.uint32)
+        _counting_sort(parts_v, parts_i, t, vals, ids, offsets)
+        self._set_main(vals, ids, t, offsets)
+        self._on_rebuild()
+
+    def _on_rebuild(self):
+        pass
+
+    # -- query --------------------------------------------------------
+    cdef int _search(self, uint64_t x, const double *W, bint first, long maxk,
+                     int64_t qi, resvec *res, vosh_node *heap,
+                     long heapcap) noexcept nogil:
+        """Probe buckets in VOSH order. Returns the number of matches found,
+        -1 for a bad W, -2 for out of memory."""
+        cdef double lw[MAX_T]
+        cdef uint64_t mk[MAX_T]
+        cdef vosh_gen g
+        cdef uint64_t masks[BATCH]
+        cdef uint32_t hq[BATCH]
+        cdef uint32_t lo[BATCH]
+        cdef uint32_t hi[BATCH]
+        cdef int t = self.t, h = self.distance, shift = 64 - self.t
+        cdef int bshift = self.t - self.tb
+        cdef int nb, i, size, rc, d
+        cdef long k = 0
+        cdef int found = 0
+        cdef uint32_t j
+        cdef int32_t c
+        cdef uint64_t v, hdr
+        cdef const uint32_t *off = self.off
+        cdef const uint64_t *vals = self.vals
+        cdef int keep = t if maxk >= t else <int>maxk
+        if prepare(&self._model.m, W, t, keep, lw, mk) < 0:
+            return -1
+        vosh_init(&g, lw, mk, keep, h, heap, heapcap)
+        vosh_limit(&g, maxk)            # the query takes at most maxk sets
+        while k < maxk:
+            nb = 0
+            while nb < BATCH and k < maxk:
+                rc = vosh_next(&g, &masks[nb], &size)
+                if rc <= 0:
+                    break
+                nb += 1
+                k += 1
+            if nb == 0:
+                break
+            for i in range(nb):
+                hq[i] = <uint32_t>((x ^ masks[i]) >> shift)
+                __builtin_prefetch(&off[hq[i]])
+            for i in range(nb):
+                lo[i] = off[hq[i]]
+                hi[i] = off[hq[i] + 1]
+                __builtin_prefetch(&vals[lo[i]])
+            for i in range(nb):
+                for j in range(lo[i], hi[i]):
+                    d = simdup_popcount64(vals[j] ^ x)
+                    if d <= h:
+                        if res_push(res, qi, self.ids[j], d) < 0:
+                            return -2
+                        found += 1
+                        if first:
+                            return found
+                if self.n_buf:
+                    hdr = hq[i]
+                    c = self.bhead[hdr >> bshift]
+                    while c >= 0:
+                        v = self.bvals[c]
+                        if (v >> shift) == hdr:
+                            d = simdup_popcount64(v ^ x)
+                            if d <= h:
+                                if res_push(res, qi, self.bids[c], d) < 0:
+                                    return -2
+                                found += 1
+                                if first:
+                                    return found
+                        c = self.bnext[c]
+            if rc <= 0:
+                break
+        return found
+
+    cdef Py_ssize_t _search_group(self, const uint64_t *xs, const double *Ws,
+                                  int G, bint first, long maxk, int64_t q0,
+                                  resvec *res, vosh_node *heap,
+                                  long heapcap) noexcept nogil:
+        """G queries (maxk <= KPIPE) with their bucket loads overlapped: flip
+        sets of all queries first, then all offset loads, then all scans.
+        PSM-F does this in two stages (the first FIRST_STAGE probes, then the
+        rest for the queries still unmatched), so a query matched early does
+        not pay for generating the flip sets it will not probe. ``heap`` holds
+        G * heapcap nodes. Returns 0, -2 for out of memory, or -(3 + g) for a
+        bad W in query g."""
+        cdef double lw[GROUP][MAX_T]
+        cdef uint64_t mk[GROUP][MAX_T]
+        cdef vosh_gen gen[GROUP]
+        cdef uint32_t hq[GROUP][KPIPE]
+        cdef uint32_t lo[GROUP][KPIPE]
+        cdef uint32_t hi[GROUP][KPIPE]
+        cdef int nk[GROUP]
+        cdef int start[GROUP]
+        cdef bint live[GROUP]
+        cdef int t = self.t, h = self.distance, shift = 64 - self.t
+        cdef int bshift = self.t - self.tb
+        cdef int g, k, size, d, stage, limit, nlive
+        cdef uint64_t m, x, v, hdr
+        cdef uint32_t j
+        cdef int32_t c
+        cdef bint done
+        cdef const uint32_t *off = self.off
+        cdef const uint64_t *vals = self.vals
+        cdef int keep = t if maxk >= t else <int>maxk
+        for g in range(G):
+            if prepare(&self._model.m, (Ws + 64 * g) if Ws != NULL else NULL,
+                       t, keep, lw[g], mk[g]) < 0:
+                return -(3 + g)
+            vosh_init(&gen[g], lw[g], mk[g], keep, h, heap + g * heapcap, heapcap)
+            vosh_limit(&gen[g], maxk)
+            nk[g] = 0
+            live[g] = True
+        for stage in range(2):
+            if stage == 0:
+                limit = FIRST_STAGE if first and maxk > FIRST_STAGE else <int>maxk
+            else:
+                if limit >= maxk:
+                    break
+                limit = <int>maxk
+            nlive = 0
+            for g in range(G):
+                if not live[g]:
+                    continue
+                nlive += 1
+                x = xs[g]
+                start[g] = nk[g]
+                k = nk[g]
+                while k < limit:
+                    if vosh_next(&gen[g], &m, &size) <= 0:
+                        live[g] = False  # every flip set generated
+                        break
+                    hq[g][k] = <uint32_t>((x ^ m) >> shift)
+                    __builtin_prefetch(&off[hq[g][k]])
+                    k += 1
+                nk[g] = k
+            if nlive == 0:
+                break
+            for g in range(G):
+                for k in range(start[g], nk[g]):
+                    lo[g][k] = off[hq[g][k]]
+                    hi[g][k] = off[hq[g][k] + 1]
+                    __builtin_prefetch(&vals[lo[g][k]])
+            for g in range(G):
+                x = xs[g]
+                done = False
+                for k in range(start[g], nk[g]):
+                    for j in range(lo[g][k], hi[g][k]):
+                        d = simdup_popcount64(vals[j] ^ x)
+                        if d <= h:
+                            if res_push(res, q0 + g, self.ids[j], d) < 0:
+                                return -2
+                            if first:
+                                done = True
+                                break
+                    if done:
+                        break
+                    if self.n_buf:
+                        hdr = hq[g][k]
+                        c = self.bhead[hdr >> bshift]
+                        while c >= 0:
+                            v = self.bvals[c]
+                            if (v >> shift) == hdr:
+                                d = simdup_popcount64(v ^ x)
+                                if d <= h:
+                                    if res_push(res, q0 + g, self.bids[c], d) < 0:
+                                        return -2
+                                    if first:
+                                        done = True
+                                        break
+                            c = self.bnext[c]
+                        if done:
+                            break
+                if done:
+                    live[g] = False
+                start[g] = nk[g]
+        return 0
+
+    cdef long _probes(self):
+        cdef long total = vosh_total(self.t, self.distance)
+        if self._maxk < 0 or self._maxk > total:
+            return total
+        return self._maxk
+
+    cpdef list query(self, value, W=None, bint first=True):
+        """Fingerprints within ``distance`` of ``value``: list of (id, distance).
+
+        ``first=True`` is PSM-F (stop at the first match), ``first=False`` is
+        PSM-A (all matches found, sorted by distance then id)."""
+        cdef uint64_t x
+        cdef const double *wp = NULL
+        cdef const double[::1] wv
+        if type(value) is not int and (isinstance(value, bool) or
+                                       not isinstance(value, np.integer)):
+            # (a float or a bool would be truncated by the C conversion)
+            raise ValueError(f"value must be an int in [0, 2**64), got {value!r}")
+        try:
+            x = value
+        except (OverflowError, TypeError):
+            raise ValueError(
+                f"value must be an int in [0, 2**64), got {value!r}") from None
+        if W is not None:
+            try:
+                wv = W
+            except (ValueError, TypeError):
+                wv = _check_W1(W)
+            if wv.shape[0] != 64:
+                raise ValueError(f"W must have shape (64,), got ({wv.shape[0]},)")
+            wp = &wv[0]
+        cdef long maxk = self._probes()
+        cdef resvec res
+        res.n = 0; res.cap = 0; res.q = NULL; res.ids = NULL; res.d = NULL
+        cdef vosh_node stack_heap[STACK_HEAP]
+        cdef vosh_node *heap = stack_heap
+        cdef long heapcap = self.distance + maxk + 2
+        cdef int rc
+        if heapcap > STACK_HEAP:
+            heap = <vosh_node *>malloc(heapcap * sizeof(vosh_node))
+            if heap == NULL:
+                raise MemoryError()
+        try:
+            if maxk <= KPIPE:
+                rc = <int>self._search_group(&x, wp, 1, first, maxk, 0, &res,
+                                             heap, heapcap)
+                if rc == -3:
+                    rc = -1
+            else:
+                rc = self._search(x, wp, first, maxk, 0, &res, heap, heapcap)
+            if rc == -1:
+                raise ValueError("W must be finite (no NaN or infinity)")
+            if rc == -2:
+                raise MemoryError()
+            if res.n == 0:
+                return []
+            if res.n == 1:
+                return [(res.ids[0], res.d[0])]
+            out = [(res.ids[i], res.d[i]) for i in range(res.n)]
+            out.sort(key=_by_distance)
+            return out
+        finally:
+            if heap != stack_heap:
+                free(heap)
+            res_free(&res)
+
+    def _query_many(self, const uint64_t[::1] values, W, bint first):
+        cdef Py_ssize_t n = values.shape[0], i
+        cdef const double[:, ::1] wv
+        cdef bint has_w = W is not None
+        if has_w:
+            wv = W
+        cdef long maxk = self._probes()
+        cdef long heapcap = self.distance + maxk + 2
+        cdef vosh_node *heap = <vosh_node *>malloc(GROUP * heapcap * sizeof(vosh_node))
+        if heap == NULL:
+            raise MemoryError()
+        cdef resvec res
+        res.n = 0; res.cap = 0; res.q = NULL; res.ids = NULL; res.d = NULL
+        cdef int rc = 0
+        cdef int64_t[::1] oid
+        cdef int8_t[::1] odist
+        cdef Py_ssize_t before
+        if first:
+            out_ids = np.full(n, -1, np.int64)
+            out_d = np.full(n, -1, np.int8)
+            oid = out_ids
+            odist = out_d
+        cdef Py_ssize_t g0, G, k
+        i = 0
+        cdef bint pipe = maxk <= KPIPE
+        try:
+            with nogil:
+                if pipe:
+                    g0 = 0
+                    while g0 < n:
+                        G = n - g0 if n - g0 < GROUP else GROUP
+                        rc = self._search_group(&values[g0],
+                                                &wv[g0, 0] if has_w else NULL,
+                                                <int>G, first, maxk, g0, &res,
+                                                heap, heapcap)
+                        if rc < 0:
+                            if rc <= -3:
+                                i = g0 + (-rc - 3)
+                                rc = -1
+                            break
+                        if first:
+                            for k in range(res.n):
+                                oid[res.q[k]] = res.ids[k]
+                                odist[res.q[k]] = res.d[k]
+                            res.n = 0
+                        g0 += G
+                else:
+                    for i in range(n):
+                        before = res.n
+                        rc = self._search(values[i], &wv[i, 0] if has_w else NULL,
+                                          first, maxk, i, &res, heap, heapcap)
+                        if rc < 0:
+                            break
+                        if first:
+                            if res.n > before:
+                                oid[i] = res.ids[before]
+                                odist[i] = res.d[before]
+                            res.n = 0
+            if rc == -1:
+                raise ValueError(f"W[{i}] must be finite (no NaN or infinity)")
+            if rc == -2:
+                raise MemoryError()
+            if first:
+                return out_ids, out_d
+            q = np.empty(res.n, np.int64)
+            ids = np.empty(res.n, np.int64)
+            d = np.empty(res.n, np.int8)
+            for i in range(res.n):
+                q[i] = res.q[i]
+                ids[i] = res.ids[i]
+                d[i] = res.d[i]
+            order = np.lexsort((ids, d, q))
+            return q[order], ids[order], d[order]
+        finally:
+            free(heap)
+            res_free(&res)
+
+
+
+def _by_distance(item):
+    return (item[1], item[0])
+
+
+def _check_W1(W):
+    try:
+        a = np.ascontiguousarray(W, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"W must be a float64 array of shape (64,): {exc}") from None
+    if a.ndim != 1:
+        raise ValueError(f"W must have shape (64,), got {a.shape}")
+    return a
+
+
+def _bucket_offsets(const uint64_t[::1] vals, int t):
+    """offsets[b] = first index with header >= b, for vals grouped by header."""
+    cdef Py_ssize_t n = vals.shape[0], i
+    offsets = np.zeros((1 << t) + 1, np.uint32)
+    cdef uint32_t[::1] ov = offsets
+    cdef int shift = 64 - t
+    cdef uint64_t b
+    with nogil:
+        for i in range(n):
+            ov[(vals[i] >> shift) + 1] += 1
+        for b in range(1, (<uint64_t>1 << t) + 1):
+            ov[b] += ov[b - 1]
+    return offsets
+
+
+def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, int64_t[::1] ids,
+                   uint32_t[::1] offsets):
+    """Stable counting sort of the concatenated parts by t-bit header."""
+    cdef int shift = 64 - t
+    cdef const uint64_t[::1] pv
+    cdef const int64_t[::1] pi
+    cdef Py_ssize_t i, n
+    cdef uint64_t b, nb = (<uint64_t>1) << t
+    cdef uint32_t pos
+    offsets[:] = 0
+    for p in parts_v:
+        pv = p
+        n = pv.shape[0]
+        with nogil:
+            for i in range(n):
+                offsets[(pv[i] >> shift) + 1] += 1
+    with nogil:
+        for b in range(1, nb + 1):
+            offsets[b] += offsets[b - 1]
+    cursor = np.array(offsets[:nb], dtype=np.uint32)
+    cdef uint32_t[::1] cur = cursor
+    for k in range(len(parts_v)):
+        pv = parts_v[k]
+        pi = parts_i[k]
+        n = pv.shape[0]
+        with nogil:
+            for i in range(n):
+                b = pv[i] >> shift
+                pos = cur[b]
+                cur[b] = pos + 1
+                vals[pos] = pv[i]
+                ids[pos] = pi[i]
