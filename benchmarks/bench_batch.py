@@ -54,7 +54,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from scrapy_simdup.storage.batchfile import BATCH_DTYPE, header_weights, write_batch  # noqa: E402
-from scrapy_simdup.merge.driver import H_DTYPE, PAIR_DTYPE, Collection  # noqa: E402
+from scrapy_simdup.merge.collection import H_DTYPE, PAIR_DTYPE, Collection  # noqa: E402
 
 WORK = HERE / ".cache" / "bench_batch"
 H = 3
@@ -154,7 +154,7 @@ def _peak_rss_mb() -> float:
 
 def worker(args) -> None:
     """Run one merge (without committing) and report time, peak RSS and pairs."""
-    from scrapy_simdup.merge.driver import merge  # noqa: PLC0415
+    from scrapy_simdup.merge import merge  # noqa: PLC0415
 
     if args.join_kernel is not None:
         from scrapy_simdup._ext import batchjoin
@@ -224,8 +224,7 @@ def main() -> None:
     n = args.n or (200_000 if args.quick else 10_000_000)
     m = args.m or (20_000 if args.quick else 1_000_000)
     small_n = args.small_n or max(m, n // 5)
-    from scrapy_simdup.merge.probes import volatility_model  # noqa: PLC0415
-    from scrapy_simdup.merge.driver import default_probes  # noqa: PLC0415
+    from scrapy_simdup.merge.probes import default_probes, volatility_model  # noqa: PLC0415
 
     user_probes = args.probes
     if args.probes is None:  # what `simdup merge` uses when no --probes/--recall is given

@@ -12,7 +12,7 @@ from scrapy_simdup.index.volatility import VolatilityModel
 from scrapy_simdup.integration.config import SimdupConfig
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from scrapy_simdup.storage.batchfile import read_batch
-from scrapy_simdup.merge.driver import merge as merge_batches
+from scrapy_simdup.merge import merge as merge_batches
 
 # Scrapy components, imported on first use (PEP 562) so that ``import
 # scrapy_simdup`` stays light for code that only fingerprints.

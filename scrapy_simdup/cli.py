@@ -46,7 +46,7 @@ def _distance(text: str) -> int:
 
 
 def _probes(text: str) -> int:
-    from scrapy_simdup.merge.driver import MAX_MERGE_PROBES  # noqa: PLC0415 (keep start-up light)
+    from scrapy_simdup.merge import MAX_MERGE_PROBES  # noqa: PLC0415 (keep start-up light)
     return _int_in(text, 0, MAX_MERGE_PROBES, "a probe count")
 
 
@@ -131,7 +131,7 @@ def _histogram_lines(hist: dict) -> list[str]:
 
 
 def run_merge(args, out=sys.stdout) -> int:
-    from scrapy_simdup.merge.driver import crawl_distance, merge  # noqa: PLC0415 (keep start-up light)
+    from scrapy_simdup.merge import crawl_distance, merge  # noqa: PLC0415 (keep start-up light)
 
     if args.distance is None:   # the crawls' own SIMDUP_DISTANCE, as recorded with them
         args.distance = crawl_distance(args.dirs)
@@ -176,7 +176,7 @@ def run_merge(args, out=sys.stdout) -> int:
 
 
 def run_stats(args, out=sys.stdout) -> int:
-    from scrapy_simdup.merge.driver import stats  # noqa: PLC0415
+    from scrapy_simdup.merge import stats  # noqa: PLC0415
 
     info = stats(args.dirs, args.collection)
     if args.json:

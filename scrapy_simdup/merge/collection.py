@@ -1,0 +1,308 @@
+"""The on-disk collection of a batch merge: its format, the lock, the commit.
+
+The collection (a directory, by default ``<first DIR>/collection``):
+
+``H.bin``
+    The collection ``H``: raw little-endian records of :data:`H_DTYPE`
+    (``value <u8``, ``id <i8``), a sequence of *runs*, each sorted by value
+    (every merged batch is sorted and appended as one run).
+    ``np.fromfile("H.bin", dtype=[("value", "<u8"), ("id", "<i8")])`` reads it.
+``urls.bin`` / ``urls.idx``
+    URL of collection id ``i``: bytes ``idx[i-1]:idx[i]`` (``idx[-1] = 0``) of
+    ``urls.bin``; ``urls.idx`` is raw ``<i8`` end offsets.
+``pairs.bin``
+    Every duplicate pair found so far: raw :data:`PAIR_DTYPE` records
+    (``id``, ``duplicate_of``, ``distance``), ``duplicate_of`` the earlier record.
+``collection.json``
+    Written last, atomically, after the appends above are fsynced: ``format``
+    (``"simdup-collection"``), ``version``, ``count``, byte lengths and a
+    CRC-32 per run, the merged batches (so they are not merged twice), and
+    ``crc32``: the CRC-32 of each of ``urls.bin``, ``urls.idx`` and
+    ``pairs.bin`` up to its recorded length (kept up to date incrementally;
+    checked before a merge appends and before URLs or pairs are read).
+    Bytes past the recorded lengths (an append cut by a crash) are ignored
+    and overwritten by the next merge.
+
+Also here: which batches of a directory the collection already holds
+(:func:`pending_batches`), and the ranges of ``pairs.bin`` a ``--pairs``
+merge committed but never wrote out (:func:`unreported_ranges`).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from zlib import crc32
+
+import numpy as np
+
+from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
+from scrapy_simdup.storage.atomic import atomic_write_json, crc32_file, fsync_dir, lock_directory, read_json
+from scrapy_simdup.storage.batchfile import list_batches, read_meta
+
+FORMAT = "simdup-collection"
+VERSION = 1
+H_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8")])
+SIDE_FILES = ("urls.bin", "urls.idx", "pairs.bin")      # CRC-32 in the header
+PAIR_DTYPE = np.dtype([("id", "<i8"), ("duplicate_of", "<i8"), ("distance", "u1")])
+
+
+class Collection:
+    """The on-disk collection ``H`` (see the module docstring)."""
+
+    def __init__(self, path, create: bool = False):
+        self.path = Path(path)
+        self.meta_path = self.path / "collection.json"
+        if not self.meta_path.exists():
+            if not create:
+                raise CorruptFileError(self.meta_path, "no collection here (run `simdup merge` first)")
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.meta = {"format": FORMAT, "version": VERSION, "count": 0, "runs": [],
+                         "urls_bytes": 0, "pairs": 0, "merged": {}, "created": time.time(),
+                         "crc32": {name: 0 for name in SIDE_FILES}}
+            for name in ("H.bin", "urls.bin", "urls.idx", "pairs.bin"):
+                (self.path / name).touch()
+            atomic_write_json(self.meta_path, self.meta)
+        else:
+            self.meta = self._load_meta()
+        self._check_lengths()
+
+    def _load_meta(self) -> dict:
+        meta = read_json(self.meta_path, "collection header")
+        if meta.get("format") != FORMAT:
+            raise CorruptFileError(self.meta_path, f"not a {FORMAT} header")
+        if meta.get("version") != VERSION:
+            raise CorruptFileError(self.meta_path, f"collection version {meta.get('version')!r} "
+                                   f"is not supported (this scrapy-simdup reads {VERSION})")
+        for key in ("count", "urls_bytes", "pairs"):
+            if not isinstance(meta.get(key), int) or meta[key] < 0:
+                raise CorruptFileError(self.meta_path, f"field {key!r} is missing or invalid")
+        if not isinstance(meta.get("runs"), list) or not isinstance(meta.get("merged"), dict):
+            raise CorruptFileError(self.meta_path, "fields 'runs'/'merged' are missing or invalid")
+        if not all(isinstance(r, dict) and isinstance(r.get("count"), int) and r["count"] >= 0
+                   for r in meta["runs"]):
+            raise CorruptFileError(self.meta_path, "a run entry is missing or invalid")
+        if sum(r["count"] for r in meta["runs"]) != meta["count"]:
+            raise CorruptFileError(self.meta_path, "run lengths do not add up to the count")
+        return meta
+
+    def _check_lengths(self) -> None:
+        need = {
+            "H.bin": self.count * H_DTYPE.itemsize,
+            "urls.idx": self.count * 8,
+            "urls.bin": self.meta["urls_bytes"],
+            "pairs.bin": self.meta["pairs"] * PAIR_DTYPE.itemsize,
+        }
+        for name, size in need.items():
+            path = self.path / name
+            try:
+                have = path.stat().st_size
+            except FileNotFoundError:
+                raise CorruptFileError(path, "collection file is missing") from None
+            if have < size:
+                raise CorruptFileError(path, f"collection file is {have} bytes, the header "
+                                       f"needs {size} (truncated)")
+
+    @property
+    def count(self) -> int:
+        return int(self.meta["count"])
+
+    def _recorded_length(self, name: str) -> int:
+        return {"urls.bin": self.meta["urls_bytes"], "urls.idx": self.count * 8,
+                "pairs.bin": self.meta["pairs"] * PAIR_DTYPE.itemsize}[name]
+
+    def verify_files(self, names=SIDE_FILES) -> None:
+        """Check ``names`` against the CRC-32s of the header: CorruptFileError
+        naming the file on a mismatch (collections written before these CRCs
+        were recorded are not checked)."""
+        crcs = self.meta.get("crc32")
+        if not isinstance(crcs, dict):
+            return
+        for name in names:
+            # (a file shorter than recorded is refused when the collection opens)
+            if name in crcs and crc32_file(self.path / name,
+                                           self._recorded_length(name)) != crcs[name]:
+                raise CorruptFileError(self.path / name, "checksum mismatch: the collection "
+                                       "file was changed or damaged after it was written")
+
+    def _groups(self, chunk_size: int) -> list[list[dict]]:
+        runs = self.meta["runs"]
+        groups, i = [], 0
+        while i < len(runs):
+            group = [runs[i]]
+            i += 1
+            while i < len(runs) and sum(r["count"] for r in group) + runs[i]["count"] <= chunk_size:
+                group.append(runs[i])
+                i += 1
+            groups.append(group)
+        return groups
+
+    def n_chunks(self, chunk_size: int) -> int:
+        return len(self._groups(chunk_size))
+
+    def lock(self):
+        """An exclusive lock on the collection (one merge at a time); raises
+        ValueError if another process holds it."""
+        return self.lock_directory(self.path)
+
+    @staticmethod
+    def lock_directory(path):
+        """:meth:`lock` before the header is read or created (``merge`` takes
+        it first, so a merge never works on a header another one replaced)."""
+        try:
+            return lock_directory(path)
+        except DirectoryBusyError as exc:
+            raise ValueError(f"{path}: another merge is running on this collection "
+                             f"({exc.holder})") from None
+
+    def chunks(self, chunk_size: int, verify: bool = True):
+        """Yield ``(start, records)``: consecutive runs, each chunk sorted, at most
+        ``chunk_size`` records (a run longer than that is one chunk of its own).
+
+        ``records`` is a view of one buffer that the next chunk overwrites (a
+        fresh buffer per chunk costs a page fault per 4 KiB, slow on virtual
+        machines): copy what must outlive the iteration.
+        """
+        path = self.path / "H.bin"
+        groups = self._groups(chunk_size)
+        size = max((sum(r["count"] for r in g) for g in groups), default=0)
+        buf = np.empty(size, dtype=H_DTYPE)
+        raw = memoryview(buf).cast("B")
+        with open(path, "rb", buffering=0) as handle:
+            start = 0
+            for group in groups:
+                at = 0          # records of this group read so far
+                for run in group:
+                    nbytes = run["count"] * H_DTYPE.itemsize
+                    part = raw[at * H_DTYPE.itemsize:at * H_DTYPE.itemsize + nbytes]
+                    got = 0
+                    while got < nbytes:
+                        k = handle.readinto(part[got:])
+                        if not k:
+                            raise CorruptFileError(path, "collection data ends early (truncated)")
+                        got += k
+                    if verify and crc32(part) != run["crc32"]:
+                        raise CorruptFileError(path, f"checksum mismatch in the run starting at "
+                                               f"record {start + at}")
+                    at += run["count"]
+                records = buf[:at]
+                if len(group) > 1:
+                    records = records[np.argsort(records["value"], kind="stable")]
+                yield start, records
+                start += at
+
+    def urls(self, ids) -> list[str]:
+        """URLs of collection ids (random access through ``urls.idx``)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return []
+        idx = np.memmap(self.path / "urls.idx", dtype="<i8", mode="r", shape=(self.count,))
+        ends = idx[ids]
+        starts = np.where(ids > 0, idx[np.maximum(ids - 1, 0)], 0)
+        out = []
+        with open(self.path / "urls.bin", "rb") as handle:
+            for s, e in zip(starts.tolist(), ends.tolist()):
+                handle.seek(s)
+                out.append(handle.read(e - s).decode("utf-8", "surrogateescape"))
+        del idx
+        return out
+
+    def pairs(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The committed pairs ``start`` to ``stop`` (default: all)."""
+        n = min(self.meta["pairs"], self.meta["pairs"] if stop is None else stop) - start
+        if n <= 0:
+            return np.zeros(0, dtype=PAIR_DTYPE)
+        return np.fromfile(self.path / "pairs.bin", dtype=PAIR_DTYPE, count=n,
+                           offset=start * PAIR_DTYPE.itemsize)
+
+    def set_meta(self, **fields) -> None:
+        """Change header fields (None removes one) and commit the header."""
+        meta = {k: v for k, v in {**self.meta, **fields}.items() if v is not None}
+        atomic_write_json(self.meta_path, meta)
+        self.meta = meta
+
+    def _append(self, name: str, offset: int, data: bytes) -> None:
+        with open(self.path / name, "r+b") as handle:
+            handle.seek(offset)
+            handle.write(data)
+            handle.truncate()
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def append(self, sorted_q: np.ndarray, urls: list[str], pairs: np.ndarray,
+               merged: dict, recipe: str | None = None, extra: dict | None = None) -> None:
+        """Append a sorted run with its URLs and pairs; commit by rewriting the header.
+        ``recipe``: the fingerprint recipe of the run (kept in the header);
+        ``extra``: more header fields committed with the run."""
+        data = np.ascontiguousarray(sorted_q, dtype=H_DTYPE).tobytes()
+        self._append("H.bin", self.count * H_DTYPE.itemsize, data)
+        encoded = [u.encode("utf-8", "surrogateescape") for u in urls]
+        lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
+        ends = self.meta["urls_bytes"] + np.cumsum(lengths)
+        appended = {"urls.bin": b"".join(encoded), "urls.idx": ends.astype("<i8").tobytes(),
+                     "pairs.bin": np.ascontiguousarray(pairs, dtype=PAIR_DTYPE).tobytes()}
+        for name, blob in appended.items():
+            self._append(name, self._recorded_length(name), blob)
+        fsync_dir(self.path)
+        meta = dict(self.meta)
+        if isinstance(self.meta.get("crc32"), dict):
+            meta["crc32"] = {name: crc32(appended[name], crc)
+                             for name, crc in self.meta["crc32"].items()}
+        meta["runs"] = self.meta["runs"] + ([{"count": len(sorted_q), "crc32": crc32(data)}]
+                                            if len(sorted_q) else [])
+        meta["count"] = self.count + len(sorted_q)
+        meta["urls_bytes"] = int(ends[-1]) if len(ends) else self.meta["urls_bytes"]
+        meta["pairs"] = self.meta["pairs"] + len(pairs)
+        meta["merged"] = {**self.meta["merged"], **merged}
+        if recipe:
+            meta["fingerprint"] = recipe
+        meta.update(extra or {})
+        meta["updated"] = time.time()
+        atomic_write_json(self.meta_path, meta)
+        self.meta = meta
+
+
+def batch_key(path: Path, meta: dict) -> str:
+    """What a merged batch is remembered by: its name and the checksums of its
+    data, not where it lies (a SIMDUP_DIR moved or copied after a merge is not
+    merged again)."""
+    return (f"{path.name}|{meta['count']}|{int(meta['npy_crc32']):08x}|"
+            f"{int(meta.get('urls_crc32', 0)):08x}")
+
+
+def is_merged(path: Path, meta: dict, merged: dict) -> bool:
+    # collections written before content keys remember batches by absolute path
+    return batch_key(path, meta) in merged or str(path.resolve()) in merged
+
+
+def unreported_ranges(coll: Collection) -> list[list[int]]:
+    """The ``[start, stop)`` ranges of pairs.bin that a --pairs merge
+    committed but never wrote to its file (see ``merge``)."""
+    ranges = coll.meta.get("pairs_unreported")
+    if not isinstance(ranges, list):
+        return []
+    total = coll.meta["pairs"]
+    return [[int(r[0]), int(r[1])] for r in ranges
+            if isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)
+            and 0 <= r[0] <= r[1] <= total]
+
+
+def pending_batches(dirs, collection: Collection | None) -> list[tuple[Path, dict]]:
+    """``(header path, header)`` of every batch of ``dirs`` not merged yet."""
+    merged = collection.meta["merged"] if collection is not None else {}
+    merged_paths = {v.get("path") for v in merged.values() if isinstance(v, dict)}
+    out, seen = [], set()
+    for d in dirs:
+        for p in list_batches(d):
+            try:
+                meta = read_meta(p)
+            except CorruptFileError:
+                resolved = str(p.resolve())
+                if resolved in merged_paths or resolved in merged:
+                    continue    # damaged after it was merged: its data is in the collection
+                raise
+            key = batch_key(p, meta)
+            if not is_merged(p, meta, merged) and key not in seen:  # (a DIR given twice)
+                seen.add(key)
+                out.append((p, meta))
+    return out

@@ -1,0 +1,146 @@
+"""The matchers of a batch merge: a batch ``Q`` against one sorted chunk of the collection.
+
+Each matcher is built once per batch and its ``match(chunk_values, active)``
+returns ``(batch element, chunk element, distance)`` arrays for the elements
+of ``Q`` still ``active``:
+
+* :class:`PSMBatchMatcher`: PSM-F (``first``: an element is deactivated at
+  its first match) or PSM-A (every match), the compiled join of a probe
+  table built over ``Q`` with each chunk;
+* :class:`ExactBatchMatcher`: BPHS batch mode, exact (the reference for recall);
+* :class:`IndexChunkMatcher`: PSM through the online index itself (the
+  cross-check of the batch scan).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from scrapy_simdup._ext import batchjoin
+from scrapy_simdup.index.memory import BPHSIndex, PSMIndex
+from scrapy_simdup.merge.probes import probe_masks
+from scrapy_simdup.storage.batchfile import CQ_SCALE
+
+#: distances from which the probe table is split in runs by flipped bits
+PROBE_RUNS_FROM = 6
+
+
+def probe_runs(t: int, distance: int) -> int:
+    """Runs per bucket of the probe table: one per number of flipped header
+    bits (0..min(h, 8)), so that the join filters an entry whose probe
+    flipped ``s`` bits at ``h - s`` differing low bits instead of ``h``.
+
+    Worth it only where false candidates cost: random low bits pass an
+    ``h``-bit filter with probability 1e-6 at h = 3 but 1e-3 at h = 7 and
+    1e-2 at h = 9 (there the runs make about 15x fewer of them, by these
+    pass rates and the mix of flip counts; a merge of 1M
+    against 2M went from 16.8 s to about 12 s), while more, shorter sweeps cost
+    about 5% at h = 3. One run below PROBE_RUNS_FROM, and when the offsets
+    would pass 2^24 entries (128 MiB)."""
+    if distance < PROBE_RUNS_FROM:
+        return 1
+    runs = min(distance, 8) + 1
+    return runs if (runs << t) <= 1 << 24 else 1
+
+
+class PSMBatchMatcher:
+    """Online PSM matching of a batch against sorted chunks (compiled scan).
+
+    The probes of every element (its header and its ``probes`` most likely
+    flipped headers, VOSH order) are computed once per batch and inverted into
+    a header-ordered probe table; each sorted chunk is then matched by walking
+    its bucket offsets and the probe table side by side. With PSM-F matched
+    elements are deactivated and periodically compacted out of the table.
+    """
+
+    def __init__(self, q_values, q_cq, distance, probes, first, t, rows=None):
+        """``q_cq[rows]`` are the stored weights of ``q_values`` (``rows``: None for all)."""
+        self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.t = t
+        self.h = distance
+        self.first = first
+        # the smallest masks that hold the flips: the header bits alone when t <= 16
+        # the probe table does not need each element's sets in VOSH order
+        masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=t > 16, header16=t <= 16,
+                                     rows=rows, ordered=False)
+        self.offsets, self.low, self.idx = batchjoin.probe_table(
+            self.values, masks, nprobes, t, runs=probe_runs(t, distance))
+        del masks
+        self._active_at_compaction = len(self.values)
+
+    def match(self, chunk_values, active):
+        chunk_offsets = batchjoin.bucket_offsets(chunk_values, self.t)
+        result = batchjoin.join_chunk(chunk_values, chunk_offsets, self.offsets, self.low,
+                                       self.idx, self.values, self.h, active, self.first)
+        n_active = int(np.count_nonzero(active))
+        if n_active < 0.5 * self._active_at_compaction:
+            n = batchjoin.compact_probe_table(self.offsets, self.low, self.idx, active)
+            # views: a copy would only add a page-faulting allocation (the
+            # peak is already reached, and the table lives until the batch ends)
+            self.low, self.idx = self.low[:n], self.idx[:n]
+            self._active_at_compaction = n_active
+        return result
+
+
+class ExactBatchMatcher:
+    """BPHS batch mode (the exact reference): the index module's :class:`BPHSIndex`
+    (``tables`` permuted sorted copies) is built over ``Q``, and every element of
+    a chunk is looked up in it. BPHS-F and BPHS-A are the same in batch mode."""
+
+    def __init__(self, q_values, distance, tables=None):
+        self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.index = BPHSIndex(distance=distance, tables=tables)
+        self.index.add(self.values)
+
+    def match(self, chunk_values, active):
+        qi, yi, dd = self.index.query_many(chunk_values, first=False)
+        # query_many answers for chunk elements: swap to (batch element, chunk element)
+        qi, yi = np.asarray(yi, dtype=np.int64), np.asarray(qi, dtype=np.int64)
+        keep = active[qi].astype(bool)
+        return qi[keep], yi[keep], np.asarray(dd, dtype=np.uint8)[keep]
+
+
+def _pseudo_W(cq: np.ndarray, wrms: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Full 64-weight vectors carrying the stored header weights (signs from the
+    value bits) and the stored RMS, for the online index's query API."""
+    n = len(values)
+    W = np.zeros((n, 64), dtype=np.float64)
+    top = cq.astype(np.float64) / CQ_SCALE * wrms.astype(np.float64)[:, None]
+    bits = 63 - np.arange(top.shape[1])
+    signs = np.where((values[:, None] >> bits.astype(np.uint64)) & np.uint64(1), 1.0, -1.0)
+    W[:, bits] = top * signs
+    rest = 64 - top.shape[1]
+    fill = np.sqrt(np.maximum(64.0 * wrms.astype(np.float64) ** 2 - (top ** 2).sum(axis=1), 0) / rest)
+    low = np.arange(rest)
+    lsigns = np.where((values[:, None] >> low.astype(np.uint64)) & np.uint64(1), 1.0, -1.0)
+    W[:, low] = fill[:, None] * lsigns
+    return W
+
+
+class IndexChunkMatcher:
+    """PSM batch mode through the online index itself: a :class:`PSMIndex` is
+    built over each chunk and ``Q`` is answered with ``query_many`` (the
+    index's compiled query loop, VOSH probes recomputed per chunk). Slower than
+    :class:`PSMBatchMatcher`; kept as the cross-check of the batch scan."""
+
+    def __init__(self, q_values, q_cq, q_wrms, distance, probes, first, t):
+        self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.W = _pseudo_W(q_cq, q_wrms, self.values)
+        self.h = distance
+        self.first = first
+        self.t = t
+        self.probes = probes
+
+    def match(self, chunk_values, active):
+        index = PSMIndex(distance=self.h, max_probes=self.probes + 1, header_bits=self.t)
+        index.add(chunk_values, np.arange(len(chunk_values), dtype=np.int64))
+        sel = np.flatnonzero(active)
+        if len(sel) == 0:
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8))
+        if self.first:
+            ids, dist = index.query_many(self.values[sel], self.W[sel], first=True)
+            hit = ids >= 0
+            qi = sel[hit]
+            active[qi] = 0
+            return qi, ids[hit].astype(np.int64), dist[hit].astype(np.uint8)
+        qidx, ids, dist = index.query_many(self.values[sel], self.W[sel], first=False)
+        return sel[qidx], ids.astype(np.int64), dist.astype(np.uint8)

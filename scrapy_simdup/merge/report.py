@@ -1,0 +1,177 @@
+"""What a batch merge reports: its summary, the ``--pairs`` and ``--clusters``
+files, the duplicate clusters (union-find), and ``simdup stats``."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.merge.collection import Collection, is_merged
+from scrapy_simdup.merge.output import open_output
+from scrapy_simdup.storage.atomic import read_json
+from scrapy_simdup.storage.batchfile import list_batches, read_meta, unfinished_batches
+
+
+def n_distinct(values: np.ndarray) -> int:
+    """How many distinct values ``values`` holds."""
+    if len(values) == 0:
+        return 0
+    s = np.sort(values)
+    return int(1 + np.count_nonzero(s[1:] != s[:-1]))
+
+
+@dataclass
+class MergeSummary:
+    """What one ``merge()`` did (``simdup merge`` prints it; ``--json``: :meth:`as_dict`)."""
+
+    method: str
+    distance: int
+    probes: int | None
+    batches: int = 0
+    fingerprints: int = 0
+    collection_before: int = 0
+    collection_after: int = 0
+    chunks_scanned: int = 0
+    pairs: int = 0
+    duplicates: int = 0
+    distance_histogram: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    skipped_unfinished: list = field(default_factory=list)
+    #: pairs committed by an earlier merge that never finished writing its
+    #: --pairs file: written with this run's (--pairs) or still pending
+    earlier_unreported_pairs: int = 0
+    pairs_array: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def throughput(self) -> float:
+        return self.fingerprints / self.seconds if self.seconds > 0 else float("inf")
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d.pop("pairs_array", None)
+        d["throughput"] = round(self.throughput, 1) if self.seconds > 0 else None
+        d["seconds"] = round(self.seconds, 3)
+        return d
+
+
+def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
+    """JSON Lines ``{"url", "duplicate_of", "distance"}``, one per pair."""
+    with open_output(target) as handle:
+        step = 100_000
+        for s in range(0, len(pairs), step):
+            part = pairs[s:s + step]
+            a = coll.urls(part["id"])
+            b = coll.urls(part["duplicate_of"])
+            for u, v, d in zip(a, b, part["distance"].tolist()):
+                handle.write(json.dumps({"url": u, "duplicate_of": v, "distance": d},
+                                        ensure_ascii=False) + "\n")
+    return len(pairs)
+
+
+def components(n_ids: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
+    """Union-find over pairs ``(a[i], b[i])``: {root: sorted members} for components of size >= 2."""
+    parent: dict = {}
+
+    def find(x):
+        root = x
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(x, x) != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    for x, y in zip(a.tolist(), b.tolist()):
+        rx, ry = find(x), find(y)
+        if rx != ry:
+            if rx < ry:
+                parent[ry] = rx
+            else:
+                parent[rx] = ry
+    groups: dict = {}
+    for x in parent:
+        groups.setdefault(find(x), set()).add(x)
+    for root in list(groups):
+        groups[root].add(root)
+    return {root: sorted(members) for root, members in groups.items()}
+
+
+def write_clusters(coll: Collection, pairs: np.ndarray, target) -> int:
+    """JSON Lines ``{"representative", "size", "urls"}`` per connected component.
+
+    The representative is the earliest record (lowest collection id) of the cluster.
+    """
+    groups = components(None, pairs["id"], pairs["duplicate_of"])
+    with open_output(target) as handle:
+        for root in sorted(groups):
+            members = groups[root]
+            urls = coll.urls(members)
+            handle.write(json.dumps({"representative": urls[0], "size": len(members),
+                                     "urls": urls}, ensure_ascii=False) + "\n")
+    return len(groups)
+
+
+def stats(dirs, collection=None) -> dict:
+    """What the directories and the collection hold (``simdup stats``)."""
+    dirs = [Path(d) for d in dirs]
+    out: dict = {"directories": [], "collection": None}
+    coll = None
+    cpath = Path(collection) if collection is not None else (dirs[0] / "collection" if dirs else None)
+    if cpath is not None and (cpath / "collection.json").exists():
+        coll = Collection(cpath)
+    for d in dirs:
+        if not d.is_dir():
+            raise ValueError(f"{d}: not a directory")
+        entry = {"path": str(d), "batches": 0, "fingerprints": 0, "pending_batches": 0,
+                 "pending_fingerprints": 0, "unfinished": [], "corrupt": [],
+                 "online_duplicates": 0, "online_histogram": {},
+                 "bytes": sum(p.stat().st_size for p in d.rglob("*") if p.is_file())}
+        merged = coll.meta["merged"] if coll is not None else {}
+        for p in list_batches(d):
+            try:
+                meta = read_meta(p)
+            except CorruptFileError as exc:
+                entry["corrupt"].append(str(exc))
+                continue
+            missing = [q.name for q in (p.with_suffix(".npy"), p.with_suffix(".urls"))
+                       if not q.exists()]
+            if missing:
+                entry["corrupt"].append(f"{p}: batch data missing ({', '.join(missing)})")
+                continue
+            entry["batches"] += 1
+            entry["fingerprints"] += meta["count"]
+            online = meta.get("online_duplicates")
+            if isinstance(online, dict):      # batches written before it was recorded: none
+                hist = entry["online_histogram"]
+                for dist, count in online.items():
+                    hist[str(dist)] = hist.get(str(dist), 0) + int(count)
+            if not is_merged(p, meta, merged):
+                entry["pending_batches"] += 1
+                entry["pending_fingerprints"] += meta["count"]
+        entry["unfinished"] = [str(p) for p in unfinished_batches(d)]
+        index_meta = d / "index.json"
+        if index_meta.exists():
+            try:
+                entry["index"] = read_json(index_meta, "index snapshot header")
+            except CorruptFileError as exc:
+                entry["corrupt"].append(str(exc))
+        entry["online_histogram"] = dict(sorted(entry["online_histogram"].items(),
+                                                key=lambda kv: int(kv[0])))
+        entry["online_duplicates"] = sum(entry["online_histogram"].values())
+        out["directories"].append(entry)
+    if coll is not None:
+        coll.verify_files(("pairs.bin",))
+        pairs = coll.pairs()
+        hist = np.bincount(pairs["distance"]) if len(pairs) else np.zeros(0, dtype=np.int64)
+        clusters = components(None, pairs["id"], pairs["duplicate_of"]) if len(pairs) else {}
+        out["collection"] = {
+            "path": str(coll.path), "count": coll.count, "runs": len(coll.meta["runs"]),
+            "merged_batches": len(coll.meta["merged"]),
+            "bytes": sum(p.stat().st_size for p in coll.path.iterdir() if p.is_file()),
+            "pairs": int(len(pairs)), "duplicates": n_distinct(pairs["id"]),
+            "clusters": len(clusters),
+            "distance_histogram": {str(i): int(c) for i, c in enumerate(hist) if c},
+        }
+    return out

@@ -1,0 +1,332 @@
+"""The merge driver: merge crawl batches into the collection, find every near-duplicate.
+
+The merge of a pending batch ``Q`` (at most ``m`` fingerprints): read ``H``
+chunk by chunk (runs, each already sorted; at most ``m`` records per chunk),
+match every still-active element of ``Q`` against the chunk with the online
+PSM scan (PSM-F deactivates an element at its first match), match ``Q``
+against its own earlier elements, then sort ``Q`` and append it to ``H``.
+``exact`` uses BPHS batch mode instead (tables built over ``Q``, each chunk
+element looked up in them), the reference for recall. The collection's
+format is described in :mod:`scrapy_simdup.merge.collection`.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
+from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.merge.collection import (
+    H_DTYPE,
+    PAIR_DTYPE,
+    SIDE_FILES,
+    Collection,
+    batch_key,
+    pending_batches,
+    unreported_ranges,
+)
+from scrapy_simdup.merge.matchers import ExactBatchMatcher, IndexChunkMatcher, PSMBatchMatcher
+from scrapy_simdup.merge.output import check_output_path
+from scrapy_simdup.merge.probes import header_bits, merge_probes
+from scrapy_simdup.merge.report import MergeSummary, n_distinct, write_clusters, write_pairs
+from scrapy_simdup.storage.atomic import read_json
+from scrapy_simdup.storage.batchfile import (
+    BATCH_DTYPE,
+    list_batches,
+    read_batch,
+    read_urls,
+    unfinished_batches,
+)
+
+DEFAULT_CHUNK = 1 << 20
+
+
+def _stable_argsort(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, values[order])``: the sort order of uint64 ``values``, equal
+    values in their original order. NumPy's stable sort of 64-bit keys is a
+    timsort (4x its SIMD quicksort), so the quicksort runs and only the runs
+    of equal values (exact duplicate pages) are put back in order."""
+    # contiguous first: a batch's value field is strided, and the sort and the
+    # gather below are twice as slow on it as the copy costs
+    values = np.ascontiguousarray(values, dtype=np.uint64)
+    order = np.argsort(values)
+    ordered = values[order]
+    tie = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(tie):
+        pos = np.union1d(tie, tie + 1)          # positions inside runs of equal values
+        starts = np.ones(len(pos), dtype=bool)
+        starts[1:] = (pos[1:] != pos[:-1] + 1) | (ordered[pos[1:]] != ordered[pos[:-1]])
+        run = np.cumsum(starts)
+        order[pos] = order[pos][np.lexsort((order[pos], run))]
+    return order, np.ascontiguousarray(ordered)
+
+
+def _sort_pairs(pairs: np.ndarray) -> np.ndarray:
+    """Pairs ordered by ``(id, duplicate_of)``: one 64-bit key and a SIMD
+    sort when both ids fit in 32 bits (a collection under 4G fingerprints),
+    else a lexsort."""
+    if not len(pairs):
+        return pairs
+    ids, dups = pairs["id"], pairs["duplicate_of"]
+    if ids.min() >= 0 and dups.min() >= 0 and ids.max() < 2**32 and dups.max() < 2**32:
+        key = (ids.astype(np.uint64) << np.uint64(32)) | dups.astype(np.uint64)
+        return pairs[np.argsort(key)]
+    return pairs[np.lexsort((dups, ids))]
+
+
+def _first_occurrences(keys: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the first occurrence of each distinct key in ``keys`` (all in [0, n))."""
+    first = np.full(n, -1, dtype=np.int64)
+    first[keys[::-1]] = np.arange(len(keys) - 1, -1, -1, dtype=np.int64)  # last write wins
+    return np.sort(first[first >= 0])
+
+
+class Progress:
+    """A one-line progress bar on stderr (no dependency); silent when not a TTY unless forced."""
+
+    def __init__(self, total: int, label: str = "merge", enabled: bool | None = None, stream=None):
+        self.total = max(int(total), 1)
+        self.done = 0
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.started = time.monotonic()
+        self._last = 0.0
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and (now - self._last >= 0.2 or self.done >= self.total):
+            self._last = now
+            frac = min(self.done / self.total, 1.0)
+            bar = "#" * int(30 * frac)
+            elapsed = now - self.started
+            eta = elapsed / frac - elapsed if frac > 0 else 0.0
+            self.stream.write(f"\r{self.label} [{bar:<30}] {100 * frac:5.1f}% "
+                              f"{self.done:,}/{self.total:,} eta {eta:5.0f}s")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _single_recipe(coll: Collection, metas) -> str | None:
+    """The one fingerprint recipe of the collection and the pending batches
+    (None when none is recorded: files written before recipes were). Two
+    recipes make incomparable fingerprints: a ValueError naming them."""
+    recipes = {m["fingerprint"]: p for p, m in metas if m.get("fingerprint")}
+    if coll.meta.get("fingerprint"):
+        recipes.setdefault(coll.meta["fingerprint"], coll.meta_path)
+    if len(recipes) > 1:
+        listing = "; ".join(f"{r!r} ({p})" for r, p in recipes.items())
+        raise ValueError(f"these fingerprints were made with different feature settings and "
+                         f"cannot be compared: {listing}. Merge each into its own collection "
+                         f"(--collection).")
+    return next(iter(recipes), None)
+
+
+def crawl_distance(dirs) -> int | None:
+    """The SIMDUP_DISTANCE the crawls of ``dirs`` used (batch headers, index
+    snapshot); None when none says; a ValueError when they disagree."""
+    found: dict[int, Path] = {}
+    for d in map(Path, dirs):
+        sources = list(list_batches(d)) + [d / "index.json"]
+        for p in sources:
+            try:
+                meta = read_json(p, "header") if p.exists() else {}
+            except CorruptFileError:
+                continue        # reported by the merge itself
+            value = meta.get("distance")
+            if isinstance(value, int) and not isinstance(value, bool):
+                found.setdefault(value, p)
+    if len(found) > 1:
+        listing = ", ".join(f"{h} ({p})" for h, p in sorted(found.items()))
+        raise ValueError(f"the crawls used different distances ({listing}): give --distance")
+    return next(iter(found), None)
+
+
+def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: int | None = None,
+          recall: float | None = None,
+          first: bool = True, exact: bool = False, chunk_size: int = DEFAULT_CHUNK,
+          pairs_out=None, clusters_out=None, progress: bool | None = None,
+          verify: bool = True, tables: int | None = None,
+          engine: str = "join", commit: bool = True) -> MergeSummary:
+    """Merge every pending batch of ``dirs`` into ``collection``; see the module docstring.
+
+    ``first`` is PSM-F (one earlier duplicate per fingerprint) vs PSM-A (all);
+    ``exact`` is BPHS batch mode (all pairs within ``distance``, exact).
+    ``pairs_out``/``clusters_out`` are paths (or open text files) for JSON Lines.
+    ``tables``: BPHS tables for ``exact`` (default ``distance + 1``).
+    ``engine``: ``"join"`` (the compiled batch scan) or ``"index"`` (a
+    :class:`PSMIndex` per chunk, the online index's own query loop).
+    ``commit=False`` matches without appending anything (benchmarks); the
+    pairs found are in ``summary.pairs_array`` either way.
+    """
+    if engine not in ("join", "index"):
+        raise ValueError(f"engine must be 'join' or 'index', got {engine!r}")
+    dirs = [Path(d) for d in dirs]
+    if not dirs:
+        raise ValueError("merge needs at least one directory")
+    for d in dirs:
+        if not d.is_dir():
+            raise ValueError(f"{d}: not a directory")
+    cpath = Path(collection) if collection is not None else dirs[0] / "collection"
+    check_output_path(pairs_out, "--pairs", cpath)
+    check_output_path(clusters_out, "--clusters", cpath)
+    if isinstance(distance, bool) or not isinstance(distance, int) \
+            or not 0 <= distance <= MAX_DISTANCE:
+        raise ValueError(f"distance must be an int in 0..{MAX_DISTANCE}, got {distance!r}")
+    if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int)
+                               or probes < 0):
+        raise ValueError(f"probes must be a non-negative int, got {probes!r}")
+    if recall is not None and probes is not None:
+        raise ValueError("probes and recall are exclusive")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if collection is None and not any(list_batches(d) for d in dirs) \
+            and not (dirs[0] / "collection" / "collection.json").exists():
+        raise ValueError(f"no batch files in {', '.join(map(str, dirs))} (is it a SIMDUP_DIR?)")
+    lock = Collection.lock_directory(cpath)
+    try:
+        coll = Collection(cpath, create=True)
+        pending = pending_batches(dirs, coll)
+        # header bits from what will really be read (chunks of at most the
+        # collection after this merge), not from a huge requested chunk_size
+        t = header_bits(min(chunk_size, max(1, coll.count + sum(m["count"] for _, m in pending))))
+        if probes is None and not exact:
+            probes = merge_probes(distance, t, recall)
+        if verify:      # the pairs before appending; the URL files when they are read
+            coll.verify_files(("pairs.bin",) if pairs_out is None and clusters_out is None
+                              else SIDE_FILES)
+        method = "bphs" if exact else ("psm-f" if first else "psm-a") + (
+            "(index)" if engine == "index" else "")
+        summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
+                               collection_before=coll.count)
+        # --pairs is written at the end, groups commit one by one: each group
+        # of a --pairs merge commits, with its run, the ranges of pairs.bin
+        # not yet written to a --pairs file, so the pairs of a --pairs merge
+        # killed before writing its file come out with the next --pairs merge
+        # (merges without --pairs leave the ranges alone)
+        earlier = unreported_ranges(coll)
+        summary.earlier_unreported_pairs = sum(b - a for a, b in earlier)
+        own_from = coll.meta["pairs"]     # where this merge's pairs start in pairs.bin
+        for d in dirs:
+            summary.skipped_unfinished += [str(p) for p in unfinished_batches(d)]
+        started = time.perf_counter()
+        recipe = _single_recipe(coll, pending)
+        run_pairs = []
+        # group pending batches into Q's of at most chunk_size fingerprints
+        groups, cur, cur_n = [], [], 0
+        for p, m in pending:
+            if cur and cur_n + m["count"] > chunk_size:
+                groups.append(cur)
+                cur, cur_n = [], 0
+            cur.append(p)
+            cur_n += m["count"]
+        if cur:
+            groups.append(cur)
+        sizes = {p: m["count"] for p, m in pending}
+        chunks0 = coll.n_chunks(chunk_size)
+        bar = Progress(sum(sum(sizes[p] for p in g) * (chunks0 + i + 1)
+                           for i, g in enumerate(groups)), "simdup merge", progress)
+        for group in groups:
+            # the group's batches read into one array (no per-batch arrays to join)
+            m = sum(sizes[p] for p in group)
+            records = np.empty(m, dtype=BATCH_DTYPE)
+            bounds = np.cumsum([0] + [sizes[p] for p in group])
+            batches = [read_batch(p, with_urls=False, verify=verify, out=records[a:b])
+                       for p, a, b in zip(group, bounds[:-1], bounds[1:])]
+            base = coll.count
+            gids = base + np.arange(m, dtype=np.int64)      # arrival order
+            # Q is worked on sorted by value (it is appended sorted anyway): the
+            # probe table is then built with mostly sequential writes. Matcher
+            # indices are sorted positions; `order` maps them to arrival order.
+            order, sorted_q = _stable_argsort(records["value"])
+            active = np.ones(m, dtype=np.uint8)
+            if exact:
+                matcher = ExactBatchMatcher(sorted_q, distance, tables)
+            elif engine == "index":
+                matcher = IndexChunkMatcher(sorted_q, np.ascontiguousarray(records["cq"][order]),
+                                            np.ascontiguousarray(records["wrms"][order]),
+                                            distance, probes, first, t)
+            else:
+                matcher = PSMBatchMatcher(sorted_q, records["cq"], distance, probes, first, t,
+                                          rows=order)
+            found_q, found_dup, found_d = [], [], []
+            for _start, chunk in coll.chunks(chunk_size, verify=verify):
+                if not active.any():
+                    bar.update(m)
+                    continue
+                chunk_values = np.ascontiguousarray(chunk["value"])
+                qi, yi, dd = matcher.match(chunk_values, active)
+                found_q.append(order[qi])
+                found_dup.append(chunk["id"][yi])
+                found_d.append(dd)
+                summary.chunks_scanned += 1
+                bar.update(m)
+            # pairs inside Q (every pair is looked at, then the earlier record kept)
+            if exact:
+                qi, yi, dd = matcher.match(sorted_q, np.ones(m, dtype=np.uint8))
+            else:
+                self_active = active.copy() if first else np.ones(m, dtype=np.uint8)
+                matcher.first = False
+                qi, yi, dd = matcher.match(sorted_q, self_active)
+                matcher.first = first
+            qi, yi = order[qi], order[yi]
+            keep = yi < qi
+            qi, yi, dd = qi[keep], yi[keep], dd[keep]
+            if first and len(qi):
+                # one match per element (the first found), and only for elements not matched in H
+                sel = _first_occurrences(qi, m)
+                qi, yi, dd = qi[sel], yi[sel], dd[sel]
+            found_q.append(qi)
+            found_dup.append(gids[yi])
+            found_d.append(dd)
+            bar.update(m)
+            fq = np.concatenate(found_q)
+            pairs = np.empty(len(fq), dtype=PAIR_DTYPE)
+            pairs["id"] = gids[fq]
+            pairs["duplicate_of"] = np.concatenate(found_dup)
+            pairs["distance"] = np.concatenate(found_d)
+            pairs = _sort_pairs(pairs)
+            if commit:
+                run = np.empty(m, dtype=H_DTYPE)
+                run["value"] = sorted_q
+                run["id"] = gids[order]
+                urls = [u for b in batches for u in read_urls(b, verify=verify)]
+                extra = None
+                if pairs_out is not None:
+                    extra = {"pairs_unreported": earlier + [
+                        [own_from, coll.meta["pairs"] + len(pairs)]]}
+                coll.append(run, urls, pairs, {batch_key(b.path, b.meta): {
+                    "count": len(b), "crc32": b.meta["npy_crc32"],
+                    "path": str(b.path.resolve())} for b in batches}, recipe, extra)
+            run_pairs.append(pairs)
+            summary.batches += len(batches)
+            summary.fingerprints += m
+        bar.close()
+        all_run = np.concatenate(run_pairs) if run_pairs else np.zeros(0, dtype=PAIR_DTYPE)
+        summary.seconds = time.perf_counter() - started
+        summary.pairs_array = all_run
+        summary.collection_after = coll.count
+        summary.pairs = len(all_run)
+        summary.duplicates = n_distinct(all_run["id"])
+        hist = np.bincount(all_run["distance"], minlength=distance + 1) if len(all_run) else []
+        summary.distance_histogram = {str(i): int(c) for i, c in enumerate(hist) if c}
+        if pairs_out is not None:
+            # this merge's own pairs are all_run (stored unchanged), so only
+            # the ones an earlier interrupted merge owes are read back
+            owed = [coll.pairs(a, b) for a, b in earlier] if commit else []
+            write_pairs(coll, np.concatenate(owed + [all_run]), pairs_out)
+            if commit and "pairs_unreported" in coll.meta:
+                coll.set_meta(pairs_unreported=None)
+        if clusters_out is not None:
+            write_clusters(coll, coll.pairs(), clusters_out)
+        return summary
+    finally:
+        lock.close()
