@@ -1,6 +1,13 @@
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.data_root import DATA_ROOT
+
+# A real redis-server for the Redis backend tests (see tests/redis_server.py).
+from tests.redis_server import private_redis, redis_server  # noqa: F401
 
 # CI machines are shared and noisy: no deadlines, a fixed example budget.
 settings.register_profile(
@@ -9,5 +16,10 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-# A real redis-server for the Redis backend tests (see tests/redis_server.py).
-from redis_server import private_redis, redis_server  # noqa: E402,F401
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The shared page data (``tests.data_root.DATA_ROOT``); skips when it is missing."""
+    if not DATA_ROOT.is_dir():
+        pytest.skip(f"shared data not found in {DATA_ROOT}")
+    return DATA_ROOT

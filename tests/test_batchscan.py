@@ -5,8 +5,8 @@ from hypothesis import given, settings, strategies as st
 
 from scrapy_simdup._ext import batchjoin
 
-from reference_batch import (always_ahead, bucket_offsets, mask_score, matches,
-                             ordered_flip_masks, popcount, top_flip_sets)
+from tests.reference.batch import (always_ahead, bucket_offsets, mask_score, matches,
+                                   ordered_flip_masks, popcount, top_flip_sets)
 
 U64 = st.integers(0, 2**64 - 1)
 

@@ -1,10 +1,11 @@
 """BPHSIndex equals brute force exactly (all tables layouts, pending list)."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from reference_index import clustered_values, ref_matches
 from scrapy_simdup import BPHSIndex
+from tests.reference.index import clustered_values, ref_matches
 
 
 @settings(max_examples=30)

@@ -7,12 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import scrapy_simdup
+from scrapy_simdup import hamming, simhash, simhash_many
 from scrapy_simdup._ext import hashing
-from scrapy_simdup import hamming
-from scrapy_simdup import simhash
-from scrapy_simdup import simhash_many
-
-from reference import ref_hamming, ref_hash64, ref_simhash
+from tests.reference.simhash import ref_hamming, ref_hash64, ref_simhash
 
 features_st = st.lists(st.one_of(st.text(max_size=40), st.binary(max_size=40)), max_size=60)
 weight_st = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)

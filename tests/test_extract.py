@@ -3,30 +3,27 @@ from __future__ import annotations
 
 import re
 import statistics
-import sys
 from collections import Counter
-from pathlib import Path
 
 import lxml.html
 import pytest
 from lxml import etree
 
-from scrapy_simdup.fingerprint import extract as _extract
+from benchmarks._data import decode_html, load_all, load_article_benchmark
 from scrapy_simdup._ext import htmlscan
-from scrapy_simdup.fingerprint.extract import (BlockBuilder, extract_lxml, scan_lxml, scan_lxml_py,
-                                    walk_lxml)
+from scrapy_simdup.fingerprint import extract as _extract
+from scrapy_simdup.fingerprint.extract import BlockBuilder, extract_lxml, scan_lxml
 from scrapy_simdup.fingerprint.extract_bs4 import extract_soup, parse_soup, walk_soup
 from scrapy_simdup.fingerprint.fingerprinter import parse_html_text
+from tests.data_root import DATA_ROOT
+from tests.reference.extract import main_text_py, scan_lxml_py, walk_lxml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._data import DATA, decode_html, load_article_benchmark, load_all  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared data not available")
+pytestmark = pytest.mark.skipif(not DATA_ROOT.exists(), reason="shared data not available")
 
 
 @pytest.fixture(scope="module")
 def records():
-    return load_all()
+    return load_all(DATA_ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +38,13 @@ def _blocks(b):
 
 @pytest.mark.parametrize("mode", ["main", "visible"])
 def test_compiled_scan_matches_python_reference(sample, mode):
-    assert _extract._scan_raw is not None, "compiled htmlscan module is not built"
     for record, root in sample:
         reference = walk_lxml(root, BlockBuilder(mode, True))
         assert _blocks(scan_lxml_py(root, mode, True)) == _blocks(reference), record.id
         assert _blocks(scan_lxml(root, mode, True)) == _blocks(reference), record.id
         for params in ({}, {"min_block_chars": 10, "max_link_density": 0.5,
                             "min_main_chars": 50, "keep_block_chars": 5}):
-            assert reference.main_text(**params) == reference.main_text_py(**params), record.id
+            assert reference.main_text(**params) == main_text_py(reference, **params), record.id
 
 
 def _main_text_two_steps(root):
@@ -58,7 +54,6 @@ def _main_text_two_steps(root):
 def test_one_pass_main_text_equals_the_two_steps(sample):
     # extract_lxml's compiled one-pass path (blocks kept as UTF-8) against
     # scan + main_text; the fingerprinter takes the first
-    assert _extract._main_text_lxml is not None, "compiled htmlscan module is not built"
     for record, root in sample:
         assert extract_lxml(root, "main") == _main_text_two_steps(root), record.id
 
@@ -88,7 +83,7 @@ def _token_f1(a: str, b: str) -> float:
 
 
 def test_main_text_agrees_with_reference_article_bodies():
-    records = load_article_benchmark()[::4]
+    records = load_article_benchmark(DATA_ROOT)[::4]
     scores = []
     for r in records:
         text, found, _ = extract_lxml(parse_html_text(decode_html(r.html)), "main")
@@ -111,7 +106,7 @@ PAGE = f"""<html><head><title>t</title><script>var x = "script text";</script>
 <div class="share-buttons"><a href="#">Share on social networks</a></div></article>
 <section id="comments" class="comments"><p>A reader comment that is long enough to look like content to a naive extractor.</p></section>
 <footer>Copyright footer text that is long enough to be a block, all rights reserved.</footer>
-</body></html>"""
+</body></html>"""  # noqa: E501  (one element per line: the page is test data)
 
 
 def test_boilerplate_is_dropped_and_article_kept():
@@ -155,7 +150,7 @@ def test_main_container_is_the_same_with_or_without_a_comment_section():
         text, found, _ = extract_lxml(root, "main")
         assert found and "Sentence number 39" in text and "Reader comment" not in text
         builder = scan_lxml_py(root, "main")
-        assert builder.main_text() == builder.main_text_py()      # compiled == reference
+        assert builder.main_text() == main_text_py(builder)      # compiled == reference
         texts.append(text)
     assert texts[0] == texts[1]
     assert "two cats" not in texts[0]
@@ -182,7 +177,7 @@ def test_narrowing_never_drops_below_the_main_text_minimum():
     text, found, _ = extract_lxml(root, "main")
     assert found and "closing note" in text and "menu entry" not in text
     builder = scan_lxml_py(root, "main")
-    assert builder.main_text() == builder.main_text_py()
+    assert builder.main_text() == main_text_py(builder)
 
 
 def test_compiled_selection_refuses_inconsistent_lists():

@@ -10,10 +10,28 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scrapy_simdup._ext import hashing as _core
-from scrapy_simdup.fingerprint.features import (STOP_HASHES, STOPWORDS, _logtf_of_count,
-                                     features_from_tokens, shingle_hashes, spot_hashes, weigh,
-                                     weighted_features)
-from scrapy_simdup.fingerprint.tokens import normalize, tokenize
+from scrapy_simdup._ext import textfeat as _textfeat
+from scrapy_simdup.fingerprint.features import (
+    _SALT,
+    STOP_HASHES,
+    STOPWORDS,
+    _logtf_of_count,
+    features_from_token_hashes,
+    features_from_tokens,
+    shingle_hashes,
+    text_token_hashes,
+    weigh,
+    weighted_features,
+)
+from scrapy_simdup.fingerprint.tokens import (
+    FOLD_LIMIT,
+    composition_seconds,
+    fold_table,
+    normalize,
+    split_tokens,
+    tokenize,
+)
+from tests.reference.features import features_from_token_hashes_py, spot_hashes, weigh_py
 
 MASK = (1 << 64) - 1
 M = 0x9E3779B97F4A7C15
@@ -142,11 +160,6 @@ def test_tokenizer_is_total_and_idempotent(text):
 
 # ------------------------------------------- compiled path (_textfeat) vs reference
 
-_textfeat = pytest.importorskip("scrapy_simdup._ext.textfeat")
-from scrapy_simdup.fingerprint.features import (_SALT, features_from_token_hashes,  # noqa: E402
-                                     text_token_hashes)
-from scrapy_simdup.fingerprint.tokens import split_tokens  # noqa: E402
-
 # text made of the characters the tokenizer treats specially, plus any Unicode
 tricky_text = st.text(
     alphabet=st.one_of(st.sampled_from(list("ab_'\u2019 .,-9\u00e9\u4e2d\u6587\u0e20\u3042"
@@ -180,7 +193,7 @@ def test_compiled_text_features_match_numpy(tokens, k, sets):
     th = np.array([_core.hash64(t) for t in tokens], dtype=np.uint64)
     names = {n for n, on in zip(("shingles", "spots"), sets) if on}
     got = features_from_token_hashes(th, names, k)
-    ref = features_from_token_hashes(th, names, k, compiled=False)
+    ref = features_from_token_hashes_py(th, names, k)
     assert got.tolist() == ref.tolist()
     expected = (shingles_ref(tokens, k) if sets[0] else []) + (spots_ref(tokens) if sets[1] else [])
     assert got.tolist() == expected
@@ -189,7 +202,7 @@ def test_compiled_text_features_match_numpy(tokens, k, sets):
 
 
 def _weighted_reference(th, names, k, weighting):
-    return weigh(features_from_token_hashes(th, names, k, compiled=False), weighting)
+    return weigh_py(features_from_token_hashes_py(th, names, k), weighting)
 
 
 @given(st.lists(st.sampled_from(["the", "a", "said", "x", "y", "z", "w", "is"])
@@ -270,9 +283,6 @@ def test_normalize_shortcuts_equal_plain_nfkc(text):
 
 
 # -------------------------------------- single-pass normalize (fold_text) vs normalize
-
-from scrapy_simdup.fingerprint.tokens import (FOLD_LIMIT, composition_seconds,  # noqa: E402
-                                     fold_table)
 
 _FOLD_SAME = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xAC00, 0xD7A3)]  # mapped to themselves
 

@@ -5,22 +5,29 @@ import gzip
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scrapy.http import HtmlResponse, Response, TextResponse, XmlResponse
 
 import scrapy_simdup
-from scrapy_simdup import (Fingerprint, Fingerprinter, SkippedPage, fingerprint_html,
-                           fingerprint_response, hamming, simhash)
+from benchmarks._data import build_near_duplicate_site, load_all, load_article_benchmark
+from scrapy_simdup import (
+    Fingerprint,
+    Fingerprinter,
+    SkippedPage,
+    fingerprint_html,
+    fingerprint_response,
+    hamming,
+)
+from scrapy_simdup._ext.htmlscan import long_tag_bytes
 from scrapy_simdup.fingerprint import fingerprinter as _fingerprinter
+from scrapy_simdup.fingerprint.fingerprinter import HUGE_TAGS, LONG_TAG, strip_invisible_bulk
+from tests.data_root import CHECKOUT, DATA_ROOT
+from tests.reference.extract import long_tag_bytes_py
+from tests.reference.fingerprint import fingerprint_html_py
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from benchmarks._data import DATA, build_near_duplicate_site, load_article_benchmark  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared data not available")
+pytestmark = pytest.mark.skipif(not DATA_ROOT.exists(), reason="shared data not available")
 
 ARTICLE = " ".join(f"Paragraph sentence {i} tells the readers what happened at the meeting."
                    for i in range(60))
@@ -30,7 +37,7 @@ PAGE = (f"<html><head><title>Title</title></head><body><nav><a href='/'>Home</a>
 
 @pytest.fixture(scope="module")
 def pages():
-    return [r.html for r in load_article_benchmark()[:12]]
+    return [r.html for r in load_article_benchmark(DATA_ROOT)[:12]]
 
 
 def test_public_names():
@@ -92,9 +99,8 @@ def test_same_page_same_fingerprint_for_bytes_str_and_response(pages):
 def test_own_parse_and_scrapy_tree_agree_on_all_datasets():
     # fingerprint_html parses without comments/PIs; the response path uses
     # parsel's tree with them: the fingerprints must still be identical
-    from benchmarks._data import load_all
     f = Fingerprinter(features="shingles+structure")
-    for record in load_all()[::5]:
+    for record in load_all(DATA_ROOT)[::5]:
         try:
             a = f.fingerprint_html(record.html)
         except SkippedPage as exc:
@@ -134,6 +140,32 @@ def test_non_html_responses_are_skipped():
     # a TextResponse that says text/html is fingerprinted
     r = TextResponse("https://e.com/", body=PAGE.encode(), headers={"Content-Type": "text/html"})
     assert fingerprint_response(r) == fingerprint_html(PAGE)
+
+
+def test_response_kinds_follow_the_scrapy_classes_without_importing_scrapy():
+    """The fingerprint layer tells Scrapy's response classes apart by name:
+    subclasses count as their Scrapy base, and an object that is not a
+    Scrapy response is not HTML (whatever its class is called)."""
+    class SpiderHtml(HtmlResponse):
+        pass
+
+    class SpiderXml(XmlResponse):
+        pass
+
+    assert fingerprint_response(SpiderHtml("https://e.com/", body=PAGE.encode())) == \
+        fingerprint_html(PAGE)
+    html_like = type("HtmlResponse", (), {"body": PAGE.encode(), "headers": {}})()
+    for response in (SpiderXml("https://e.com/feed", body=PAGE.encode()), html_like):
+        with pytest.raises(SkippedPage) as info:
+            fingerprint_response(response)
+        assert info.value.reason == "not_html"
+    res = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                          "import scrapy_simdup.fingerprint.fingerprinter"],
+                         capture_output=True, text=True, timeout=60, cwd=CHECKOUT)
+    assert res.returncode == 0, res.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines()]
+    assert "scrapy_simdup.fingerprint.fingerprinter" in imported
+    assert not [m for m in imported if m == "scrapy" or m.startswith("scrapy.")]
 
 
 @pytest.mark.parametrize("html, reason", [
@@ -295,7 +327,7 @@ def test_reindenting_a_page_does_not_change_its_fingerprint(pages):
 
 
 def test_near_duplicates_are_closer_than_unrelated_pages():
-    records = load_article_benchmark()[:20]
+    records = load_article_benchmark(DATA_ROOT)[:20]
     site = build_near_duplicate_site(records, seed=3)
     f = Fingerprinter()
     fps = {}
@@ -314,14 +346,13 @@ def test_near_duplicates_are_closer_than_unrelated_pages():
 
 
 DETERMINISM_SCRIPT = r"""
-import sys, json, hashlib
-sys.path.insert(0, sys.argv[1])
+import sys, json, hashlib, pathlib
 from benchmarks._data import load_article_benchmark
 from scrapy_simdup import Fingerprinter, SkippedPage
 out = []
 for options in ({}, {"features": "spots", "weighting": "count"}, {"features": "shingles+structure"}):
     f = Fingerprinter(**options)
-    for r in load_article_benchmark()[:15]:
+    for r in load_article_benchmark(pathlib.Path(sys.argv[1]))[:15]:
         try:
             fp = f.fingerprint_html(r.html)
         except SkippedPage as exc:
@@ -336,15 +367,17 @@ def test_fingerprints_are_identical_across_processes():
     runs = []
     for seed in ("0", "12345"):
         env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}
-        res = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(ROOT)],
-                             capture_output=True, text=True, env=env, timeout=120)
+        # python -c puts the working directory (the checkout) first on the path
+        res = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(DATA_ROOT)],
+                             capture_output=True, text=True, env=env, timeout=120,
+                             cwd=CHECKOUT)
         assert res.returncode == 0, res.stderr
         runs.append(json.loads(res.stdout))
     assert runs[0] == runs[1]
     assert sum(isinstance(x, list) for x in runs[0]) >= 40
     # and equal to this process
     f = Fingerprinter()
-    first = load_article_benchmark()[0]
+    first = load_article_benchmark(DATA_ROOT)[0]
     assert runs[0][0][0] == f.fingerprint_html(first.html).value
 
 
@@ -353,31 +386,25 @@ def test_fingerprints_are_identical_across_processes():
     {"features": "shingles+spots+structure", "weighting": "count"},
     {"features": "spots", "extract": "visible", "weighting": "binary", "shingle_size": 2},
 ])
-def test_compiled_paths_give_bit_identical_fingerprints(options, monkeypatch):
-    """The compiled walk, selection, tokenizer and features (_scan, _textfeat) change no
-    fingerprint: value and W equal the pure Python/NumPy pipeline's."""
-    from scrapy_simdup.fingerprint import extract as _extract
-    from scrapy_simdup.fingerprint import features as _features
-    assert None not in (_extract._scan_raw, _extract._main_text_raw, _features.textfeat)
-    records = load_article_benchmark()[::6]
-
-    def run():
-        f = Fingerprinter(**options)
-        out = []
-        for r in records:
-            try:
-                fp = f.fingerprint_html(r.html)
-            except SkippedPage as exc:
-                out.append(exc.reason)
-                continue
-            out.append((fp.value, fp.W.tobytes(), fp.n_features))
-        return out
-
-    fast = run()
-    monkeypatch.setattr(_extract, "_scan_raw", None)
-    monkeypatch.setattr(_extract, "_main_text_raw", None)
-    monkeypatch.setattr(_features, "textfeat", None)
-    assert run() == fast
+def test_compiled_paths_give_bit_identical_fingerprints(options):
+    """The compiled walk, selection, tokenizer and features (htmlscan, textfeat)
+    change no fingerprint: value and W equal the pure Python/NumPy pipeline's
+    (tests/reference/fingerprint.py)."""
+    f = Fingerprinter(**options)
+    fast = []
+    for r in load_article_benchmark(DATA_ROOT)[::6]:
+        try:
+            fp = f.fingerprint_html(r.html)
+            got = (fp.value, fp.W.tobytes(), fp.n_features)
+        except SkippedPage as exc:
+            got = exc.reason
+        try:
+            value, W, n = fingerprint_html_py(f, r.html)
+            want = (value, W.tobytes(), n)
+        except SkippedPage as exc:
+            want = exc.reason
+        assert got == want, r.id
+        fast.append(got)
     assert sum(isinstance(x, tuple) for x in fast) >= 25
 
 
@@ -388,10 +415,9 @@ def test_utf8_shortcut_parses_the_same_tree():
     from lxml import etree
     from w3lib.encoding import html_to_unicode
 
-    from benchmarks._data import load_all
     f = Fingerprinter()
     used = 0
-    for record in load_all()[::3]:
+    for record in load_all(DATA_ROOT)[::3]:
         for encoding in (None, "utf-8", "cp1252"):
             text, _, utf8 = f._decode(record.html, encoding)
             assert text == html_to_unicode(
@@ -456,7 +482,6 @@ def test_a_page_over_max_bytes_loses_its_invisible_bulk_before_it_is_cut():
     """Over max_bytes, script/style bodies, comments and long attribute values
     go first: a page whose text then fits is fingerprinted whole (the same as
     without the bulk), on the str, bytes and response paths alike."""
-    from scrapy.http import HtmlResponse
     f = Fingerprinter(max_bytes=100_000)
     bulk = ('<script>' + "var x = 1;" * 20_000 + '</script><!--' + "c" * 50_000 + '-->'
             '<img src="data:image/png;base64,' + "A" * 200_000 + '">')
@@ -469,7 +494,7 @@ def test_a_page_over_max_bytes_loses_its_invisible_bulk_before_it_is_cut():
                                                     encoding="utf-8"))):
         assert (got.value, got.truncated) == (want.value, False)
     response = HtmlResponse("https://example.com/", body=big.encode(), encoding="utf-8")
-    response.selector       # a tree the spider built first changes nothing
+    _ = response.selector   # a tree the spider built first changes nothing
     assert f.fingerprint_response(response).value == want.value
     text_too_big = PAGE.replace("<body>", "<body>" + "".join(
         f"<p>word{i} and more words of item {i}</p>" for i in range(5000)), 1)
@@ -482,10 +507,6 @@ def test_tags_with_200000_attributes_are_not_handed_to_libxml2(monkeypatch):
     attributes each did as badly. Such a page keeps only the attributes the
     extraction reads before it is parsed, on the bytes, str and response
     paths (it is fingerprinted like the page without the attributes)."""
-    from scrapy.http import HtmlResponse
-    from scrapy_simdup.fingerprint.extract import long_tag_bytes, long_tag_bytes_py
-    from scrapy_simdup.fingerprint.fingerprinter import HUGE_TAGS, LONG_TAG
-    from scrapy_simdup.fingerprint import fingerprinter as _fingerprinter
     f = Fingerprinter()
     want = f.fingerprint_html(PAGE.replace("<body>", "<body><div class=x></div>", 1)).value
     seen = []
@@ -500,7 +521,8 @@ def test_tags_with_200000_attributes_are_not_handed_to_libxml2(monkeypatch):
         assert long_tag_bytes(page, LONG_TAG) == long_tag_bytes_py(page, LONG_TAG) > HUGE_TAGS
         assert len(page) < f.max_bytes
         if attacks.count("<div") > 1:
-            want_many = f.fingerprint_html(PAGE.replace("<body>", "<body>" + "<div class=x></div>" * 16, 1)).value
+            want_many = f.fingerprint_html(
+                PAGE.replace("<body>", "<body>" + "<div class=x></div>" * 16, 1)).value
         else:
             want_many = want
         assert f.fingerprint_html(page).value == want_many
@@ -516,11 +538,9 @@ def test_taming_a_page_keeps_its_fingerprint():
     """What a page loses before it is parsed (when it is over max_bytes, or
     has too much in long tags) is never visible text: the default
     fingerprint of every shared page is the same with and without it."""
-    from benchmarks._data import load_all
-    from scrapy_simdup.fingerprint.fingerprinter import strip_invisible_bulk
     f = Fingerprinter()
     checked = 0
-    for record in load_all():
+    for record in load_all(DATA_ROOT):
         try:
             value = f.fingerprint_html(record.html).value
         except SkippedPage:

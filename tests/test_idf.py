@@ -1,38 +1,30 @@
 """weighting="idf": the IDF table learned from the crawl, its file, and the Fingerprinter."""
 from __future__ import annotations
 
-import glob
-import os
-from pathlib import Path
+import gzip
 
 import numpy as np
 import pytest
 
 from scrapy_simdup import Fingerprinter, fingerprint_html
 from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup.integration.config import SimdupConfig
 from scrapy_simdup.fingerprint.idf import IdfTable
-
-ROOT = Path(__file__).resolve().parent.parent
-_DATA = Path(os.environ.get("SIMDUP_DATA", ROOT.parent / "shared" / "data"))
-if not _DATA.exists():
-    _DATA = Path("/work/shared/data")
-PAGES = sorted(glob.glob(str(_DATA / "article-extraction-benchmark" / "html" / "*.html*")))[:12]
+from scrapy_simdup.integration.config import SimdupConfig
 
 
 def _html(path):
-    data = Path(path).read_bytes()
-    if path.endswith(".gz"):
-        import gzip
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
         data = gzip.decompress(data)
     return data
 
 
 @pytest.fixture(scope="module")
-def pages():
-    if len(PAGES) < 12:
+def pages(shared_data):
+    paths = sorted((shared_data / "article-extraction-benchmark" / "html").glob("*.html*"))[:12]
+    if len(paths) < 12:
         pytest.skip("shared data not found")
-    return [_html(p) for p in PAGES]
+    return [_html(p) for p in paths]
 
 
 def test_weights_are_logtf_times_smoothed_idf():

@@ -11,13 +11,12 @@ import pytest
 from scrapy_simdup import simhash
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.batchwriter import BatchWriter
-from scrapy_simdup.merge.driver import Collection, components, merge, stats
+from scrapy_simdup.merge import merge, stats
+from scrapy_simdup.merge.collection import Collection
+from scrapy_simdup.merge.report import components
+from tests.data_root import DATA_ROOT
 
-_ROOT = Path(__file__).resolve().parent.parent
-_DATA_ROOT = Path(os.environ.get("SIMDUP_DATA", _ROOT.parent / "shared" / "data"))
-if not _DATA_ROOT.exists():
-    _DATA_ROOT = Path("/work/shared/data")
-DATA = _DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
+DATA = DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
 H = 3
 
 
@@ -264,7 +263,7 @@ def test_recall_one_probes_every_flip_set_and_sizes_follow_the_data(corpus, tmp_
     full = merge([d], tmp_path / "full", distance=H, recall=1.0, first=False, commit=False,
                  chunk_size=1 << 40)
     from scrapy_simdup._ext.batchjoin import flip_set_count
-    from scrapy_simdup.merge.driver import header_bits
+    from scrapy_simdup.merge.probes import header_bits
     t = header_bits(len(corpus))
     assert full.probes == flip_set_count(t, H)          # every flip set, not a fallback
     got = {(int(a), int(b)) for a, b in zip(full.pairs_array["id"],
@@ -273,7 +272,7 @@ def test_recall_one_probes_every_flip_set_and_sizes_follow_the_data(corpus, tmp_
                                             exact.pairs_array["duplicate_of"])}
     assert got == want
     # where every flip set is too many, a clear error points to --exact
-    import scrapy_simdup.merge.driver as merge_module
+    import scrapy_simdup.merge.probes as merge_module
     monkeypatch.setattr(merge_module, "MAX_MERGE_PROBES", full.probes - 1)
     with pytest.raises(ValueError, match="--exact"):
         merge([d], tmp_path / "wide", distance=H, recall=1.0, commit=False)
@@ -392,7 +391,7 @@ def test_pairs_go_through_symlinks_and_to_fifos(corpus, tmp_path):
 def test_stable_argsort_keeps_equal_values_in_arrival_order(seed):
     """The merge's SIMD argsort puts runs of equal values (exact duplicate
     pages) back in arrival order: the same order as NumPy's stable sort."""
-    from scrapy_simdup.merge.driver import _stable_argsort
+    from scrapy_simdup.merge.run import _stable_argsort
 
     rng = np.random.default_rng(seed)
     values = rng.integers(0, 2**64, 5000, dtype=np.uint64)
@@ -408,7 +407,8 @@ def test_stable_argsort_keeps_equal_values_in_arrival_order(seed):
 
 
 def test_pairs_are_sorted_by_id_then_duplicate_of():
-    from scrapy_simdup.merge.driver import PAIR_DTYPE, _sort_pairs
+    from scrapy_simdup.merge.collection import PAIR_DTYPE
+    from scrapy_simdup.merge.run import _sort_pairs
 
     rng = np.random.default_rng(3)
     for hi in (1000, 2**40):          # one 64-bit key, and the lexsort beyond 32-bit ids
@@ -427,7 +427,7 @@ def test_header_bits_follow_the_join_kernel():
     """A scalar join sweeps 4x slower: it gets 2 more header bits (fewer
     entries per bucket) than a SIMD one."""
     from scrapy_simdup._ext import batchjoin
-    from scrapy_simdup.merge.driver import header_bits
+    from scrapy_simdup.merge.probes import header_bits
 
     best = batchjoin.join_kernel_level()
     try:
@@ -444,7 +444,7 @@ def test_header_bits_follow_the_join_kernel():
 def test_probe_runs_change_the_speed_not_the_pairs(corpus, tmp_path, monkeypatch):
     """At h >= 6 the probe table is split in runs by flipped header bits, with
     a tighter low-bit filter per run: the same pairs as one run per bucket."""
-    from scrapy_simdup.merge import driver as _merge
+    from scrapy_simdup.merge import matchers as _merge
 
     d = tmp_path / "crawl"
     _write(d, corpus)

@@ -4,11 +4,11 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from reference_index import clustered_values, ref_matches
-from scrapy_simdup import (BPHSIndex, CorruptIndexError, PSMIndex, VolatilityModel,
-                           simhash)
+from scrapy_simdup import BPHSIndex, CorruptIndexError, PSMIndex, VolatilityModel, simhash
+from tests.reference.index import clustered_values, ref_matches
 
 MODEL = VolatilityModel.laplace(0.5)
 

@@ -1,4 +1,4 @@
-"""The compiled libxml2 walk (``_scan``) against the pure Python reference on
+"""The compiled libxml2 walk (``htmlscan``) against the pure Python reference on
 trees the shared pages do not have: comments, PIs, CDATA, entity references,
 namespaces, hidden elements, odd attributes, deep nesting, non-element roots.
 (The comparison on every real page is in ``test_extract.py``.)"""
@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import lxml.html
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lxml import etree
 
+from benchmarks._data import load_all
+from scrapy_simdup._ext.htmlscan import long_tag_bytes, scan_lxml_raw, tame_html
 from scrapy_simdup.fingerprint import extract as _extract
-from scrapy_simdup.fingerprint.extract import scan_lxml, scan_lxml_py
-
-pytestmark = pytest.mark.skipif(_extract._scan_raw is None, reason="compiled _scan not built")
+from scrapy_simdup.fingerprint.extract import scan_lxml
+from tests.data_root import DATA_ROOT
+from tests.reference.extract import long_tag_bytes_py, main_text_py, scan_lxml_py, tame_html_py
 
 
 def _blocks(b):
@@ -26,7 +29,7 @@ def _same(root):
             assert _blocks(scan_lxml(root, mode, want_tags)) == _blocks(reference), (mode, want_tags)
             for params in ({}, {"min_block_chars": 1, "min_main_chars": 1, "keep_block_chars": 1},
                            {"max_link_density": 0.0, "min_main_chars": 3}):
-                assert reference.main_text(**params) == reference.main_text_py(**params), params
+                assert reference.main_text(**params) == main_text_py(reference, **params), params
     return scan_lxml(root, "main", True)
 
 
@@ -105,7 +108,7 @@ def test_non_element_roots_and_subtrees():
     assert b.texts == ["a"]
     _same(etree.ElementTree(root).getroot())
     with pytest.raises(TypeError):
-        _extract._scan_raw("<p>", True, False, frozenset(), frozenset(), frozenset(),
+        scan_lxml_raw("<p>", True, False, frozenset(), frozenset(), frozenset(),
                            frozenset(), {}, _extract.unlikely_label)
 
 
@@ -136,17 +139,12 @@ def test_many_distinct_tag_names_overflow_the_cache():
 ])
 @pytest.mark.parametrize("min_length", [0, 5, 100])
 def test_long_tag_bytes_matches_its_reference(html, min_length):
-    from scrapy_simdup.fingerprint.extract import long_tag_bytes_py
-    from scrapy_simdup._ext.htmlscan import long_tag_bytes
     for value in (html, html.encode()):
         assert long_tag_bytes(value, min_length) == long_tag_bytes_py(value, min_length)
 
 
 def test_long_tag_bytes_on_the_shared_pages():
-    from benchmarks._data import load_all
-    from scrapy_simdup.fingerprint.extract import long_tag_bytes_py
-    from scrapy_simdup._ext.htmlscan import long_tag_bytes
-    for record in load_all()[::2]:
+    for record in load_all(DATA_ROOT)[::2]:
         for min_length in (0, 4096):
             assert long_tag_bytes(record.html, min_length) == \
                 long_tag_bytes_py(record.html, min_length)
@@ -166,16 +164,11 @@ TAME_CASES = [
 
 @pytest.mark.parametrize("data", TAME_CASES)
 def test_tame_html_matches_its_reference(data):
-    from scrapy_simdup.fingerprint.extract import tame_html_py
-    from scrapy_simdup._ext.htmlscan import tame_html
     assert tame_html(data) == tame_html_py(data)
 
 
 def test_tame_html_on_the_shared_pages():
-    from benchmarks._data import load_all
-    from scrapy_simdup.fingerprint.extract import tame_html_py
-    from scrapy_simdup._ext.htmlscan import long_tag_bytes, tame_html
-    for record in load_all()[::2]:
+    for record in load_all(DATA_ROOT)[::2]:
         tamed = tame_html(record.html)
         assert tamed == tame_html_py(record.html)
         assert len(tamed) <= len(record.html) and long_tag_bytes(tamed, 4096) == 0
@@ -190,8 +183,6 @@ _MARKUP = st.text(alphabet=st.sampled_from(list("<>/!-='\" \nabcsriptyleCLASidhn
 def test_tame_html_and_long_tag_bytes_match_their_references_on_any_markup(text):
     """Random markup soup (unclosed tags, quotes, comments, scripts): the
     compiled scans agree with their references and never read past the end."""
-    from scrapy_simdup.fingerprint.extract import long_tag_bytes_py, tame_html_py
-    from scrapy_simdup._ext.htmlscan import long_tag_bytes, tame_html
     data = text.encode("utf-8")
     assert tame_html(data) == tame_html_py(data)
     for min_length in (0, 3):

@@ -3,11 +3,12 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from reference_index import ref_flip_sets
 from scrapy_simdup import VolatilityModel, flip_masks
 from scrapy_simdup.index.volatility import UNIFORM_P
+from tests.reference.index import ref_flip_sets
 
 MODEL = VolatilityModel.laplace(0.5)
 

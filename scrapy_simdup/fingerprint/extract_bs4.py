@@ -7,12 +7,14 @@ up to differences between the parsers' repair of broken HTML.
 """
 from __future__ import annotations
 
+from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4.element import CData, Comment, Declaration, Doctype, ProcessingInstruction
+
 from scrapy_simdup.fingerprint.extract import BlockBuilder
 
 
 def parse_soup(text: str):
     """Parse decoded HTML with BeautifulSoup (lxml tree builder if present)."""
-    from bs4 import BeautifulSoup
     try:
         return BeautifulSoup(text, "lxml")
     except Exception:  # bs4.FeatureNotFound: lxml builder unavailable
@@ -21,9 +23,6 @@ def parse_soup(text: str):
 
 def walk_soup(root, builder: BlockBuilder) -> BlockBuilder:
     """Feed the events of a soup (or a Tag) to ``builder`` (explicit stack)."""
-    from bs4 import NavigableString, Tag
-    from bs4.element import (CData, Comment, Declaration, Doctype,
-                             ProcessingInstruction)
     skip_types = (Comment, CData, Declaration, Doctype, ProcessingInstruction)
     start = builder.start
     data = builder.data

@@ -3,8 +3,9 @@
 Tokens are hashed in compiled code (64-bit murmur3 of each token's UTF-8)
 and combined into shingle/signature hashes with wrapping ``uint64``
 arithmetic (identical on every machine). ``textfeat`` does tokenising,
-hashing and combining in one compiled pass; the NumPy functions here are its
-reference (and the path when it is not built): both give the same hashes.
+hashing and combining in one compiled pass; its NumPy reference is in
+``tests/reference/features.py``. Tag shingles (``structure``) are combined
+here, with NumPy.
 
 Feature sets (combine with ``+``, e.g. ``"shingles+structure"``):
 
@@ -21,19 +22,15 @@ Weights (per distinct feature, always positive):
 * ``logtf``   ``1 + ln(count)``;
 * ``binary``  1 (set semantics, like MinHash's Jaccard);
 * ``idf``     ``logtf`` times the inverse document frequency learned from the
-  crawl (``_idf.IdfTable``).
+  crawl (``idf.IdfTable``).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from scrapy_simdup._ext import hashing as _core
+from scrapy_simdup._ext import textfeat
 from scrapy_simdup.fingerprint.tokens import fold_table, normalize, split_tokens
-
-try:
-    from scrapy_simdup._ext import textfeat
-except ImportError:  # not compiled (source checkout without build): NumPy path
-    textfeat = None
 
 FEATURES_VERSION = 1
 FEATURE_SETS = ("shingles", "spots", "structure")
@@ -85,11 +82,9 @@ def token_hashes(tokens: list[str]) -> np.ndarray:
 
 
 def text_token_hashes(text: str) -> np.ndarray:
-    """Hashes of ``tokenize(text)``, made in compiled code when it is built."""
+    """Hashes of ``tokenize(text)``, made in compiled code."""
     if not text:
         return np.empty(0, np.uint64)
-    if textfeat is None:                      # not built
-        return token_hashes(split_tokens(normalize(text)))
     # one compiled pass instead of normalize()'s replace/NFKC/casefold passes,
     # for text whose characters all normalise on their own
     folded = None if text.isascii() else textfeat.fold_text(text, fold_table())
@@ -114,34 +109,12 @@ def shingle_hashes(th: np.ndarray, k: int, salt=_SALT["shingles"]) -> np.ndarray
     return fmix64(s)
 
 
-def spot_hashes(th: np.ndarray, chain: int = 2) -> np.ndarray:
-    """Spot signatures: stopword antecedent + the next ``chain`` content tokens."""
-    n = th.shape[0]
-    if n < chain + 1:
-        return np.empty(0, np.uint64)
-    is_stop = np.isin(th, STOP_HASHES)
-    ante = np.flatnonzero(is_stop)
-    content = np.flatnonzero(~is_stop)
-    if ante.size == 0 or content.size < chain:
-        return np.empty(0, np.uint64)
-    j = np.searchsorted(content, ante, side="right")
-    ok = j + chain <= content.size
-    ante, j = ante[ok], j[ok]
-    s = th[ante] ^ _SALT["spots"]
-    for c in range(chain):
-        s = s * _M + th[content[j + c]]
-    return fmix64(s)
-
-
 def weigh(hashes: np.ndarray, weighting: str, idf=None) -> tuple[np.ndarray, np.ndarray]:
     """Distinct features and their (positive) weights (``idf``: the IdfTable
     that ``weighting="idf"`` needs)."""
     if hashes.size == 0:
         return hashes, np.empty(0, np.float64)
-    if textfeat is not None:
-        uniq, counts = textfeat.unique_counts(np.sort(hashes))
-    else:
-        uniq, counts = np.unique(hashes, return_counts=True)
+    uniq, counts = textfeat.unique_counts(np.sort(hashes))
     if weighting == "count":
         w = counts.astype(np.float64)
     elif weighting == "logtf":
@@ -180,7 +153,7 @@ def weighted_features(th: np.ndarray, feature_sets, shingle_size: int, tags=None
     count, logtf or binary weighting take one compiled call (a crawl pays
     for every NumPy call with cold caches); the rest takes the NumPy path."""
     code = _WEIGHT_CODES.get(weighting)
-    if (textfeat is not None and code is not None and "structure" not in feature_sets
+    if (code is not None and "structure" not in feature_sets
             and ("shingles" in feature_sets or "spots" in feature_sets)):
         th = np.ascontiguousarray(th, dtype=np.uint64)
         out = textfeat.weighted_features(th, shingle_size, "shingles" in feature_sets,
@@ -204,21 +177,15 @@ def features_from_tokens(tokens: list[str], feature_sets, shingle_size: int,
 
 
 def features_from_token_hashes(th: np.ndarray | None, feature_sets, shingle_size: int,
-                               tags: list[str] | None = None, tag_shingle_size: int = 4,
-                               compiled: bool = True) -> np.ndarray:
-    """``features_from_tokens`` from the token hashes (``compiled=False``:
-    the NumPy reference even when the compiled module is built)."""
+                               tags: list[str] | None = None,
+                               tag_shingle_size: int = 4) -> np.ndarray:
+    """``features_from_tokens`` from the token hashes."""
     parts = []
     shingles = "shingles" in feature_sets
     spots = "spots" in feature_sets
-    if (shingles or spots) and compiled and textfeat is not None:
+    if shingles or spots:
         parts.append(textfeat.text_features(th, shingle_size, shingles, spots, STOP_HASHES,
                                              _SALT["shingles"], _SALT["spots"]))
-    else:
-        if shingles:
-            parts.append(shingle_hashes(th, shingle_size))
-        if spots:
-            parts.append(spot_hashes(th))
     if "structure" in feature_sets and tags:
         parts.append(shingle_hashes(_core.hash_features(tags), tag_shingle_size,
                                     _SALT["structure"]))

@@ -2,13 +2,13 @@
 
 Pipeline (the same for every entry point): decode -> parse (lxml, exactly as
 Scrapy/parsel do, or reuse ``response.selector.root``) -> main-content text
-(``_extract``) -> tokens (``_tokenize``) -> features + weights
-(``_features``) -> 64-bit weighted simhash in compiled code (``hashing``).
+(``extract``) -> tokens (``tokens``) -> features + weights (``features``)
+-> 64-bit weighted simhash in compiled code (``hashing``).
 
 Fingerprints are a pure function of the page bytes and the options, so the
 same page gives the same ``(value, W)`` in every run and on every machine.
 The one exception is ``weighting="idf"``, which learns document frequencies
-from the crawl's first pages (``_idf``) and then freezes them; its table is
+from the crawl's first pages (``idf``) and then freezes them; its table is
 stored with the index and named in the version. ``Fingerprinter.version``
 names the pipeline version; store it with a persisted index and refuse to
 mix versions.
@@ -21,26 +21,25 @@ import threading
 
 import numpy as np
 from lxml import etree
-from w3lib.encoding import (html_body_declared_encoding, html_to_unicode,
-                            http_content_type_encoding, read_bom)
+from w3lib.encoding import (
+    html_body_declared_encoding,
+    html_to_unicode,
+    http_content_type_encoding,
+    read_bom,
+)
 
-from scrapy_simdup._ext import hashing
+from scrapy_simdup._ext import hashing, htmlscan, textfeat
 from scrapy_simdup.exceptions import SkippedPage
-from scrapy_simdup.fingerprint.extract import EXTRACTOR_VERSION, extract_lxml, long_tag_bytes, tame_html
+from scrapy_simdup.fingerprint.extract import EXTRACTOR_VERSION, extract_lxml
+from scrapy_simdup.fingerprint.features import (
+    FEATURE_SETS,
+    FEATURES_VERSION,
+    WEIGHTINGS,
+    text_token_hashes,
+    weighted_features,
+)
 from scrapy_simdup.fingerprint.idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
-from scrapy_simdup.fingerprint.features import (FEATURE_SETS, FEATURES_VERSION, WEIGHTINGS, text_token_hashes,
-                        weighted_features)
 from scrapy_simdup.fingerprint.tokens import TOKENIZER_VERSION
-
-try:
-    from scrapy_simdup._ext.textfeat import utf8_valid
-except ImportError:  # not compiled
-    def utf8_valid(data: bytes) -> bool:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return False
-        return True
 
 __all__ = ["Fingerprint", "Fingerprinter", "SkippedPage", "fingerprint_html",
            "fingerprint_response", "SKIP_REASONS"]
@@ -175,7 +174,7 @@ def _utf8_parse_bytes(raw: bytes, encoding: str | None) -> bytes | None:
     if (not body or body[0] >= 0x80 or body[-1] >= 0x80 or body[0] in _STR_ONLY_SPACE
             or body[-1] in _STR_ONLY_SPACE):
         return None
-    if not body.isascii() and not utf8_valid(body):
+    if not body.isascii() and not textfeat.utf8_valid(body):
         return None
     return body
 
@@ -223,10 +222,27 @@ HUGE_TAGS = 1 << 17
 
 def strip_invisible_bulk(html):
     """``html`` (str or bytes) tamed as described above (compiled
-    ``_scan.tame_html``, one linear pass: no input can make it backtrack)."""
+    ``htmlscan.tame_html``, one linear pass: no input can make it backtrack)."""
     if isinstance(html, str):
-        return tame_html(html.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
-    return tame_html(html)
+        return htmlscan.tame_html(html.encode("utf-8", "surrogatepass")).decode(
+            "utf-8", "surrogatepass")
+    return htmlscan.tame_html(html)
+
+
+def _bs4_extraction():
+    """The BeautifulSoup extraction module (``parser="bs4"``)."""
+    # imported on first use: BeautifulSoup is loaded only by crawls that use it
+    from scrapy_simdup.fingerprint import extract_bs4  # noqa: PLC0415
+    return extract_bs4
+
+
+def _scrapy_response_classes(response) -> frozenset:
+    """Names of the Scrapy classes ``response`` is an instance of: the
+    fingerprint layer does not import Scrapy, so ``TextResponse``,
+    ``HtmlResponse`` and ``XmlResponse`` (or subclasses of them) are told
+    apart by the class names in the response's MRO."""
+    return frozenset(cls.__name__ for cls in type(response).__mro__
+                     if cls.__module__ == "scrapy" or cls.__module__.startswith("scrapy."))
 
 
 def has_text_features(features: str) -> bool:
@@ -294,8 +310,9 @@ class Fingerprinter:
         if content_css is not None:
             if not isinstance(content_css, str) or not content_css.strip():
                 raise ValueError(f"content_css must be a non-empty CSS selector, got {content_css!r}")
-            from cssselect import HTMLTranslator
-            from cssselect.parser import SelectorError
+            # cssselect (parsel's CSS translator) is only needed for content_css
+            from cssselect import HTMLTranslator  # noqa: PLC0415
+            from cssselect.parser import SelectorError  # noqa: PLC0415
             try:
                 xpath = HTMLTranslator().css_to_xpath(content_css)
             except SelectorError as exc:
@@ -377,7 +394,7 @@ class Fingerprinter:
         # (a page shorter than HUGE_TAGS cannot hold that much: most pages
         # are not scanned at all)
         return len(html) > self.max_bytes or (len(html) > HUGE_TAGS and
-                                              long_tag_bytes(html, LONG_TAG) > HUGE_TAGS)
+                                              htmlscan.long_tag_bytes(html, LONG_TAG) > HUGE_TAGS)
 
     def _tame(self, html, unit: str):
         """``(html, truncated)``: a page over ``max_bytes`` or with too much in
@@ -454,7 +471,7 @@ class Fingerprinter:
         return extract_lxml(root, self.extract, want_tags=self._want_tags)
 
     def _text_from_soup(self, soup):
-        from scrapy_simdup.fingerprint.extract_bs4 import extract_soup
+        extract_soup = _bs4_extraction().extract_soup
         if self._content is not None and self.content_css is not None:
             nodes = soup.select(self.content_css)
             if nodes:
@@ -501,8 +518,7 @@ class Fingerprinter:
         """``(text, main_found, tags)``: the text the fingerprint is made of."""
         text, _, utf8 = self._decode(html, encoding, need_text=self.parser == "bs4")
         if self.parser == "bs4":
-            from scrapy_simdup.fingerprint.extract_bs4 import parse_soup
-            return self._text_from_soup(parse_soup(text))
+            return self._text_from_soup(_bs4_extraction().parse_soup(text))
         return self._text_from_root(parse_html_text(text, utf8))
 
     def features_html(self, html, url=None, encoding=None) -> tuple[np.ndarray, np.ndarray]:
@@ -523,8 +539,7 @@ class Fingerprinter:
         fingerprint (the same page at two URLs must match)."""
         text, truncated, utf8 = self._decode(html, encoding, need_text=self.parser == "bs4")
         if self.parser == "bs4":
-            from scrapy_simdup.fingerprint.extract_bs4 import parse_soup
-            ptext, found, tags = self._text_from_soup(parse_soup(text))
+            ptext, found, tags = self._text_from_soup(_bs4_extraction().parse_soup(text))
         else:
             ptext, found, tags = self._text_from_root(parse_html_text(text, utf8))
         return self._finish(ptext, tags, found, truncated)
@@ -545,10 +560,10 @@ class Fingerprinter:
         Non-text responses and text responses that are not HTML (XML, JSON,
         plain text) raise ``SkippedPage("not_html")``.
         """
-        from scrapy.http import HtmlResponse, TextResponse, XmlResponse
-        if not isinstance(response, TextResponse) or isinstance(response, XmlResponse):
+        kinds = _scrapy_response_classes(response)
+        if "TextResponse" not in kinds or "XmlResponse" in kinds:
             raise SkippedPage("not_html", type(response).__name__)
-        if not isinstance(response, HtmlResponse):
+        if "HtmlResponse" not in kinds:
             ctype = response.headers.get(b"Content-Type", b"") or b""
             if b"html" not in ctype.lower():
                 raise SkippedPage("not_html", ctype.decode("latin-1")[:60])
@@ -562,8 +577,7 @@ class Fingerprinter:
             # skipped), even when a tree exists: the same page, the same fingerprint
             return self.fingerprint_html(body, url=response.url, encoding=response.encoding)
         if self.parser == "bs4":
-            from scrapy_simdup.fingerprint.extract_bs4 import parse_soup
-            text, found, tags = self._text_from_soup(parse_soup(response.text))
+            text, found, tags = self._text_from_soup(_bs4_extraction().parse_soup(response.text))
         else:
             root = response.selector.root
             if not isinstance(root, etree._Element):

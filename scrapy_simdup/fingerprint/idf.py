@@ -25,7 +25,8 @@ so fingerprints made with different tables are never mixed (a restart with
 ``SIMDUP_DIR`` loads the same table; ``simdup merge`` refuses batches of two
 crawls that learned separately).
 
-File format (``idf-<pages>.bin`` in ``SIMDUP_DIR``, see ``_persist``; little-endian, written atomically): a 48-byte header
+File format (``idf-<pages>.bin`` in ``SIMDUP_DIR``, see
+``scrapy_simdup.index.persist``; little-endian, written atomically): a 48-byte header
 ``magic b"SIMDUPDF"``, ``u4 format version``, ``u4 bits``, ``u8 pages``,
 ``u8 learn_pages``, ``u8 table_id``, ``u4 CRC-32 of the counts``, ``u4 0``;
 then ``u2[2**bits]`` document counts.
@@ -35,12 +36,12 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from zlib import crc32
 
 import numpy as np
 
-from scrapy_simdup.storage.atomic import atomic_write_bytes
 from scrapy_simdup.exceptions import CorruptFileError
-from zlib import crc32
+from scrapy_simdup.storage.atomic import atomic_write_bytes
 
 MAGIC = b"SIMDUPDF"
 FORMAT_VERSION = 1
@@ -99,7 +100,7 @@ class IdfTable:
         atomic_write_bytes(path, self.to_bytes())
 
     @classmethod
-    def load(cls, path) -> "IdfTable":
+    def load(cls, path) -> IdfTable:
         """Read ``path``; a truncated, corrupt or foreign file is a CorruptFileError."""
         path = Path(path)
         data = path.read_bytes()

@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import numpy as np
+
 TOKENIZER_VERSION = 2   # 2: no apostrophe left at a cut before/after a no-space character
 
 _TOKEN = re.compile(r"\w+(?:'\w+)*")
@@ -56,7 +58,7 @@ def normalize(text: str) -> str:
 
 
 # --------------------------------------------------------------------------
-# The table of the compiled single-pass normalize (``_textfeat.fold_text``).
+# The table of the compiled single-pass normalize (``textfeat.fold_text``).
 #
 # For most web text normalize() is a per-character map: each character c
 # goes to casefold(NFKC(c)) (after the apostrophe folding above). That holds
@@ -104,7 +106,6 @@ def fold_table():
     character (built once per process, from this Python's Unicode data)."""
     global _fold_table
     if _fold_table is None:
-        import numpy as np
         seconds = composition_seconds()
         combining, normalize_ = unicodedata.combining, unicodedata.normalize
         rows = []
@@ -130,8 +131,9 @@ def tokenize(text: str) -> list[str]:
 
 
 def split_tokens(text: str) -> list[str]:
-    """Tokens of an already normalised text (the reference of the compiled
-    ``_textfeat.token_hashes``, which hashes them without making strings)."""
+    """Tokens of an already normalised text: those the compiled
+    ``textfeat.token_hashes`` hashes without making strings (this is the path
+    for text it cannot take, with lone surrogates, and its test reference)."""
     tokens = _TOKEN.findall(text)
     if text.isascii() or _NOSPACE.search(text) is None:
         return tokens
