@@ -46,8 +46,8 @@ sys.path.insert(0, str(HERE))
 from _workload import background, query_set  # noqa: E402
 
 from scrapy_simdup import SimdupConfig  # noqa: E402
-from scrapy_simdup.index.redis.backend import (RedisBackend, RedisIndexStore,  # noqa: E402
-                                          probe_budget)
+from scrapy_simdup.index.redis.backend import RedisBackend, RedisIndexStore  # noqa: E402
+from scrapy_simdup.integration.backends import probe_budget  # noqa: E402
 
 H = 3
 T = 14
@@ -291,7 +291,8 @@ def main():
               f"index size now {int(srv.client.get(base + ':n')):,}")
 
         # 4a. in-memory backend ------------------------------------------------------
-        from scrapy_simdup.integration.backends import MemoryBackend, make_index
+        from scrapy_simdup.index.backend import MemoryBackend
+        from scrapy_simdup.integration.backends import make_index
         mem = MemoryBackend(make_index(SimdupConfig(distance=H)))
         t0 = time.perf_counter()
         asyncio.run(mem.check_and_add_many(bg, Wbg, keys))

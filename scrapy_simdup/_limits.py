@@ -1,5 +1,6 @@
-"""Distance and recall limits and defaults shared by the index, the settings
-and the ``simdup`` command (import-light: no NumPy, no compiled modules)."""
+"""Limits and defaults of the values more than one layer checks (the settings,
+the index, the Redis store, the ``simdup`` command): each range is defined
+here once (import-light: no NumPy, no compiled modules)."""
 
 # Largest Hamming threshold: the features' best page-level F1 lies at 10..16
 # (benchmarks/eval_quality.py); PSM flips at most 8 header bits per probe.
@@ -14,3 +15,13 @@ DEFAULT_DISTANCE = 9
 # given to the crawl's index: probing every flip set of up to 8 header bits
 # is ~10^5 probes per look-up at a million pages.
 DEFAULT_RECALL = 0.99
+# A probe budget (buckets probed per look-up) is at least 1: the own bucket.
+MIN_PROBES = 1
+# Header bits t of the shared Redis index (2**t bucket keys), fixed when the
+# index is created (SIMDUP_REDIS_HEADER_BITS; the Redis store checks the same).
+MIN_REDIS_HEADER_BITS = 4
+MAX_REDIS_HEADER_BITS = 24
+DEFAULT_REDIS_HEADER_BITS = 14
+# Fingerprints per batch file (SIMDUP_BATCH_SIZE).
+MIN_BATCH_SIZE = 1
+DEFAULT_BATCH_SIZE = 100_000

@@ -10,7 +10,8 @@ the setting a user can change.
 from __future__ import annotations
 
 __all__ = ["SimdupError", "CorruptFileError", "CorruptIndexError", "DirectoryBusyError",
-           "BatchWriteError", "IndexUnavailableError", "SkippedPage"]
+           "BatchWriteError", "IndexUnavailableError", "IndexConflictError", "ParameterError",
+           "SkippedPage"]
 
 
 class SimdupError(Exception):
@@ -53,8 +54,37 @@ class BatchWriteError(SimdupError, OSError):
     """A batch file could not be written; its records are still in memory."""
 
 
+class ParameterError(SimdupError, ValueError):
+    """A value given to a backend or store cannot be used, or does not match
+    what the store already holds. ``parameter`` names the argument at fault
+    (``"url"``, ``"key_prefix"``, ``"header_bits"``, ``"params"``,
+    ``"distance"``, ``"max_probes"``, ``"fingerprint"``); the message names
+    the value."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+    def __reduce__(self):
+        return (type(self), (self.parameter, self.args[0]))
+
+
 class IndexUnavailableError(SimdupError, ConnectionError):
     """A shared index (Redis) could not be reached or did not answer in time."""
+
+
+class IndexConflictError(IndexUnavailableError):
+    """The Redis index stopped being usable mid-crawl because of what is
+    stored under its key prefix (keys of another type, an index re-created
+    with other settings); ``parameter`` names the argument concerned, as for
+    :class:`ParameterError`."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+    def __reduce__(self):
+        return (type(self), (self.parameter, self.args[0]))
 
 
 class SkippedPage(SimdupError, ValueError):

@@ -111,12 +111,42 @@ def test_exclusive_settings():
 
 
 def test_unknown_setting_is_reported_once_per_crawl(caplog):
-    settings = Settings({"SIMDUP_DISTANSE": 4})
-    for _ in range(3):      # the middleware, the pipeline and the log extension
-        SimdupConfig.from_settings(settings)
+    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DISTANSE": 4})
+    for component in COMPONENTS:    # the middleware, the pipeline and the log extension
+        component.from_crawler(crawler)
     assert caplog.text.count("SIMDUP_DISTANSE") == 1
-    SimdupConfig.from_settings(Settings({"SIMDUP_DISTANSE": 4}))    # another crawl
+    SimdupDownloaderMiddleware.from_crawler(                            # another crawl
+        _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DISTANSE": 4}))
     assert caplog.text.count("SIMDUP_DISTANSE") == 2
+
+
+def test_the_config_is_built_once_per_crawler(caplog):
+    """Every component of a crawler gets the same SimdupConfig, parsed from the
+    settings once (a warning about them logged once); another crawler its own."""
+    settings = {"SIMDUP_ENABLED": True, "SIMDUP_SEARCH": "exact", "SIMDUP_RECALL": 0.5,
+                "SIMDUP_REDIS_HEADER_BITS": "12", "JOBDIR": "/tmp/simdup-job-unused"}
+    crawler = _crawler(settings)
+    config = SimdupConfig.from_crawler(crawler)
+    assert SimdupConfig.from_crawler(crawler) is config
+    logstats = SimdupLogStats.from_crawler(crawler)
+    assert logstats.interval == config.log_interval
+    assert caplog.text.count("SIMDUP_RECALL has no effect") == 1
+    # the values the layers below need are in the config, not read again
+    assert config.redis_header_bits == 12
+    assert config.dir == "/tmp/simdup-job-unused/simdup" and config.dir_from_jobdir
+    assert config.dir_setting == "SIMDUP_DIR (JOBDIR/simdup)"
+    other = _crawler(settings)
+    assert SimdupConfig.from_crawler(other) is not config
+    assert SimdupConfig.from_crawler(other) == config
+    assert caplog.text.count("SIMDUP_RECALL has no effect") == 2
+
+
+def test_components_of_one_crawler_share_the_config():
+    crawler = _crawler({"SIMDUP_ENABLED": True})
+    middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
+    pipeline = SimdupPipeline.from_crawler(crawler)
+    assert middleware.config is pipeline.config is SimdupConfig.from_crawler(crawler)
+    assert middleware.logstats is pipeline.logstats is SimdupLogStats.from_crawler(crawler)
 
 
 def test_search_settings_that_cannot_apply(caplog):

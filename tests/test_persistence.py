@@ -15,18 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from http_server import PageServer
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.batchfile import list_batches, read_batch
 from scrapy_simdup.fingerprint.idf import IdfTable
 from scrapy_simdup.index.persist import IndexStore
+from tests.data_root import DATA_ROOT
+from tests.http_server import PageServer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-_DATA_ROOT = Path(os.environ.get("SIMDUP_DATA", ROOT.parent / "shared" / "data"))
-if not _DATA_ROOT.exists():
-    _DATA_ROOT = Path("/work/shared/data")
-DATA = _DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
+DATA = DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
 N_PAGES = 40
 
 pytestmark = pytest.mark.slow
@@ -239,9 +237,10 @@ def test_simdup_dir_that_cannot_be_a_directory(tmp_path):
     from scrapy_simdup.index.persist import prepare_directory
     a_file = tmp_path / "settings.py"
     a_file.write_text("")
-    with pytest.raises(ValueError, match="SIMDUP_DIR = .* is not a directory"):
+    with pytest.raises(ValueError, match="settings.py' is not a directory") as err:
         prepare_directory(a_file)
-    with pytest.raises(ValueError, match="SIMDUP_DIR = .* cannot be used"):
+    assert "SIMDUP_" not in str(err.value)      # the integration names the setting
+    with pytest.raises(ValueError, match="below' cannot be used"):
         prepare_directory(a_file / "below")
     assert prepare_directory(tmp_path / "new" / "dir").is_dir()
 
@@ -274,8 +273,9 @@ def test_a_simdup_dir_in_use_by_another_crawl_is_refused_at_start_up(site, tmp_p
     assert result["error"] is None and result["stats"]["simdup/checked"] == N_PAGES
     other = tmp_path / "other"
     (other / ".crawl.lock").mkdir(parents=True)     # cannot be opened as a file
-    with pytest.raises(ValueError, match="SIMDUP_DIR = .*other.* cannot be used"):
+    with pytest.raises(ValueError, match="other.* cannot be used") as err:
         lock_crawl_directory(other)
+    assert "SIMDUP_" not in str(err.value)
 
 
 def test_index_store_append_and_truncated_tail(tmp_path):
@@ -384,6 +384,67 @@ def test_idf_table_commits_with_the_index(site, tmp_path):
     assert again["stats"].get("finish_reason") == "simdup_corrupt_index"
     assert any("idf-00040.bin" in line and "missing" in line for line in again["log"])
     assert "Traceback" not in again["stderr"]
+
+
+def _corrupt_saved_index(directory):
+    IndexStore(directory).append(np.arange(1, 6, dtype=np.uint64), [f"k{i}" for i in range(5)],
+                                 {"fingerprint": "recipe-A"})
+    data = bytearray((directory / "index.values").read_bytes())
+    data[3] ^= 0x55
+    (directory / "index.values").write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_a_corrupt_index_restored_with_stop_names_no_setting_below_the_integration(
+        tmp_path, caplog):
+    """restore() raises the file's error and counts it through its callback;
+    the integration's make_backend() logs it naming SIMDUP_ON_ERROR."""
+    from scrapy_simdup import PSMIndex
+    from scrapy_simdup.index.backend import MemoryBackend
+    from scrapy_simdup.index.persist import restore
+    data = _corrupt_saved_index(tmp_path)
+    told = {}
+    with pytest.raises(CorruptFileError, match="index.values.*checksum") as err:
+        restore(MemoryBackend(PSMIndex()), tmp_path, on_error="stop",
+                on_stat=told.__setitem__, fingerprint="recipe-A")
+    assert "SIMDUP_" not in str(err.value) and "SIMDUP_" not in caplog.text
+    assert told == {"index_corrupt": 1}
+    assert (tmp_path / "index.values").read_bytes() == data      # left as it was
+
+    from scrapy_simdup import SimdupConfig
+    from scrapy_simdup.integration.backends import make_backend
+
+    class Stats(dict):
+        set_value = dict.__setitem__
+
+    class Crawler:
+        stats = Stats()
+    config = SimdupConfig.from_settings({"SIMDUP_DIR": str(tmp_path), "SIMDUP_ON_ERROR": "stop"})
+    with pytest.raises(CorruptFileError):
+        make_backend(config, Crawler(), fingerprint="recipe-A")
+    assert "index.values" in caplog.text and "SIMDUP_ON_ERROR=stop" in caplog.text
+    assert Crawler.stats == {"simdup/index_corrupt": 1}
+
+
+def test_an_index_of_another_recipe_names_simdup_dir_only_in_the_integration(tmp_path):
+    from scrapy_simdup import PSMIndex
+    from scrapy_simdup.index.backend import MemoryBackend
+    from scrapy_simdup.exceptions import ParameterError
+    from scrapy_simdup.index.persist import restore
+    from scrapy_simdup import SimdupConfig
+    from scrapy_simdup.integration.backends import make_backend
+    IndexStore(tmp_path).append(np.arange(1, 6, dtype=np.uint64), [f"k{i}" for i in range(5)],
+                                {"fingerprint": "recipe-A"})
+    with pytest.raises(ParameterError, match="made with 'recipe-A'.*cannot be compared") as err:
+        restore(MemoryBackend(PSMIndex()), tmp_path, fingerprint="recipe-B")
+    assert err.value.parameter == "fingerprint" and "SIMDUP_" not in str(err.value)
+    config = SimdupConfig.from_settings({"SIMDUP_DIR": str(tmp_path)})
+    with pytest.raises(ValueError, match="SIMDUP_DIR: .*made with 'recipe-A'"):
+        make_backend(config, None, fingerprint="recipe-B")
+    told = {}
+    backend = MemoryBackend(PSMIndex())
+    assert restore(backend, tmp_path, on_stat=told.__setitem__, fingerprint="recipe-A") == 5
+    assert told == {"index_restored": 5} and len(backend) == 5
 
 
 def test_a_kill_between_table_and_index_commits_keeps_the_previous_pair(tmp_path):

@@ -16,6 +16,9 @@ from hypothesis import given, settings, strategies as st
 
 from scrapy_simdup.index.redis.backend import RedisIndexStore, StoreMatch
 from scrapy_simdup.exceptions import IndexUnavailableError
+from scrapy_simdup.exceptions import ParameterError
+from scrapy_simdup.integration.backends import setting_message
+from tests.data_root import DATA_ROOT
 
 M64 = (1 << 64) - 1
 
@@ -303,19 +306,43 @@ def test_four_processes_keep_exactly_one_per_cluster(redis_server):
 
 
 def test_unreachable_at_startup_is_a_clear_error():
-    from redis_server import free_port
-    store = RedisIndexStore(f"redis://127.0.0.1:{free_port()}/0", "x", header_bits=8,
-                            params={"socket_connect_timeout": 1.0})
-    with pytest.raises(IndexUnavailableError, match="SIMDUP_INDEX"):
+    from tests.redis_server import free_port
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    store = RedisIndexStore(url, "x", header_bits=8, params={"socket_connect_timeout": 1.0})
+    with pytest.raises(IndexUnavailableError, match=f"cannot use Redis at {url}") as err:
         store.check_server()
+    assert "SIMDUP_" not in str(err.value)      # the store names values, not settings
 
 
 def test_header_bits_mismatch(redis_server):
     store = new_store(redis_server, t=8)
     store.check_server()
     other = RedisIndexStore(redis_server.url, store.base, header_bits=9)
-    with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
+    with pytest.raises(ParameterError, match="9 header bits, but the index .* was created "
+                                             "with 8") as err:
         other.check_server()
+    assert err.value.parameter == "header_bits" and "SIMDUP_" not in str(err.value)
+
+
+def test_store_errors_name_values_and_the_glue_names_the_setting(redis_server):
+    """The store's errors say what value is wrong; what a Scrapy user sees (the
+    start-up ValueError of the integration) names the setting it came from."""
+    with pytest.raises(ParameterError, match="header bits must be an integer in 4..24, "
+                                             "got 40") as err:
+        RedisIndexStore(redis_server.url, "k", header_bits=40)
+    assert "SIMDUP_" not in str(err.value)
+    with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
+        _backend(redis_server.url, SIMDUP_REDIS_HEADER_BITS=40)
+    # a stored index with other header bits: refused by the store, named by the glue
+    key = f"simdup:{time.monotonic_ns()}:%(spider)s"
+    first = _backend(redis_server.url, SIMDUP_REDIS_KEY=key, SIMDUP_REDIS_HEADER_BITS=10)
+    with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS: 12 header bits, but the "
+                                         "index .* was created with 10") as err:
+        _backend(redis_server.url, SIMDUP_REDIS_KEY=key, SIMDUP_REDIS_HEADER_BITS=12)
+    assert "SIMDUP_REDIS_KEY" in str(err.value)     # the other way out: a new index
+    assert isinstance(err.value.__cause__, ParameterError)
+    assert "SIMDUP_" not in str(err.value.__cause__)
+    run(first.close())
 
 
 def test_processes_with_other_feature_settings_are_refused(redis_server):
@@ -372,7 +399,7 @@ def test_an_index_redis_lost_is_recreated_with_its_settings(redis_server):
 
 def test_a_key_replaced_mid_crawl_is_named(redis_server):
     """Another type of key put under the prefix while a crawl runs: the
-    error names SIMDUP_REDIS_KEY and the prefix, not only Redis's WRONGTYPE."""
+    error names the key prefix, not only Redis's WRONGTYPE."""
     import redis
 
     async def run():
@@ -384,9 +411,12 @@ def test_a_key_replaced_mid_crawl_is_named(redis_server):
             await store.check_and_add_many(np.array([1 << 60], np.uint64), [masks], ["a"])
             client.delete(base + ":n")
             client.hset(base + ":n", "x", "y")
-            with pytest.raises(IndexUnavailableError, match=f"SIMDUP_REDIS_KEY '{base}'"):
+            with pytest.raises(IndexUnavailableError, match=f"key prefix '{base}'") as err:
                 await store.check_and_add_many(np.array([2 << 60], np.uint64), [masks], ["b"])
-            with pytest.raises(IndexUnavailableError, match="SIMDUP_REDIS_KEY"):
+            assert "SIMDUP_" not in str(err.value)
+            # what the crawl logs names the setting
+            assert setting_message(err.value).startswith("SIMDUP_REDIS_KEY: ")
+            with pytest.raises(IndexUnavailableError, match="key prefix"):
                 await store.size()
         finally:
             client.close()
@@ -395,11 +425,15 @@ def test_a_key_replaced_mid_crawl_is_named(redis_server):
 
 
 def test_bad_input(redis_server):
-    with pytest.raises(ValueError, match="SIMDUP_INDEX"):
+    with pytest.raises(ParameterError, match="Redis URL must start with redis://"):
         RedisIndexStore("http://x", "k")
-    with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
+    with pytest.raises(ParameterError, match="header bits must be an integer in 4..24, got 0"):
         RedisIndexStore(redis_server.url, "k", header_bits=0)
-    with pytest.raises(ValueError, match="SIMDUP_REDIS_KEY"):
+    with pytest.raises(ParameterError, match="header bits must be an integer in 4..24, got 25"):
+        RedisIndexStore(redis_server.url, "k", header_bits=25)
+    with pytest.raises(ParameterError, match="distance must be an integer in 0..16, got 17"):
+        RedisIndexStore(redis_server.url, "k", distance=17)
+    with pytest.raises(ParameterError, match="key prefix must be a non-empty string"):
         RedisIndexStore(redis_server.url, "")
 
     async def go():
@@ -447,21 +481,18 @@ class _Crawler:
 
 def _backend(url, **settings):
     from scrapy_simdup import SimdupConfig
-    from scrapy_simdup.index.redis.backend import RedisBackend
+    from scrapy_simdup.integration.backends import make_backend
     s = {"SIMDUP_INDEX": url, "SIMDUP_REDIS_KEY": f"simdup:{time.monotonic_ns()}:%(spider)s"}
     s.update(settings)
     crawler = _Crawler(s)
-    return RedisBackend.from_config(SimdupConfig.from_settings(crawler.settings), crawler)
+    return make_backend(SimdupConfig.from_crawler(crawler), crawler)
 
 
 def _docs():
     """Real article texts, each with a near-duplicate (one sentence edited)."""
     import gzip
     import json
-    import pathlib
-    root = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
-    if not root.exists():
-        root = pathlib.Path("/work/shared/data")
+    root = DATA_ROOT
     truth = json.loads((root / "article-extraction-benchmark" / "ground-truth.json").read_text())
     texts = [v["articleBody"] for k, v in sorted(truth.items())
              if len(v.get("articleBody", "").split()) > 300][:40]
@@ -476,7 +507,7 @@ def _fp(text):
 
 
 def test_backend_real_near_duplicates(redis_server):
-    from scrapy_simdup.integration.backends import Match
+    from scrapy_simdup.index.backend import Match
     texts = _docs()
     originals = [_fp(t) for t in texts]
     variants = [_fp(t.replace(".", ". Updated at 10:42.", 1)) for t in texts]
@@ -530,7 +561,7 @@ def test_backend_coalesces_concurrent_checks(redis_server):
 
 
 def test_backend_settings_and_startup_errors(redis_server):
-    from redis_server import free_port
+    from tests.redis_server import free_port
     with pytest.raises(IndexUnavailableError, match="SIMDUP_INDEX"):
         _backend(f"redis://127.0.0.1:{free_port()}/0",
                  SIMDUP_REDIS_PARAMS={"socket_connect_timeout": 1.0})
@@ -824,11 +855,12 @@ def test_a_key_prefix_holding_other_data_is_a_clear_error(redis_server):
             RedisIndexStore(redis_server.url, base, header_bits=8,
                             fingerprint="recipe").check_server()
         assert len(str(err.value)) < 1000
-        # another Redis type under the prefix: the key setting, not "Redis unavailable"
+        # another Redis type under the prefix: the key prefix, not "Redis unavailable"
         other = f"foreign-hash:{time.monotonic_ns()}"
         client.hset(other + ":t", "a", "b")
-        with pytest.raises(ValueError, match="SIMDUP_REDIS_KEY"):
+        with pytest.raises(ParameterError, match="use another key prefix") as err:
             RedisIndexStore(redis_server.url, other, header_bits=8).check_server()
+        assert err.value.parameter == "key_prefix"
     finally:
         client.close()
 

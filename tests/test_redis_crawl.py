@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from http_server import PageServer
+from tests.http_server import PageServer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -28,11 +28,7 @@ def _site_pages():
     """The generated near-duplicate site, reduced to clusters whose verdicts do
     not depend on the order: members pairwise within H, clusters more than H apart.
     """
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from _data import build_near_duplicate_site, load_article_benchmark
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks._data import build_near_duplicate_site, load_article_benchmark
     from scrapy_simdup import fingerprint_html
     pages = build_near_duplicate_site(load_article_benchmark()[:45], seed=7)
     fps = {p.path: int(fingerprint_html(p.html).value) for p in pages}
@@ -163,7 +159,7 @@ def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
 
 
 def test_redis_unreachable_at_startup_stops_the_crawl(tmp_path):
-    from redis_server import free_port
+    from tests.redis_server import free_port
     url = f"redis://127.0.0.1:{free_port()}/0"
     with PageServer({"a": b"<html><body><p>text</p></body></html>"}) as server:
         proc, result_path = _start_crawl(tmp_path, "down", {

@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from http_server import PageServer
+from tests.data_root import DATA_ROOT
+from tests.http_server import PageServer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-DATA = Path(os.environ.get("SIMDUP_DATA", ROOT.parent / "shared" / "data"))
-if not DATA.exists():
-    DATA = Path("/work/shared/data")
+DATA = DATA_ROOT
 
 N_ARTICLES = 5
 N_VARIANTS = 3

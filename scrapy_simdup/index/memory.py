@@ -2,7 +2,7 @@
 
 ``PSMIndex`` implements Probabilistic Simhash Matching (Sood & Loguinov 2011)
 on the compiled table of ``psm.pyx``; ``BPHSIndex`` is Manku's block-permuted
-tables (``_bphs.pyx``), exact for distances up to ``distance``. Both take
+tables (``_ext/bphs.pyx``), exact for distances up to ``distance``. Both take
 fingerprints as Python ints or uint64 arrays and ids as int64.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from scrapy_simdup.index.volatility import VolatilityModel
 __all__ = ["PSMIndex", "BPHSIndex", "flip_masks"]
 
 MAX_HEADER_BITS = 30
-MAX_BLOCKS = 24   # BPHS blocks G (_bphs.pyx MAX_G)
+MAX_BLOCKS = 24   # BPHS blocks G (_ext/bphs.pyx MAX_G)
 
 
 # ------------------------------------------------------------ validation

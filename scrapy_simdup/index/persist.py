@@ -42,6 +42,8 @@ import numpy as np
 
 from scrapy_simdup.storage.atomic import atomic_write_json, fsync_dir, lock_directory, read_json, remove_stale_temporaries
 from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
+from scrapy_simdup.index.backend import StatCallback
+from scrapy_simdup.exceptions import ParameterError
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from scrapy_simdup.storage.batchfile import escape_url
 from zlib import crc32
@@ -58,44 +60,45 @@ def idf_file_name(table: IdfTable) -> str:
     return f"idf-{table.pages:05d}.bin"
 
 
-def prepare_directory(directory, setting: str = "SIMDUP_DIR") -> Path:
+def prepare_directory(directory) -> Path:
     """Create ``directory`` if needed and check that files can be written
-    there: a ValueError naming ``setting`` otherwise (at start-up, not at the
-    first batch)."""
+    there: a ValueError naming the directory otherwise (at start-up, not at
+    the first batch)."""
     path = Path(directory)
     if path.exists() and not path.is_dir():     # mkdir would say "File exists"
-        raise ValueError(f"{setting} = {str(directory)!r} is not a directory")
+        raise ValueError(f"{str(directory)!r} is not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ValueError(f"{setting} = {str(directory)!r} cannot be used: "
-                         f"{exc.strerror or exc}") from None
+        raise ValueError(f"{str(directory)!r} cannot be used: {exc.strerror or exc}") from None
     if not path.is_dir():
-        raise ValueError(f"{setting} = {str(directory)!r} is not a directory")
+        raise ValueError(f"{str(directory)!r} is not a directory")
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"{setting} = {str(directory)!r} is not writable")
+        raise ValueError(f"{str(directory)!r} is not writable")
     return path
 
 
-def lock_crawl_directory(directory, setting: str = "SIMDUP_DIR"):
-    """The crawl's lock on its ``SIMDUP_DIR`` (one per namespace): two crawls
+def lock_crawl_directory(directory):
+    """The crawl's lock on its directory (one per namespace): two crawls
     writing one directory would interleave record ids and index snapshots.
-    A ValueError naming ``setting`` when another crawl holds it."""
+    A ValueError naming the directory and the holder when another crawl
+    holds it."""
     try:
         return lock_directory(directory, ".crawl.lock")
     except DirectoryBusyError as exc:
-        holder = ("another crawler in this process" if exc.holder == f"process {os.getpid()}"
+        holder = ("another crawl in this process" if exc.holder == f"process {os.getpid()}"
                   else exc.holder)
-        raise ValueError(f"{setting} = {str(directory)!r} is in use by another crawl "
-                         f"({holder}): give each crawl its own SIMDUP_DIR, and merge "
-                         f"their batches with `simdup merge DIR...`") from None
+        raise ValueError(f"{str(directory)!r} is in use by another crawl ({holder}): give "
+                         f"each crawl its own directory, and merge their batches with "
+                         f"`simdup merge DIR...`") from None
     except OSError as exc:      # a full disk, a .crawl.lock that is a directory, ...
-        raise ValueError(f"{setting} = {str(directory)!r} cannot be used: cannot write "
-                         f"its .crawl.lock: {exc.strerror or exc}") from None
+        raise ValueError(f"{str(directory)!r} cannot be used: cannot write its .crawl.lock: "
+                         f"{exc.strerror or exc}") from None
 
 
 def namespace_dir(directory, namespace: str = "pages") -> Path:
-    """Where a namespace keeps its files: pages in ``SIMDUP_DIR`` itself."""
+    """Where a namespace keeps its files: pages in ``directory`` itself,
+    anything else (items) in a subdirectory of that name."""
     directory = Path(directory)
     return directory if namespace == "pages" else directory / namespace
 
@@ -209,35 +212,40 @@ class IndexStore:
 
 
 class PersistentBatchWriter:
-    """What the Scrapy components feed every checked fingerprint to (``SIMDUP_DIR``).
+    """What a crawl feeds every checked fingerprint to (its directory, usually
+    the ``SIMDUP_DIR`` setting).
 
     * Every checked page goes into the batch ``Q`` (:class:`BatchWriter`),
-      flushed as a batch file every ``SIMDUP_BATCH_SIZE`` pages and at close.
-    * With a memory backend, the fingerprints the index stored (the checks
+      flushed as a batch file every ``batch_size`` pages and at close.
+    * With a memory ``backend``, the fingerprints the index stored (the checks
       that returned no match) are appended to the index snapshot at the same
       moments, so a restart rebuilds the index (:func:`restore`).
+
+    ``index_meta``: what the snapshot header records with the index
+    (``search``, ``distance``, ``fingerprint``). ``on_stat(name, value)`` is
+    told ``batches_flushed`` and ``batch_records_flushed`` at every flush.
     """
 
-    def __init__(self, directory, batch_size: int, backend=None, settings: dict | None = None,
-                 stats=None, prefix: str = "simdup/", idf: IdfTable | None = None):
+    def __init__(self, directory, batch_size: int, backend=None,
+                 index_meta: dict | None = None, on_stat: StatCallback | None = None,
+                 idf: IdfTable | None = None):
         self.directory = Path(directory)
         self.backend = backend
         self.idf = idf
-        self.settings = settings or {}
+        self.index_meta = index_meta or {}
         if idf is not None:
             # the table's id goes to disk before any batch file names it
             name = idf_file_name(idf)
             if not (self.directory / name).exists():
                 idf.save(self.directory / name)
-            self.settings = {**self.settings, "idf_file": name}
-        self.stats = stats
-        self.prefix = prefix
+            self.index_meta = {**self.index_meta, "idf_file": name}
+        self.on_stat = on_stat
         self.store = IndexStore(self.directory) if backend is not None else None
         self._stored_values: list[int] = []
         self._stored_keys: list[str] = []
         self.batches = BatchWriter(self.directory, batch_size, on_flush=[self._on_flush],
-                                   fingerprint=self.settings.get("fingerprint"),
-                                   distance=self.settings.get("distance"))
+                                   fingerprint=self.index_meta.get("fingerprint"),
+                                   distance=self.index_meta.get("distance"))
 
     def add(self, value, W, key, match) -> None:
         if self.store is not None and match is None:   # the backend stored it
@@ -248,10 +256,9 @@ class PersistentBatchWriter:
 
     def _on_flush(self, path) -> None:
         self.snapshot()
-        if self.stats is not None:
-            self.stats.inc_value(self.prefix + "batches_flushed")
-            self.stats.set_value(self.prefix + "batch_records_flushed",
-                                 self.batches.flushed_records)
+        if self.on_stat is not None:
+            self.on_stat("batches_flushed", self.batches.flushed_batches)
+            self.on_stat("batch_records_flushed", self.batches.flushed_records)
 
     def snapshot(self) -> None:
         if self.store is None or not self._stored_values:
@@ -259,12 +266,12 @@ class PersistentBatchWriter:
         # the table first, then the index that names it: a kill between the two
         # leaves the previous commit (index and table) in force
         name = idf_file_name(self.idf) if self.idf is not None else None
-        changed = name is not None and name != self.settings.get("idf_file")
+        changed = name is not None and name != self.index_meta.get("idf_file")
         if changed:
             self.idf.save(self.directory / name)
-            self.settings = {**self.settings, "idf_file": name}
+            self.index_meta = {**self.index_meta, "idf_file": name}
         self.store.append(np.array(self._stored_values, dtype=np.uint64), self._stored_keys,
-                          self.settings)
+                          self.index_meta)
         if changed:
             _remove_idf_files(self.directory, keep=name)
         self._stored_values, self._stored_keys = [], []
@@ -295,8 +302,8 @@ def _remove_idf_files(directory: Path, keep: str | None) -> None:
                 pass
 
 
-def load_idf(directory, on_error: str = "keep", stats=None,
-             prefix: str = "simdup/") -> IdfTable | None:
+def load_idf(directory, on_error: str = "keep",
+             on_stat: StatCallback | None = None) -> IdfTable | None:
     """The IDF table committed in ``directory``, or None (a new crawl).
 
     The table is the one ``index.json`` names, or before the first snapshot
@@ -304,9 +311,10 @@ def load_idf(directory, on_error: str = "keep", stats=None,
     snapshot committed) are removed. A named table that is missing or
     corrupt cannot be rebuilt, and every batch file and the collection in
     the directory were weighed with it: with ``on_error="stop"`` that is a
-    :class:`CorruptFileError`, otherwise all of them are moved into a
-    ``corrupt-<time>/`` subdirectory (still a directory ``simdup merge`` can
-    merge on its own) and the crawl starts afresh.
+    :class:`CorruptFileError` (the caller reports it), otherwise all of them
+    are moved into a ``corrupt-<time>/`` subdirectory (still a directory
+    ``simdup merge`` can merge on its own), logged, and the crawl starts
+    afresh. Either way ``on_stat("index_corrupt", 1)`` is called.
     """
     directory = Path(directory)
     try:
@@ -325,8 +333,8 @@ def load_idf(directory, on_error: str = "keep", stats=None,
                                          "missing")
         table = IdfTable.load(path)
     except CorruptFileError as exc:
-        _saved_file_corrupt(exc, "IDF table (the index and batches need it)", on_error, stats,
-                            prefix, lambda: _move_state_aside(directory))
+        _saved_file_corrupt(exc, "IDF table (the index and batches need it)", on_error,
+                            on_stat, lambda: _move_state_aside(directory))
         return None
     _remove_idf_files(directory, keep=path.name)
     return table
@@ -347,51 +355,50 @@ def _move_state_aside(directory: Path) -> list[str]:
     return [f"{target}/: {', '.join(moved)}"]
 
 
-def _saved_file_corrupt(exc, what: str, on_error: str, stats, prefix: str, move_aside) -> None:
+def _saved_file_corrupt(exc, what: str, on_error: str, on_stat, move_aside) -> None:
     """A saved file is corrupt: counted, then raised (``on_error="stop"``) or
     moved aside with ``move_aside()`` and logged by name (no traceback)."""
-    if stats is not None:
-        stats.set_value(prefix + "index_corrupt", 1)
+    if on_stat is not None:
+        on_stat("index_corrupt", 1)
     if on_error == "stop":
-        logger.error("Simdup: the saved %s is corrupt: %s (SIMDUP_ON_ERROR=stop)", what, exc)
         raise exc
     moved = move_aside()
     logger.error("Simdup: the saved %s is corrupt: %s; moved aside (%s), starting with an "
                  "empty index", what, exc, ", ".join(moved))
 
 
-def restore(backend, directory, on_error: str = "keep", stats=None, prefix: str = "simdup/",
+def restore(backend, directory, on_error: str = "keep", on_stat: StatCallback | None = None,
             fingerprint: str | None = None) -> int:
     """Load a memory backend's index from its snapshot in ``directory``.
 
-    Returns the number of fingerprints restored. A corrupt snapshot is logged
-    by file name (no traceback); with ``on_error="stop"`` it raises
-    :class:`CorruptFileError`, otherwise its files are moved aside and the
-    crawl starts with an empty index. A snapshot whose fingerprints were made
-    with another recipe than ``fingerprint`` (``Fingerprinter.version``:
-    features, weights, extraction) is a ``ValueError``: its fingerprints and
-    this crawl's cannot be compared.
+    Returns the number of fingerprints restored (also told to
+    ``on_stat("index_restored", n)``). A corrupt snapshot is counted
+    (``on_stat("index_corrupt", 1)``); with ``on_error="stop"`` it raises
+    :class:`CorruptFileError` (the caller reports it), otherwise it is logged
+    by file name (no traceback), its files are moved aside and the crawl
+    starts with an empty index. A snapshot whose fingerprints were made with
+    another recipe than ``fingerprint`` (``Fingerprinter.version``: features,
+    weights, extraction) is a :class:`ParameterError` (``"fingerprint"``):
+    its fingerprints and this crawl's cannot be compared.
     """
     store = IndexStore(directory)
     if not store.exists():
         return 0
     saved = store.meta.get("fingerprint")
     if fingerprint and saved and saved != fingerprint:
-        raise ValueError(
-            f"SIMDUP_DIR: the index in {store.meta_path.parent} holds fingerprints made with "
-            f"{saved!r}, this crawl makes {fingerprint!r}; they cannot be compared. Use a new "
-            f"SIMDUP_DIR, or the feature settings (SIMDUP_FEATURES, SIMDUP_SHINGLE_SIZE, ...) "
-            f"that index was built with.")
+        raise ParameterError("fingerprint", f"the index in {store.meta_path.parent} holds "
+                             f"fingerprints made with {saved!r}, this crawl makes "
+                             f"{fingerprint!r}; they cannot be compared")
     try:
         values, keys = store.load()
     except CorruptFileError as exc:
-        _saved_file_corrupt(exc, "index", on_error, stats, prefix, store.move_aside)
+        _saved_file_corrupt(exc, "index", on_error, on_stat, store.move_aside)
         return 0
     if len(values):
         ids = backend.index.add(values)
         for i, key in zip(np.asarray(ids).tolist(), keys):
             backend.keys[int(i)] = key
     logger.info("Simdup: restored %d fingerprints from %s", len(values), store.meta_path)
-    if stats is not None:
-        stats.set_value(prefix + "index_restored", len(values))
+    if on_stat is not None:
+        on_stat("index_restored", len(values))
     return len(values)

@@ -1,6 +1,10 @@
 """Addon: ``ADDONS = {"scrapy_simdup.Addon": 0}`` turns the plugin on in one line."""
 from __future__ import annotations
 
+from scrapy_simdup.integration.logstats import SimdupLogStats
+from scrapy_simdup.integration.middleware import SimdupDownloaderMiddleware
+from scrapy_simdup.integration.pipeline import SimdupPipeline
+
 __all__ = ["Addon", "MIDDLEWARE_PRIORITY", "PIPELINE_PRIORITY", "EXTENSION_PRIORITY"]
 
 #: Below HttpCompressionMiddleware (590) and RedirectMiddleware (600): their
@@ -21,10 +25,6 @@ class Addon:
     """
 
     def update_settings(self, settings) -> None:
-        from scrapy_simdup.integration.logstats import SimdupLogStats  # noqa: PLC0415 (import cycle)
-        from scrapy_simdup.integration.middleware import SimdupDownloaderMiddleware  # noqa: PLC0415
-        from scrapy_simdup.integration.pipeline import SimdupPipeline  # noqa: PLC0415
-
         settings.set("SIMDUP_ENABLED", True, "addon")
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", SimdupDownloaderMiddleware, MIDDLEWARE_PRIORITY)

@@ -1,80 +1,87 @@
-"""Index backends: where the Scrapy components look fingerprints up and add them.
+"""Index backends, writers and saved state for the Scrapy components.
 
-The backend interface
----------------------
-A backend keeps the fingerprints of the pages (or items) kept so far, and the
-mapping between the index's integer ids and the caller's keys (the page URL,
-or the item id). It exposes::
-
-    async def check_and_add(value, W, key) -> Match | None
-        Look ``value`` (a 64-bit simhash, int) up with its bit weights ``W``
-        (float64[64]); if a stored fingerprint is within the distance, return
-        ``Match(duplicate_of=<its key>, distance=<int>)`` and store nothing;
-        otherwise store ``value`` under ``key`` and return None. Within one
-        process this is atomic: two concurrent copies never both get None.
-
-    async def check_and_add_many(values, W, keys) -> list[Match | None]
-        The same for a batch (``W`` of shape (n, 64)), in order: a later
-        element of the batch is matched against the earlier ones too. One call
-        per batch, so a networked backend can pipeline it.
-
-    __len__() / size           number of fingerprints stored
-    probes                     cumulative number of buckets probed (int), or
-                               None when the backend cannot tell
-    async def close()          flush/persist and release resources
-
-:func:`make_backend` is the one place that picks a backend from
-``SIMDUP_INDEX``; :func:`make_batch_writer` the one place that builds the
-writer the middleware feeds every checked fingerprint to (None: no writer).
+The one place that maps a :class:`SimdupConfig` and a crawler to the plain
+values the index layer takes (:mod:`scrapy_simdup.index.backend` describes
+the backend interface): :func:`make_backend` picks the backend
+``SIMDUP_INDEX`` asks for, :func:`make_index` builds the in-memory index,
+:func:`make_batch_writer` the writer the middleware feeds every checked
+fingerprint to (None: no writer), :func:`load_idf_table` the saved IDF table.
+Counters go to the crawler's stats under ``simdup/`` (pages) or
+``simdup/items/``; errors of the layers below, which name values, are
+re-raised or logged naming the setting the value came from.
 """
 from __future__ import annotations
 
-import abc
-import functools
+import logging
 import re
-from math import comb
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-import numpy as np
+from typing import Any
 
 from scrapy_simdup._limits import DEFAULT_RECALL
+from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError
+from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
+from scrapy_simdup.exceptions import ParameterError
+from scrapy_simdup.index.memory import BPHSIndex, PSMIndex
+from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, namespace_dir, restore
+from scrapy_simdup.index.redis.backend import RedisBackend, probes_for
+from scrapy_simdup.integration.config import SimdupConfig
 
-if TYPE_CHECKING:
-    from scrapy_simdup.integration.config import SimdupConfig
+__all__ = ["make_backend", "make_index", "make_batch_writer", "load_idf_table", "probe_budget",
+           "stats_prefix", "setting_message", "PARAMETER_SETTINGS"]
 
-__all__ = ["Match", "IndexBackend", "MemoryBackend", "make_backend", "make_batch_writer"]
+logger = logging.getLogger("scrapy_simdup")
+
+#: The setting each parameter of the layers below comes from (ParameterError.parameter).
+PARAMETER_SETTINGS = {
+    "url": "SIMDUP_INDEX",
+    "key_prefix": "SIMDUP_REDIS_KEY",
+    "header_bits": "SIMDUP_REDIS_HEADER_BITS",
+    "params": "SIMDUP_REDIS_PARAMS",
+    "distance": "SIMDUP_DISTANCE",
+    "recall": "SIMDUP_RECALL",
+    "max_probes": "SIMDUP_MAX_PROBES",
+    "fingerprint": "SIMDUP_INDEX",
+}
+#: What a user can change besides, when the value does not match a stored index.
+_REMEDIES = {
+    "header_bits": "another SIMDUP_REDIS_KEY makes a new index",
+    "fingerprint": "the recipe comes from the feature settings (SIMDUP_FEATURES, "
+                   "SIMDUP_SHINGLE_SIZE, ...), the key prefix from SIMDUP_REDIS_KEY",
+}
 
 
-class Match(NamedTuple):
-    """The stored page a fingerprint duplicates, and the Hamming distance."""
+def setting_message(exc: Exception) -> str:
+    """The message of an error of the layers below, naming the setting its
+    value came from when it says (a ``parameter`` attribute)."""
+    parameter = getattr(exc, "parameter", None)
+    if not parameter:
+        return str(exc)
+    names = [p.strip() for p in parameter.split(",")]
+    settings = " / ".join(dict.fromkeys(PARAMETER_SETTINGS.get(p, p) for p in names))
+    remedies = [_REMEDIES[p] for p in names if p in _REMEDIES]
+    return f"{settings}: {exc}" + "".join(f"; {r}" for r in remedies)
 
-    duplicate_of: str
-    distance: int
+
+def stats_prefix(namespace: str) -> str:
+    """The stats prefix of a namespace: ``simdup/`` for pages, ``simdup/<ns>/`` else."""
+    return "simdup/" if namespace == "pages" else f"simdup/{namespace}/"
 
 
-class IndexBackend(abc.ABC):
-    """Interface every index backend implements (see the module docstring)."""
+def _on_stat(crawler, namespace: str):
+    """``on_stat(name, value)`` setting ``<prefix><name>`` in the crawler's stats."""
+    stats = getattr(crawler, "stats", None)
+    if stats is None:
+        return None
+    prefix = stats_prefix(namespace)
 
-    #: cumulative buckets probed by lookups, or None if unknown
-    probes: int | None = None
+    def on_stat(name: str, value) -> None:
+        stats.set_value(prefix + name, value)
+    return on_stat
 
-    @abc.abstractmethod
-    async def check_and_add(self, value: int, W, key: str) -> Match | None:
-        ...
 
-    async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
-        return [await self.check_and_add(int(v), w, k) for v, w, k in zip(values, W, keys)]
-
-    @abc.abstractmethod
-    def __len__(self) -> int:
-        ...
-
-    @property
-    def size(self) -> int:
-        return len(self)
-
-    async def close(self) -> None:  # noqa: B027 (optional hook)
-        pass
+def _corrupt_and_stopping(what: str, exc: CorruptFileError) -> None:
+    # the layer below raises it (SIMDUP_ON_ERROR = "stop") and leaves the files
+    # as they are; the component ends the crawl without a traceback
+    logger.error("Simdup: the saved %s is corrupt: %s (SIMDUP_ON_ERROR=stop)", what, exc)
 
 
 # Settings the index constructors take, for error messages naming the setting.
@@ -93,9 +100,6 @@ def _index_error(exc: Exception, options: dict) -> ValueError:
 
 def make_index(config: SimdupConfig):
     """A fresh in-memory index for ``config`` (PSMIndex, or BPHSIndex when exact)."""
-    from scrapy_simdup import BPHSIndex
-    from scrapy_simdup import PSMIndex  # noqa: PLC0415 (import cycle with the package)
-
     if config.search == "exact":
         options: dict[str, Any] = {"distance": config.distance}
     else:
@@ -111,64 +115,12 @@ def make_index(config: SimdupConfig):
         raise _index_error(exc, options) from exc
 
 
-@functools.lru_cache(maxsize=256)
-def _psm_budget(t: int, h: int, cap) -> int:
-    # flip sets of at most 8 header bits (_vosh.h VOSH_MAX_H), own header included
-    total = sum(comb(t, i) for i in range(min(h, t, 8) + 1))
-    return min(int(cap), total) if cap is not None else total
-
-
-class MemoryBackend(IndexBackend):
-    """In-process backend over a :class:`PSMIndex` or :class:`BPHSIndex`.
-
-    ``check_and_add`` never awaits between the query and the add, so it is
-    atomic under the event loop.
-    """
-
-    def __init__(self, index, keys: dict[int, str] | None = None) -> None:
-        self.index = index
-        self.keys: dict[int, str] = {} if keys is None else keys
-        self._probes = 0
-
-    @classmethod
-    def from_config(cls, config: SimdupConfig, crawler=None, namespace: str = "pages"):
-        return cls(make_index(config))
-
-    @property
-    def probes(self) -> int | None:  # type: ignore[override]
-        """Buckets probed so far: the index's own counter when it has one, else
-        the sum of the per-lookup probe budgets (an upper bound: PSM-F stops at
-        the first match). BPHS probes one range per table."""
-        value = getattr(self.index, "probes", None)
-        return int(value) if isinstance(value, (int, np.integer)) else self._probes
-
-    def _budget(self) -> int:
-        index = self.index
-        if hasattr(index, "tables"):  # BPHS: one range lookup per table
-            return int(index.tables)
-        return _psm_budget(int(getattr(index, "header_bits", 0)),
-                           int(getattr(index, "distance", 0)), getattr(index, "max_probes", None))
-
-    def _check_and_add(self, value: int, W, key: str) -> Match | None:
-        self._probes += self._budget()
-        hits = self.index.query(value, W, first=True)
-        if hits:
-            best_id, distance = min(hits, key=lambda hit: hit[1])
-            return Match(self.keys.get(int(best_id), f"#{int(best_id)}"), int(distance))
-        ids = self.index.add(np.array([value], dtype=np.uint64))
-        self.keys[int(ids[0])] = key
-        return None
-
-    async def check_and_add(self, value: int, W, key: str) -> Match | None:
-        return self._check_and_add(value, W, key)
-
-    async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
-        W = np.asarray(W, dtype=np.float64)
-        return [self._check_and_add(int(v), W[i], k)
-                for i, (v, k) in enumerate(zip(values, keys))]
-
-    def __len__(self) -> int:
-        return len(self.index)
+def probe_budget(config: SimdupConfig, header_bits: int) -> int | None:
+    """Probes per lookup of the Redis index: SIMDUP_MAX_PROBES, else the budget
+    of SIMDUP_RECALL (default: the Redis index's own) in the calibrated
+    volatility model; None means every flip set."""
+    return probes_for(header_bits, config.distance, max_probes=config.max_probes,
+                      recall=config.recall)
 
 
 def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
@@ -177,20 +129,36 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
     ``fingerprint``: the ``Fingerprinter.version`` of the pages it will hold
     (default: the settings' recipe)."""
     if config.index == "memory":
-        backend = MemoryBackend.from_config(config, crawler, namespace)
-        if config.dir:  # restore the index saved in SIMDUP_DIR (see _persist)
-            from scrapy_simdup.index.persist import namespace_dir, restore  # noqa: PLC0415
-            restore(backend, namespace_dir(config.dir, namespace), config.on_error,
-                    getattr(crawler, "stats", None), "simdup/" if namespace == "pages"
-                    else f"simdup/{namespace}/",
-                    fingerprint=fingerprint or config.make_fingerprinter().version)
+        backend = MemoryBackend(make_index(config))
+        if config.dir:  # restore the index saved in SIMDUP_DIR
+            try:
+                restore(backend, namespace_dir(config.dir, namespace), config.on_error,
+                        _on_stat(crawler, namespace),
+                        fingerprint=fingerprint or config.make_fingerprinter().version)
+            except CorruptFileError as exc:
+                _corrupt_and_stopping("index", exc)
+                raise
+            except ParameterError as exc:   # saved with another fingerprint recipe
+                raise ValueError(f"SIMDUP_DIR: {exc}. Use a new SIMDUP_DIR, or the feature "
+                                 f"settings (SIMDUP_FEATURES, SIMDUP_SHINGLE_SIZE, ...) that "
+                                 f"index was built with.") from exc
         return backend
+    spider = getattr(crawler, "spider", None)
+    key_prefix = config.redis_key_for(getattr(spider, "name", None) or "default")
+    if namespace != "pages":
+        key_prefix = f"{key_prefix}:{namespace}"
     try:
-        from scrapy_simdup.index.redis.backend import RedisBackend  # noqa: PLC0415 (optional)
-    except ImportError as exc:
-        raise ValueError(f"SIMDUP_INDEX={config.index!r} needs the Redis backend, which is "
-                         f"not available: {exc}") from exc
-    return RedisBackend.from_config(config, crawler, namespace)
+        return RedisBackend.open(
+            config.index, key_prefix, header_bits=config.redis_header_bits,
+            distance=config.distance, max_probes=probe_budget(config, config.redis_header_bits),
+            params=config.redis_params,
+            fingerprint=fingerprint or config.make_fingerprinter().version)
+    except ParameterError as exc:
+        raise ValueError(setting_message(exc)) from exc
+    except IndexUnavailableError as exc:
+        raise IndexUnavailableError(f"SIMDUP_INDEX: {exc}") from exc
+    except ImportError as exc:      # the redis client is not installed
+        raise ImportError(f"SIMDUP_INDEX = {config.index!r}: {exc}") from exc
 
 
 def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "pages",
@@ -199,18 +167,26 @@ def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "page
 
     The middleware calls ``writer.add(value, W, key, match)`` for every page
     checked and ``await writer.close()`` at the end. With a memory ``backend``
-    the writer also snapshots its index at every batch flush (see _persist).
+    the writer also snapshots its index at every batch flush.
     ``fingerprint`` (``Fingerprinter.version``) is recorded with the snapshot,
     and ``idf`` (the Fingerprinter's IdfTable, if any) saved beside it.
     """
     if not config.dir:
         return None
-    from scrapy_simdup.index.persist import PersistentBatchWriter, namespace_dir  # noqa: PLC0415
-
     return PersistentBatchWriter(
         namespace_dir(config.dir, namespace), config.batch_size,
         backend=backend if isinstance(backend, MemoryBackend) else None,
-        settings={"search": config.search, "distance": config.distance,
-                  "fingerprint": fingerprint},
-        stats=getattr(crawler, "stats", None),
-        prefix="simdup/" if namespace == "pages" else f"simdup/{namespace}/", idf=idf)
+        index_meta={"search": config.search, "distance": config.distance,
+                    "fingerprint": fingerprint},
+        on_stat=_on_stat(crawler, namespace), idf=idf)
+
+
+def load_idf_table(config: SimdupConfig, crawler=None, namespace: str = "pages"):
+    """The IDF table saved in ``SIMDUP_DIR`` to go on with (``SIMDUP_WEIGHTING =
+    "idf"``), or None (a new crawl, or a corrupt table moved aside)."""
+    try:
+        return load_idf(namespace_dir(config.dir, namespace), config.on_error,
+                        _on_stat(crawler, namespace))
+    except CorruptFileError as exc:
+        _corrupt_and_stopping("IDF table (the index and batches need it)", exc)
+        raise

@@ -11,6 +11,9 @@ import os
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.settings import SETTINGS_PRIORITIES
+
+from scrapy_simdup.integration.config import SimdupConfig
 
 
 class Command(ScrapyCommand):
@@ -31,6 +34,7 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
+        # the `simdup` script's module, imported when the command is used (light start-up)
         from scrapy_simdup.cli import add_merge_options  # noqa: PLC0415
 
         add_merge_options(parser)
@@ -71,10 +75,6 @@ class Command(ScrapyCommand):
             self._refuse_merge_options(opts)
         elif getattr(opts, "distance", None) is None and self.settings \
                 and self.settings.get("SIMDUP_DISTANCE") is not None:
-            from scrapy.settings import SETTINGS_PRIORITIES  # noqa: PLC0415
-
-            from scrapy_simdup.integration.config import SimdupConfig  # noqa: PLC0415
-
             # like `simdup merge`, the distance the crawls recorded wins; the
             # project's SIMDUP_DISTANCE is the fallback, `-s SIMDUP_DISTANCE=H`
             # an override like --distance (a bad value: the settings' error)

@@ -6,17 +6,25 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import weakref
 from typing import Any, Callable
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_simdup.exceptions import CorruptFileError, SkippedPage
+from scrapy_simdup.index.backend import Match, MemoryBackend
+from scrapy_simdup.index.persist import lock_crawl_directory, namespace_dir, prepare_directory
 from scrapy_simdup.integration import logstats
-from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup.integration.backends import Match, MemoryBackend, make_backend, make_batch_writer
+from scrapy_simdup.integration.backends import (load_idf_table, make_backend, make_batch_writer,
+                                                make_index, setting_message)
 from scrapy_simdup.integration.config import SimdupConfig
 
 logger = logging.getLogger("scrapy_simdup")
+
+#: crawlers whose refusal to start was logged: once, not once per component
+_REFUSALS_LOGGED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class Verdict:
@@ -47,8 +55,6 @@ class SimdupComponent:
     prefix = "simdup/"
 
     def __init__(self, crawler, config: SimdupConfig, fingerprinter=None, backend=None) -> None:
-        from scrapy_simdup import SkippedPage  # noqa: PLC0415 (import cycle with the package)
-
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
@@ -64,13 +70,13 @@ class SimdupComponent:
                 self.refused = "simdup_corrupt_index"    # already logged by file name
             else:   # the shared index cannot be reached (IndexUnavailableError)
                 self.refused = "simdup_index_unavailable"
-                if not getattr(crawler, "_simdup_refusal_logged", False):   # once, not per component
-                    crawler._simdup_refusal_logged = True
+                if crawler not in _REFUSALS_LOGGED:
+                    _REFUSALS_LOGGED.add(crawler)
                     logger.error("Simdup: %s; the crawl stops (%s)", exc, self.refused)
             # stop the crawl without a traceback and without letting a page
             # through unchecked
             self.fingerprinter = config.make_fingerprinter()
-            self.backend = MemoryBackend.from_config(config, crawler, self.kind)
+            self.backend = MemoryBackend(make_index(config))
             self.writer = None
             crawler.signals.connect(self._refuse, signal=signals.spider_opened)
         self.logstats = logstats.attach(crawler, config)
@@ -80,15 +86,20 @@ class SimdupComponent:
 
     def _open(self, config, crawler, fingerprinter, backend) -> None:
         if config.dir:
-            from scrapy_simdup.index.persist import (lock_crawl_directory, namespace_dir,  # noqa: PLC0415
-                                   prepare_directory)
-            setting = ("SIMDUP_DIR" if crawler.settings.get("SIMDUP_DIR")
-                       else "SIMDUP_DIR (JOBDIR/simdup)")
-            prepare_directory(config.dir, setting)
+            setting = config.dir_setting
+            try:
+                prepare_directory(config.dir)
+            except ValueError as exc:
+                raise ValueError(f"{setting} = {exc}") from None
             if self.kind != "pages":     # items keep their files in a folder of their own
-                prepare_directory(namespace_dir(config.dir, self.kind),
-                                  f"{setting} ({self.kind} folder)")
-            self._dir_lock = lock_crawl_directory(namespace_dir(config.dir, self.kind), setting)
+                try:
+                    prepare_directory(namespace_dir(config.dir, self.kind))
+                except ValueError as exc:
+                    raise ValueError(f"{setting} ({self.kind} folder) = {exc}") from None
+            try:
+                self._dir_lock = lock_crawl_directory(namespace_dir(config.dir, self.kind))
+            except ValueError as exc:
+                raise ValueError(f"{setting} = {exc}") from None
         try:
             self._open_index(config, crawler, fingerprinter, backend)
         except BaseException:
@@ -102,9 +113,7 @@ class SimdupComponent:
         idf = None
         if config.dir and fingerprinter is None and \
                 config.feature_options.get("weighting") == "idf":
-            from scrapy_simdup.index.persist import load_idf, namespace_dir  # noqa: PLC0415
-            idf = load_idf(namespace_dir(config.dir, self.kind), config.on_error,
-                           self.stats, self.prefix)
+            idf = load_idf_table(config, crawler, self.kind)
         self.fingerprinter = fingerprinter if fingerprinter is not None else \
             config.make_fingerprinter(idf=idf)
         self.backend = backend if backend is not None else make_backend(
@@ -119,7 +128,7 @@ class SimdupComponent:
 
     @classmethod
     def from_crawler(cls, crawler):
-        config = SimdupConfig.from_settings(crawler.settings)
+        config = SimdupConfig.from_crawler(crawler)
         if not config.enabled or not cls.applies(config):
             raise NotConfigured
         return cls(crawler, config)
@@ -198,10 +207,14 @@ class SimdupComponent:
         if isinstance(exc, OSError):
             # disk full, SIMDUP_DIR gone, Redis down: the message says it all
             logger.error("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s): %s%s", what, key,
-                         self.config.on_error, exc, more, extra={"spider": self.crawler.spider})
+                         self.config.on_error, setting_message(exc), more,
+                         extra={"spider": self.crawler.spider})
         else:       # anything else is a bug worth its traceback
-            logger.exception("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s)%s", what, key,
-                             self.config.on_error, more, extra={"spider": self.crawler.spider})
+            # (a value the index refuses mid-crawl also says which setting it came from)
+            detail = f": {setting_message(exc)}" if getattr(exc, "parameter", None) else ""
+            logger.exception("Simdup error in %s of %s (SIMDUP_ON_ERROR=%s)%s%s", what, key,
+                             self.config.on_error, detail, more,
+                             extra={"spider": self.crawler.spider})
         self._on_error()
 
     def _on_error(self) -> None:
@@ -212,7 +225,6 @@ class SimdupComponent:
     def _close_spider(self, reason: str) -> None:
         engine = self.crawler.engine
         if hasattr(engine, "close_spider_async"):
-            from scrapy.utils.defer import deferred_from_coro  # noqa: PLC0415
             deferred_from_coro(engine.close_spider_async(reason=reason))
         else:  # pragma: no cover (Scrapy < 2.14)
             engine.close_spider(self.crawler.spider, reason)

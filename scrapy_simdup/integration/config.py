@@ -1,36 +1,35 @@
 """Every ``SIMDUP_*`` setting, parsed and checked once into a frozen dataclass.
 
-Components call :meth:`SimdupConfig.from_settings` in ``from_crawler``; a bad
-value raises ``ValueError`` naming the setting, at start-up. ``NotConfigured``
-is raised by the components (not here) and only means "turned off".
+Components call :meth:`SimdupConfig.from_crawler` in ``from_crawler``: the
+settings are parsed once per crawler (warnings about them logged then), and
+every component of the crawler gets the same config. A bad value raises
+``ValueError`` naming the setting, at start-up. ``NotConfigured`` is raised by
+the components (not here) and only means "turned off". Nothing below the
+Scrapy integration reads settings: it gets the config's values.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import re
+import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
+from scrapy_simdup._limits import (DEFAULT_BATCH_SIZE, DEFAULT_DISTANCE,
+                                   DEFAULT_REDIS_HEADER_BITS, MAX_DISTANCE,
+                                   MAX_REDIS_HEADER_BITS, MIN_BATCH_SIZE, MIN_PROBES,
+                                   MIN_REDIS_HEADER_BITS)
+from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter
 
 __all__ = ["SimdupConfig", "SETTINGS_DEFAULTS"]
 
 logger = logging.getLogger(__name__)
 
-
-def _warn_once(settings, message: str, *args) -> None:
-    """Log a settings warning once per crawl, not once per component (the
-    middleware, the pipeline and the log extension each read the settings)."""
-    try:
-        seen = vars(settings).setdefault("_simdup_warned", set())
-    except TypeError:           # a plain dict of settings: no attributes to keep it in
-        seen = set()
-    text = message % args
-    if text not in seen:
-        seen.add(text)
-        logger.warning(text)
+#: each crawler's config (SimdupConfig.from_crawler), dropped with the crawler
+_CONFIGS: weakref.WeakKeyDictionary[Any, SimdupConfig] = weakref.WeakKeyDictionary()
 
 _ACTIONS = ("drop", "tag")
 _SEARCHES = ("psm", "exact")
@@ -177,7 +176,6 @@ def _dict(name: str, value: Any) -> dict:
     if hasattr(value, "copy_to_dict"):  # a BaseSettings
         value = value.copy_to_dict()
     if isinstance(value, str):
-        import json
         try:
             value = json.loads(value) if value.strip() else {}
         except json.JSONDecodeError as exc:
@@ -212,10 +210,10 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_TAG_FIELD": "simdup",
     "SIMDUP_INDEX": "memory",
     "SIMDUP_DIR": None,
-    "SIMDUP_BATCH_SIZE": 100_000,
+    "SIMDUP_BATCH_SIZE": DEFAULT_BATCH_SIZE,
     "SIMDUP_REDIS_KEY": "simdup:%(spider)s",
     "SIMDUP_REDIS_PARAMS": {},
-    "SIMDUP_REDIS_HEADER_BITS": 14,       # read by the Redis backend (_backend_redis)
+    "SIMDUP_REDIS_HEADER_BITS": DEFAULT_REDIS_HEADER_BITS,
     "SIMDUP_ON_ERROR": "keep",
     "SIMDUP_LOG_INTERVAL": 60.0,
     "SIMDUP_DEBUG": False,
@@ -239,16 +237,28 @@ class SimdupConfig:
     tag_field: str = "simdup"
     index: str = "memory"                 # "memory" or a redis:// / rediss:// / unix:// URL
     dir: str | None = None                # persistence directory (None: no persistence)
-    batch_size: int = 100_000
+    dir_from_jobdir: bool = False         # dir is JOBDIR/simdup (SIMDUP_DIR not set)
+    batch_size: int = DEFAULT_BATCH_SIZE
     redis_key: str = "simdup:%(spider)s"
     redis_params: dict = field(default_factory=dict)
+    redis_header_bits: int = DEFAULT_REDIS_HEADER_BITS
     on_error: str = "keep"                # "keep" | "stop"
     log_interval: float = 60.0            # seconds; 0 disables the periodic line
     debug: bool = False
 
     @classmethod
-    def from_settings(cls, settings) -> "SimdupConfig":
-        """Parse a Scrapy ``Settings`` (or a plain dict) into a config.
+    def from_crawler(cls, crawler) -> SimdupConfig:
+        """The crawler's config: parsed from ``crawler.settings`` on the first
+        call (which logs the warnings about them), the same object after."""
+        config = _CONFIGS.get(crawler)
+        if config is None:
+            config = _CONFIGS[crawler] = cls.from_settings(crawler.settings)
+        return config
+
+    @classmethod
+    def from_settings(cls, settings) -> SimdupConfig:
+        """Parse a Scrapy ``Settings`` (or a plain dict) into a new config,
+        then log a warning for each setting that has no effect.
 
         Raises ``ValueError`` naming the first bad setting.
         """
@@ -259,13 +269,15 @@ class SimdupConfig:
         unknown = [k for k in (settings.keys() if hasattr(settings, "keys") else ())
                    if isinstance(k, str) and k.startswith("SIMDUP_")
                    and k not in SETTINGS_DEFAULTS]
+        warnings = []   # logged once the config is built
         if unknown:  # most likely a typo: say so, but do not refuse to start
-            _warn_once(settings, "Unknown setting(s) %s ignored (scrapy-simdup knows: %s)",
-                       ", ".join(sorted(unknown)), ", ".join(sorted(SETTINGS_DEFAULTS)))
+            warnings.append(f"Unknown setting(s) {', '.join(sorted(unknown))} ignored "
+                            f"(scrapy-simdup knows: {', '.join(sorted(SETTINGS_DEFAULTS))})")
 
         recall = _float("SIMDUP_RECALL", get("SIMDUP_RECALL"), lo=0.0, hi=1.0,
                         lo_open=True, optional=True)
-        max_probes = _int("SIMDUP_MAX_PROBES", get("SIMDUP_MAX_PROBES"), lo=1, optional=True)
+        max_probes = _int("SIMDUP_MAX_PROBES", get("SIMDUP_MAX_PROBES"), lo=MIN_PROBES,
+                          optional=True)
         if recall is not None and max_probes is not None:
             raise ValueError("SIMDUP_RECALL and SIMDUP_MAX_PROBES are exclusive: set only one "
                              "of them (a target recall, or a probe budget per lookup)")
@@ -284,7 +296,7 @@ class SimdupConfig:
                 value = _opt_str(name, value)
             feature_options[kwarg] = value
         if "idf_pages" in feature_options and feature_options.get("weighting") != "idf":
-            _warn_once(settings, "SIMDUP_IDF_PAGES has no effect without SIMDUP_WEIGHTING = 'idf'")
+            warnings.append("SIMDUP_IDF_PAGES has no effect without SIMDUP_WEIGHTING = 'idf'")
             del feature_options["idf_pages"]
         if "content_xpath" in feature_options and "content_css" in feature_options:
             raise ValueError("SIMDUP_CONTENT_XPATH and SIMDUP_CONTENT_CSS are exclusive: "
@@ -305,8 +317,9 @@ class SimdupConfig:
             raise ValueError(f"SIMDUP_REDIS_KEY may use only %(spider)s (and %% for a "
                              f"percent sign), got {redis_key!r}")
 
-        # read by the Redis backend, checked here so a typo fails with any index
-        _int("SIMDUP_REDIS_HEADER_BITS", get("SIMDUP_REDIS_HEADER_BITS"), lo=4, hi=24)
+        # used by the Redis index only, checked here so a typo fails with any index
+        redis_header_bits = _int("SIMDUP_REDIS_HEADER_BITS", get("SIMDUP_REDIS_HEADER_BITS"),
+                                 lo=MIN_REDIS_HEADER_BITS, hi=MAX_REDIS_HEADER_BITS)
         index = _index("SIMDUP_INDEX", get("SIMDUP_INDEX"))
         if feature_options.get("weighting") == "idf" and index != "memory":
             raise ValueError("SIMDUP_WEIGHTING = 'idf' cannot be used with a shared Redis "
@@ -320,14 +333,16 @@ class SimdupConfig:
                              "SIMDUP_INDEX searches with PSM (tune it with SIMDUP_RECALL or "
                              "SIMDUP_MAX_PROBES)")
         if search == "exact" and (recall is not None or max_probes is not None):
-            _warn_once(settings, "%s has no effect with SIMDUP_SEARCH = 'exact' (it finds every "
-                       "match within SIMDUP_DISTANCE)",
-                       "SIMDUP_RECALL" if recall is not None else "SIMDUP_MAX_PROBES")
+            warnings.append(f"{'SIMDUP_RECALL' if recall is not None else 'SIMDUP_MAX_PROBES'} "
+                            f"has no effect with SIMDUP_SEARCH = 'exact' (it finds every "
+                            f"match within SIMDUP_DISTANCE)")
 
         directory = get("SIMDUP_DIR")
+        dir_from_jobdir = False
         if directory is None or directory == "":
             jobdir = settings.get("JOBDIR") if settings is not None else None
             directory = os.path.join(jobdir, "simdup") if jobdir else None
+            dir_from_jobdir = directory is not None
         elif not isinstance(directory, (str, os.PathLike)):
             raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r}")
         else:
@@ -336,7 +351,7 @@ class SimdupConfig:
                 raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r} "
                                  f"(a NUL character)")
 
-        return cls(
+        config = cls(
             enabled=_bool("SIMDUP_ENABLED", get("SIMDUP_ENABLED")),
             action=_choice("SIMDUP_ACTION", get("SIMDUP_ACTION"), _ACTIONS),
             distance=_int("SIMDUP_DISTANCE", get("SIMDUP_DISTANCE"), lo=0, hi=MAX_DISTANCE),
@@ -349,13 +364,18 @@ class SimdupConfig:
             tag_field=tag_field,
             index=index,
             dir=directory,
-            batch_size=_int("SIMDUP_BATCH_SIZE", get("SIMDUP_BATCH_SIZE"), lo=1),
+            dir_from_jobdir=dir_from_jobdir,
+            batch_size=_int("SIMDUP_BATCH_SIZE", get("SIMDUP_BATCH_SIZE"), lo=MIN_BATCH_SIZE),
             redis_key=redis_key,
             redis_params=_dict("SIMDUP_REDIS_PARAMS", get("SIMDUP_REDIS_PARAMS")),
+            redis_header_bits=redis_header_bits,
             on_error=_choice("SIMDUP_ON_ERROR", get("SIMDUP_ON_ERROR"), _ON_ERROR),
             log_interval=_log_interval(get("SIMDUP_LOG_INTERVAL")),
             debug=_bool("SIMDUP_DEBUG", get("SIMDUP_DEBUG")),
         )
+        for warning in warnings:
+            logger.warning(warning)
+        return config
 
     def make_fingerprinter(self, idf=None):
         """Build the :class:`scrapy_simdup.Fingerprinter` for these settings
@@ -364,7 +384,6 @@ class SimdupConfig:
         The Fingerprinter validates its options; its ``ValueError`` is re-raised
         naming the ``SIMDUP_*`` setting it concerns.
         """
-        from scrapy_simdup import Fingerprinter  # noqa: PLC0415 (import cycle: the package imports us)
         try:
             return Fingerprinter(**self.feature_options, idf=idf)
         except (TypeError, ValueError) as exc:
@@ -377,6 +396,11 @@ class SimdupConfig:
 
     def redis_key_for(self, spider_name: str) -> str:
         return self.redis_key % {"spider": spider_name}
+
+    @property
+    def dir_setting(self) -> str:
+        """Where ``dir`` comes from, for messages."""
+        return "SIMDUP_DIR (JOBDIR/simdup)" if self.dir_from_jobdir else "SIMDUP_DIR"
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -48,7 +48,7 @@ class SimdupLogStats:
 
     @classmethod
     def from_crawler(cls, crawler) -> "SimdupLogStats":
-        config = SimdupConfig.from_settings(crawler.settings)
+        config = SimdupConfig.from_crawler(crawler)
         if not config.enabled:
             raise NotConfigured
         return attach(crawler, config)

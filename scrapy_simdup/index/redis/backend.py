@@ -1,4 +1,4 @@
-"""A PSM index shared by many crawler processes, stored in Redis.
+"""A PSM index shared by many crawling processes, stored in Redis.
 
 Two layers:
 
@@ -8,16 +8,20 @@ Two layers:
                       documents the layout and proves the protocol). It takes
                       probe masks, not volatility: it knows nothing of PSM's
                       flip-set order.
-``RedisBackend``      the index backend the Scrapy glue talks to: turns
+``RedisBackend``      the index backend (:class:`IndexBackend`): turns
                       ``(value, W)`` into probe masks with the index's VOSH
-                      generator (``flip_masks``), and maps Redis faults to
-                      ``SIMDUP_ON_ERROR``.
+                      generator (``flip_masks``); Redis faults are raised as
+                      :class:`IndexUnavailableError` for the caller to count.
 
-Layout choice: the header size ``t`` (``SIMDUP_REDIS_HEADER_BITS``, default 14)
-is fixed when the index is created and stored in ``<key>:t``; every process
-must agree (a mismatch is a start-up ``ValueError``). Growing ``t`` online in a
-store shared by running writers would need every bucket rewritten under a
-global lock, so it is not done. ``t`` = 14 gives 16,384 buckets: from 128k to
+Both take plain values (URL, key prefix, header bits...: in a crawl, from the
+``SIMDUP_*`` settings). Their errors name the value at fault; a
+:class:`ParameterError` also names the parameter.
+
+Layout choice: the header size ``t`` (usually ``SIMDUP_REDIS_HEADER_BITS``,
+default 14) is fixed when the index is created and stored in ``<key>:t``;
+every process must agree (a mismatch is a start-up ``ParameterError``).
+Growing ``t`` online in a store shared by running writers would need every
+bucket rewritten under a global lock, so it is not done. ``t`` = 14 gives 16,384 buckets: from 128k to
 4M fingerprints a bucket holds 8 to 256 of them, so Redis' per-key overhead
 (about 70 bytes) is small against 8 bytes per fingerprint, and fewer header
 bits mean a near-duplicate's header is more often among the first probes.
@@ -36,15 +40,21 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT
-from scrapy_simdup._ext.redisbuckets import own_flags, scan_first_buckets
-from scrapy_simdup.exceptions import IndexUnavailableError
+from scrapy_simdup._ext import psm, redisbuckets
+from scrapy_simdup._limits import (DEFAULT_REDIS_HEADER_BITS, MAX_DISTANCE, MAX_REDIS_HEADER_BITS,
+                                   MIN_PROBES, MIN_REDIS_HEADER_BITS)
+from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
+from scrapy_simdup.index.backend import IndexBackend, Match
+from scrapy_simdup.index.memory import flip_masks
+from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT, SETTINGS_MISMATCH
+from scrapy_simdup.index.volatility import VolatilityModel
 
-__all__ = ["RedisIndexStore", "StoreMatch", "DEFAULT_HEADER_BITS"]
+__all__ = ["RedisIndexStore", "RedisBackend", "StoreMatch",
+           "DEFAULT_HEADER_BITS", "probes_for"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HEADER_BITS = 14
+DEFAULT_HEADER_BITS = DEFAULT_REDIS_HEADER_BITS
 _MASK64 = (1 << 64) - 1
 _HEXDIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
@@ -75,9 +85,9 @@ class StoreMatch:
 
 def _redis_asyncio():
     try:
-        import redis.asyncio as aioredis
+        import redis.asyncio as aioredis  # noqa: PLC0415 (optional: the redis install extra)
     except ImportError:  # pragma: no cover - redis is an install extra
-        raise ImportError("SIMDUP_INDEX = 'redis://...' needs the redis client: "
+        raise ImportError("the Redis index needs the redis client: "
                           "pip install 'scrapy-simdup[redis]'") from None
     return aioredis
 
@@ -86,25 +96,34 @@ class RedisIndexStore:
     """Packed-bucket fingerprint store in Redis with atomic check-and-insert.
 
     ``url`` is a ``redis://``, ``rediss://`` or ``unix://`` URL; ``base`` the key
-    prefix (``SIMDUP_REDIS_KEY`` already filled in); ``params`` extra keyword
-    arguments for ``redis.asyncio.Redis.from_url`` (``SIMDUP_REDIS_PARAMS``),
-    which override the bounded timeouts set here.
+    prefix (in a crawl ``SIMDUP_REDIS_KEY`` filled in); ``header_bits`` in
+    4..24 and ``distance`` in 0..16 (``scrapy_simdup._limits``); ``params``
+    extra keyword arguments for ``redis.asyncio.Redis.from_url``, which
+    override the bounded timeouts set here. A bad value is a
+    :class:`ParameterError` naming the parameter (``"url"``, ``"key_prefix"``,
+    ``"header_bits"``, ``"distance"``, ``"params"``).
     """
 
     def __init__(self, url: str, base: str, header_bits: int = DEFAULT_HEADER_BITS,
                  distance: int = 3, params: dict | None = None, fingerprint: str | None = None):
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"SIMDUP_INDEX must be a redis://, rediss:// or unix:// URL, got {url!r}")
+            raise ParameterError("url", f"the Redis URL must start with redis://, rediss:// "
+                                        f"or unix://, got {url!r}")
         if not isinstance(base, str) or not base:
-            raise ValueError(f"SIMDUP_REDIS_KEY must give a non-empty key, got {base!r}")
+            raise ParameterError("key_prefix", f"the key prefix must be a non-empty string, "
+                                               f"got {base!r}")
         if isinstance(header_bits, bool) or not isinstance(header_bits, int) \
-                or not 1 <= header_bits <= 32:
-            raise ValueError("SIMDUP_REDIS_HEADER_BITS must be an integer in 1..32, "
-                             f"got {header_bits!r}")
-        if isinstance(distance, bool) or not isinstance(distance, int) or not 0 <= distance <= 64:
-            raise ValueError(f"SIMDUP_DISTANCE must be an integer in 0..64, got {distance!r}")
+                or not MIN_REDIS_HEADER_BITS <= header_bits <= MAX_REDIS_HEADER_BITS:
+            raise ParameterError("header_bits", f"header bits must be an integer in "
+                                 f"{MIN_REDIS_HEADER_BITS}..{MAX_REDIS_HEADER_BITS}, "
+                                 f"got {header_bits!r}")
+        if isinstance(distance, bool) or not isinstance(distance, int) \
+                or not 0 <= distance <= MAX_DISTANCE:
+            raise ParameterError("distance", f"the distance must be an integer in "
+                                             f"0..{MAX_DISTANCE}, got {distance!r}")
         if params is not None and not isinstance(params, dict):
-            raise ValueError(f"SIMDUP_REDIS_PARAMS must be a dict, got {params!r}")
+            raise ParameterError("params", f"the connection options must be a dict, "
+                                           f"got {params!r}")
         self.url = url
         self.base = base
         self.header_bits = header_bits
@@ -151,28 +170,29 @@ class RedisIndexStore:
         try:
             return module.Redis.from_url(self.url, **params)
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"SIMDUP_INDEX / SIMDUP_REDIS_PARAMS are not usable: "
-                             f"{_safe_url(self.url)}: {exc}") from None
+            raise ParameterError("url, params", f"the Redis URL or connection options are not "
+                                 f"usable: {_safe_url(self.url)}: {exc}") from None
 
     def check_server(self):
         """Start-up check (blocking, once): reachable, script loaded, same layout.
 
-        Raises :class:`IndexUnavailableError` naming SIMDUP_INDEX when Redis cannot be
-        reached, ``ValueError`` when the index was created with another ``t`` or
-        from fingerprints of another recipe (other feature settings).
+        Raises :class:`IndexUnavailableError` naming the URL when Redis cannot
+        be reached, :class:`ParameterError` when the index was created with
+        another ``t`` (``"header_bits"``), from fingerprints of another recipe
+        (``"fingerprint"``), or the prefix holds other data (``"key_prefix"``).
         """
         try:
-            import redis
+            import redis  # noqa: PLC0415 (optional: the redis install extra)
         except ImportError:  # pragma: no cover - redis is an install extra
-            raise ImportError("SIMDUP_INDEX = 'redis://...' needs the redis client: "
+            raise ImportError("the Redis index needs the redis client: "
                               "pip install 'scrapy-simdup[redis]'") from None
         client = self._make_client(redis)
         try:
             try:
                 client.ping()
             except (TypeError, ValueError) as exc:  # a connection option redis-py refuses
-                raise ValueError(f"SIMDUP_REDIS_PARAMS are not usable for {_safe_url(self.url)}:"
-                                 f" {exc}") from None
+                raise ParameterError("params", f"the connection options are not usable for "
+                                               f"{_safe_url(self.url)}: {exc}") from None
             base = self.base
             pipe = client.pipeline(transaction=True)
             pipe.set(base + ":t", self.header_bits, nx=True)
@@ -187,35 +207,35 @@ class RedisIndexStore:
             self._keys_sha = client.script_load(KEYS_AT)
         except redis.ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
-                raise IndexUnavailableError(f"SIMDUP_INDEX: cannot use Redis at "
-                                      f"{_safe_url(self.url)}: {exc}") from exc
-            raise ValueError(f"SIMDUP_REDIS_KEY: {self.base!r} already holds keys that are not "
-                             f"a scrapy-simdup index ({exc}); use another SIMDUP_REDIS_KEY"
-                             ) from None
+                raise IndexUnavailableError(f"cannot use Redis at {_safe_url(self.url)}: "
+                                            f"{exc}") from exc
+            raise ParameterError("key_prefix", f"{self.base!r} already holds keys that are not "
+                                 f"a scrapy-simdup index ({exc}); use another key prefix"
+                                 ) from None
         except redis.RedisError as exc:
-            raise IndexUnavailableError(f"SIMDUP_INDEX: cannot use Redis at {_safe_url(self.url)}: "
-                                  f"{exc}") from exc
+            raise IndexUnavailableError(f"cannot use Redis at {_safe_url(self.url)}: "
+                                        f"{exc}") from exc
         finally:
             client.close()
         try:
             stored_t = int(stored_t)
             self.last_size = int(n or 0)
         except (TypeError, ValueError):
-            raise ValueError(f"SIMDUP_REDIS_KEY: {self.base!r} already holds keys that are not "
-                             f"a scrapy-simdup index ({self.base}:t = {stored_t!r}, "
-                             f"{self.base}:n = {n!r}); use another SIMDUP_REDIS_KEY") from None
+            raise ParameterError("key_prefix", f"{self.base!r} already holds keys that are not "
+                                 f"a scrapy-simdup index ({self.base}:t = {stored_t!r}, "
+                                 f"{self.base}:n = {n!r}); use another key prefix") from None
         if stored_t != self.header_bits:
-            raise ValueError(f"SIMDUP_REDIS_HEADER_BITS = {self.header_bits} but the index at "
-                             f"{self.base!r} was created with {stored_t} header bits; use "
-                             f"{stored_t} or another SIMDUP_REDIS_KEY")
+            raise ParameterError("header_bits", f"{self.header_bits} header bits, but the index "
+                                 f"at {self.base!r} was created with {stored_t}; use {stored_t} "
+                                 f"or another key prefix")
         stored_fp = stored_fp.decode("utf-8", "replace") if isinstance(stored_fp, bytes) \
             else stored_fp
         if self.fingerprint and stored_fp and stored_fp != self.fingerprint:
-            raise ValueError(f"the index at {self.base!r} (SIMDUP_INDEX) holds fingerprints made "
-                             f"with {_short(stored_fp)!r}, this crawl makes "
-                             f"{_short(self.fingerprint)!r}; they "
-                             f"cannot be compared: use the same feature settings in every "
-                             f"process, or another SIMDUP_REDIS_KEY")
+            raise ParameterError("fingerprint", f"the index at {self.base!r} holds fingerprints "
+                                 f"made with {_short(stored_fp)!r}, this process makes "
+                                 f"{_short(self.fingerprint)!r}; they cannot be compared: use "
+                                 f"the same fingerprint recipe in every process, or another "
+                                 f"key prefix")
         return self
 
     def size_sync(self) -> int:
@@ -352,12 +372,12 @@ class RedisIndexStore:
         earlier = [e for e in earlier if e[0].shape[0]]
         ev = np.concatenate([e[0] for e in earlier]) if earlier else np.zeros(0, np.uint64)
         eh = np.concatenate([e[1] for e in earlier]) if earlier else np.zeros(0, np.uint64)
-        return own_flags(state.values, state.probe_start, state.headers, state.idx, ev, eh,
-                         self.distance)
+        return redisbuckets.own_flags(state.values, state.probe_start, state.headers, state.idx,
+                                      ev, eh, self.distance)
 
     async def _snapshot(self, values, masks) -> _Snapshot:
         """Round trip 1: MGET the probed buckets; local check (compiled)."""
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisError  # noqa: PLC0415 (optional)
         n = values.shape[0]
         if isinstance(masks, tuple):    # (all masks, count per value): already flat
             allmasks = np.ascontiguousarray(masks[0], dtype=np.uint64)
@@ -390,15 +410,15 @@ class RedisIndexStore:
             bucket_lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
             if (bucket_lens & 7).any():
                 bad = int(buckets[int(np.flatnonzero(bucket_lens & 7)[0])])
-                raise ValueError(f"Redis key {self._keys([bad])[0]!r} is not a simdup bucket "
-                                 f"(length not a multiple of 8): is SIMDUP_REDIS_KEY shared "
-                                 f"with something else?")
+                raise ParameterError("key_prefix", f"Redis key {self._keys([bad])[0]!r} is not "
+                                     f"a simdup bucket (length not a multiple of 8): is the key "
+                                     f"prefix {self.base!r} shared with something else?")
             entries = np.frombuffer(b"".join(parts), dtype="<u8")
             bucket_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
             np.cumsum(bucket_lens >> 3, out=bucket_offsets[1:])
             # 2. local check
-            idx, dist = scan_first_buckets(entries, bucket_offsets, probe_bucket, probe_start,
-                                           values, self.distance)
+            idx, dist = redisbuckets.scan_first_buckets(entries, bucket_offsets, probe_bucket,
+                                                        probe_start, values, self.distance)
         except RedisError as exc:
             raise self._failed(exc) from exc
         return _Snapshot(values, counts, probe_start, headers, bucket_lens[probe_bucket],
@@ -416,7 +436,7 @@ class RedisIndexStore:
 
     async def _commit(self, state: _Snapshot, keys, flags=None, token=b"\0" * 8):
         """Round trip 2: the atomic script for the new ones, the keys of the matches."""
-        from redis.exceptions import RedisError, NoScriptError
+        from redis.exceptions import NoScriptError, RedisError  # noqa: PLC0415 (optional)
         values, counts, headers, lens, idx, dist = (state.values, state.counts, state.headers,
                                                     state.lens, state.idx, state.dist)
         entries, n_snap, id_snap = state.entries, state.n_snap, state.id_snap
@@ -477,9 +497,10 @@ class RedisIndexStore:
                     elif isinstance(replies[i], Exception):
                         raise replies[i]
         except RedisError as exc:
-            if "SIMDUP_SETTINGS" in str(exc):
-                theirs = _short(str(exc).split("SIMDUP_SETTINGS ", 1)[1])
-                raise IndexUnavailableError(
+            if SETTINGS_MISMATCH in str(exc):
+                theirs = _short(str(exc).split(SETTINGS_MISMATCH + " ", 1)[1])
+                raise IndexConflictError(
+                    "header_bits" if theirs.startswith("header bits") else "fingerprint",
                     f"the index at {base!r} ({_safe_url(self.url)}) was re-created with other "
                     f"settings than this process's ({theirs}): its fingerprints cannot be "
                     f"compared with this process's; restart the crawls with the same "
@@ -507,14 +528,14 @@ class RedisIndexStore:
         """The error for a Redis command that failed mid-crawl (another type of
         key under the prefix is named, like at start-up)."""
         if "WRONGTYPE" in str(exc):
-            return IndexUnavailableError(f"Redis index at {_safe_url(self.url)} failed: a key under "
-                                   f"SIMDUP_REDIS_KEY {self.base!r} was replaced by a key of "
-                                   f"another type ({exc}); is the prefix shared with something "
-                                   f"else?")
+            return IndexConflictError("key_prefix", f"Redis index at {_safe_url(self.url)} "
+                                      f"failed: a key under the key prefix {self.base!r} was "
+                                      f"replaced by a key of another type ({exc}); is the prefix "
+                                      f"shared with something else?")
         return IndexUnavailableError(f"Redis index at {_safe_url(self.url)} failed: {exc}")
 
     async def size(self) -> int:
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisError  # noqa: PLC0415 (optional)
         try:
             return int(await self._client.get(self.base + ":n") or 0)
         except RedisError as exc:
@@ -615,72 +636,57 @@ def _safe_url(url: str) -> str:
     return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
 
 
-# -- the backend the Scrapy glue uses ---------------------------------------------
-#: recall target that picks the probe budget when neither SIMDUP_MAX_PROBES nor
-#: SIMDUP_RECALL is set (the in-memory index probes every flip set by default;
+# -- the index backend ------------------------------------------------------------
+#: recall target that picks the probe budget when neither a probe budget nor a
+#: recall is given (the in-memory index probes every flip set by default;
 #: over the network each probe costs a bucket read, so the Redis index aims at
 #: the calibrated 98%: 14 probes with t = 14 and h = 3)
 DEFAULT_REDIS_RECALL = 0.98
-#: probe budget when the volatility model has no calibration for the setting
+#: probe budget when the volatility model has no calibration for the distance
 DEFAULT_REDIS_PROBES = 16
 #: most pages checked in one round trip when concurrent checks are coalesced
 MAX_BATCH = 2048
 
 
-def _flip_masks():
-    """The index's VOSH flip-set generator (``flip_masks``)."""
-    from scrapy_simdup.index.memory import flip_masks  # noqa: PLC0415 (the index module, imported late)
-    return flip_masks
-
-
-def _parse_header_bits(settings) -> int:
-    value = settings.get("SIMDUP_REDIS_HEADER_BITS", DEFAULT_HEADER_BITS) if settings is not None \
-        else DEFAULT_HEADER_BITS
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise ValueError(f"SIMDUP_REDIS_HEADER_BITS must be an integer, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int) or not 4 <= value <= 24:
-        raise ValueError(f"SIMDUP_REDIS_HEADER_BITS must be an integer in 4..24, got {value!r}")
-    return value
-
-
-def probe_budget(config, header_bits: int) -> int | None:
-    """Probes per lookup: SIMDUP_MAX_PROBES, else SIMDUP_RECALL (default
-    ``DEFAULT_REDIS_RECALL``) through the calibrated volatility model; None
-    means every flip set of at most ``h`` header bits."""
-    if config.max_probes is not None:
-        return int(config.max_probes)
-    recall = config.recall if config.recall is not None else DEFAULT_REDIS_RECALL
-    from scrapy_simdup.index.volatility import VolatilityModel  # noqa: PLC0415
+def probes_for(header_bits: int, distance: int, max_probes: int | None = None,
+               recall: float | None = None) -> int | None:
+    """Probes per lookup: ``max_probes`` when given, else the budget that
+    reaches ``recall`` (default ``DEFAULT_REDIS_RECALL``) in the calibrated
+    volatility model; None means every flip set of at most ``distance``
+    header bits."""
+    if max_probes is not None:
+        return int(max_probes)
+    recall = recall if recall is not None else DEFAULT_REDIS_RECALL
     try:
         model = VolatilityModel.default()
     except Exception:  # noqa: BLE001 (no shipped model: a fixed budget)
         return DEFAULT_REDIS_PROBES
-    if not model.probes.get(int(config.distance)):
+    if not model.probes.get(int(distance)):
         return DEFAULT_REDIS_PROBES
-    return model.probes_for_recall(recall, header_bits, config.distance)
+    return model.probes_for_recall(recall, header_bits, distance)
 
 
-class RedisBackend:
-    """Index backend on a :class:`RedisIndexStore` (``SIMDUP_INDEX = "redis://..."``).
+class RedisBackend(IndexBackend):
+    """Index backend on a :class:`RedisIndexStore` (in a crawl, ``SIMDUP_INDEX =
+    "redis://..."``).
 
     ``check_and_add`` calls made while a round trip is in flight are coalesced
     into the next batch (at most ``MAX_BATCH``), so a crawl with many
     concurrent responses pays one round trip per batch, not per page.
     ``__len__`` is the index size as of the last round trip (all processes).
-    Redis faults raise :class:`IndexUnavailableError`; the Scrapy component counts
-    them (``simdup/errors``) and applies ``SIMDUP_ON_ERROR``. The client
-    reconnects by itself once Redis is back; every command is bounded by
-    ``socket_timeout`` (5 s unless ``SIMDUP_REDIS_PARAMS`` says otherwise).
+    Redis faults raise :class:`IndexUnavailableError`, for the caller to count
+    and act on. The client reconnects by itself once Redis is back; every
+    command is bounded by ``socket_timeout`` (5 s unless ``params`` say
+    otherwise).
     """
 
     def __init__(self, store: RedisIndexStore, max_probes: int | None = DEFAULT_REDIS_PROBES,
                  model=None, flip_masks=None):
         if max_probes is not None and (isinstance(max_probes, bool) or
-                                       not isinstance(max_probes, int) or max_probes < 1):
-            raise ValueError(f"SIMDUP_MAX_PROBES must be an integer >= 1, got {max_probes!r}")
+                                       not isinstance(max_probes, int) or
+                                       max_probes < MIN_PROBES):
+            raise ParameterError("max_probes", f"the probe budget must be an integer >= "
+                                               f"{MIN_PROBES}, got {max_probes!r}")
         self.store = store
         self.max_probes = max_probes
         self.model = model
@@ -690,19 +696,17 @@ class RedisBackend:
         self._pending: list = []
         self._flushing = False
 
-    # IndexBackend interface ------------------------------------------------------
     @classmethod
-    def from_config(cls, config, crawler=None, namespace: str = "pages"):
-        settings = getattr(crawler, "settings", None)
-        spider = getattr(crawler, "spider", None)
-        name = getattr(spider, "name", None) or "default"
-        base = config.redis_key % {"spider": name}
-        if namespace != "pages":
-            base = f"{base}:{namespace}"
-        store = RedisIndexStore(config.index, base, header_bits=_parse_header_bits(settings),
-                                distance=config.distance, params=config.redis_params,
-                                fingerprint=config.make_fingerprinter().version)
-        backend = cls(store, max_probes=probe_budget(config, store.header_bits))
+    def open(cls, url: str, key_prefix: str, header_bits: int = DEFAULT_HEADER_BITS,
+             distance: int = 3, max_probes: int | None = DEFAULT_REDIS_PROBES,
+             params: dict | None = None, fingerprint: str | None = None) -> RedisBackend:
+        """A backend on the index under ``key_prefix`` at ``url``, checked
+        (:meth:`RedisIndexStore.check_server`): created if new, else the same
+        header bits and fingerprint recipe (``Fingerprinter.version``) as the
+        processes that use it."""
+        store = RedisIndexStore(url, key_prefix, header_bits=header_bits, distance=distance,
+                                params=params, fingerprint=fingerprint)
+        backend = cls(store, max_probes=max_probes)
         store.check_server()
         backend._size = store.size_sync()
         return backend
@@ -724,20 +728,18 @@ class RedisBackend:
         if self._flip is not None:
             return None
         try:
-            from scrapy_simdup._ext.psm import flip_masks_many_c  # noqa: PLC0415
-            from scrapy_simdup.index.volatility import VolatilityModel  # noqa: PLC0415
             model = self.model if self.model is not None else VolatilityModel.default()
             model_c = model._c
-        except (ImportError, AttributeError):
+        except AttributeError:
             return None
         k = -1 if self.max_probes is None else int(self.max_probes)
-        return flip_masks_many_c, model_c, self.store.header_bits, self.store.distance, k
+        return psm.flip_masks_many_c, model_c, self.store.header_bits, self.store.distance, k
 
     def masks_for(self, W) -> np.ndarray:
         """Header XOR masks of one page, mask 0 first (VOSH order)."""
         flip = self._flip
         if flip is None:
-            flip = self._flip = _flip_masks()
+            flip = self._flip = flip_masks
         masks, _ = flip(W, self.store.header_bits, self.store.distance,
                         max_probes=self.max_probes, model=self.model)
         return masks
@@ -793,7 +795,6 @@ class RedisBackend:
             self._flushing = False
 
     async def _check(self, values, W, keys) -> list:
-        from scrapy_simdup.integration.backends import Match  # noqa: PLC0415 (the glue's result type)
         W = np.ascontiguousarray(W, dtype=np.float64)
         if not np.isfinite(W).all():
             raise ValueError("W must be finite (no NaN or infinity)")

@@ -1,6 +1,7 @@
 """The server-side half of the Redis index: one Lua script, check-and-insert.
 
-Layout under a base key ``B`` (``SIMDUP_REDIS_KEY`` with the spider name):
+Layout under a base key ``B`` (the key prefix: in a crawl, ``SIMDUP_REDIS_KEY``
+with the spider name):
 
 ``B:b:<header>``  one Redis string per bucket: the packed little-endian uint64
                   fingerprints whose top ``t`` bits are ``<header>`` (lower-case
@@ -63,6 +64,10 @@ Reply: one item per candidate, ``0`` when inserted, else ``{fingerprint (8
 bytes), distance, key or ""}``.
 """
 
+#: the start of the script's error reply when the index was re-created with
+#: other settings than the writer's (header bits, fingerprint recipe)
+SETTINGS_MISMATCH = "SIMDUP-SETTINGS"
+
 LOG_MAX = 1 << 18       # bytes of log before trimming (21,845 insertions with t = 14)
 LOG_KEEP = 1 << 17      # bytes kept after trimming (whole entries)
 
@@ -100,14 +105,14 @@ local t_now = redis.call('GET', tkey)
 if not t_now then
   redis.call('SET', tkey, tostring(t_mine))
 elseif tonumber(t_now) ~= t_mine then
-  return redis.error_reply('SIMDUP_SETTINGS header bits ' .. t_now)
+  return redis.error_reply('SIMDUP-SETTINGS header bits ' .. t_now)
 end
 if fp_mine ~= '' then
   local fp_now = redis.call('GET', fkey)
   if not fp_now then
     redis.call('SET', fkey, fp_mine)
   elseif fp_now ~= fp_mine then
-    return redis.error_reply('SIMDUP_SETTINGS fingerprint ' .. fp_now)
+    return redis.error_reply('SIMDUP-SETTINGS fingerprint ' .. fp_now)
   end
 end
 local id_now = redis.call('GET', idkey)
