@@ -13,14 +13,14 @@
  * the first k is itself a candidate, so a set's rank among the candidates is
  * its rank among all sets. The list depends only on (t, h, k) (34 sets for
  * t = 15, h = 3, k = 16) and is built once, in (size, lexicographic) order,
- * by the caller (_batchscan.flip_candidates).
+ * by the caller (batchjoin.flip_candidates).
  *
  * Per element, the candidates' keys are summed from lw held in registers
  * (two-table permutes), made unique as key * 64 + (63 - candidate number) (the
  * VOSH tie-break: the list is in that order), and each is ranked by counting
  * the larger ones; those ranked below k are written at their rank. Keys are
  * int32 log-odds in units of 2^-16 clipped to [-128, 0] by the caller
- * (_batchscan.quantized_log_odds; the kernels do not check), so
+ * (batchjoin.quantized_log_odds; the kernels do not check), so
  * 3 * 128 * 2^16 * 64 < 2^31: exact sums, no overflow.
  * VOSH is given the same integers (as doubles, exact), so both orders agree.
  *

@@ -11,7 +11,7 @@ Python string only for a label not seen before). The tree is only read,
 never modified.
 
 It must give exactly the same blocks as the pure Python version in
-``_extract.py`` (the tests compare both on every shared page). The event
+``tests/reference/extract.py`` (the tests compare both on every shared page). The event
 order is that of ``iterwalk(events=("start", "end", "comment", "pi"))``:
 an element's text at its start, its tail after its end (not for the root);
 comments and processing instructions contribute only their tails.
@@ -54,7 +54,7 @@ cdef enum:
 cdef enum:
     TAG_CACHE = 256     # slots of the tag-name cache (direct mapped)
 
-# _extract.TIGHT_SHARE_NUM / _DEN (the main container's narrowing; a test
+# fingerprint.extract.TIGHT_SHARE_NUM / _DEN (the main container's narrowing; a test
 # checks the two agree)
 cdef enum:
     TIGHT_SHARE_NUM = 7

@@ -141,7 +141,7 @@ def long_tag_bytes(html, Py_ssize_t min_length) -> int:
 
 # ------------------------------------------------------------------ taming
 # A page over the byte cap, or with too much in long tags, is rewritten before
-# libxml2 sees it (see _fingerprinter.strip_invisible_bulk): comments go,
+# libxml2 sees it (see fingerprint.fingerprinter.strip_invisible_bulk): comments go,
 # script and style bodies go (their tags stay), and start tags keep only the
 # attributes the extraction reads or that declare the encoding. One pass, no
 # backtracking: linear in the page whatever it holds.

@@ -13,7 +13,7 @@ Layout (one copy of the data, DESIGN.md "PSM online"):
   counting sort by header (O(n + 2**t)), so inserts are amortised O(1); ``t``
   is re-chosen from the new size at each merge.
 
-The Python facade (``_index.py``) validates arguments that are not on the hot
+The Python facade (``scrapy_simdup/index/memory.py``) validates arguments that are not on the hot
 path; the query entry points here validate their own (W shape, NaN) in C so a
 single ``query`` stays a few microseconds.
 """

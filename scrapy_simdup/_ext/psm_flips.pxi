@@ -1,7 +1,7 @@
 # Flip sets by VOSH: flip_masks_c, flip_masks_many_c, ranks_of.
 
 def flip_masks_c(_Model model, W, int header_bits, int distance, long max_probes):
-    """Header XOR masks in non-increasing p(S), mask 0 first (see _index)."""
+    """Header XOR masks in non-increasing p(S), mask 0 first (see index/memory.py)."""
     cdef double lw[MAX_T]
     cdef uint64_t mk[MAX_T]
     cdef const double *wp = NULL

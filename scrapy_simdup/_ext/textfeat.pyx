@@ -4,19 +4,19 @@
 Exactly the same results as the pure Python reference, which the tests
 compare it with:
 
-* ``token_hashes(text)`` == ``_core.hash_features(_tokenize.split_tokens(text))``
+* ``token_hashes(text)`` == ``hashing.hash_features(tokens.split_tokens(text))``
   for an already normalised text: tokens are ``\\w+(?:'\\w+)*`` with Python's
   Unicode ``\\w``, runs of no-space scripts split into single characters;
   each token is hashed from its UTF-8 bytes in place, without making token
   strings.
 * ``text_features`` == the shingle and spot-signature hashes of
-  ``_features.shingle_hashes``/``spot_hashes`` (concatenated).
+  ``fingerprint.features.shingle_hashes``/``spot_hashes`` (concatenated).
 * ``unique_counts(sorted_hashes)`` == ``np.unique(..., return_counts=True)``.
-* ``weighted_features(...)`` == ``_features.weigh(text_features(...), weighting)``
+* ``weighted_features(...)`` == ``fingerprint.features.weigh(text_features(...), weighting)``
   for the count, logtf and binary weightings, in one call.
-* ``fold_text(text, table)`` == ``_tokenize.normalize(text)`` in one pass over
+* ``fold_text(text, table)`` == ``tokens.normalize(text)`` in one pass over
   the text, or None when a character needs the full normalisation (see
-  ``_tokenize.fold_table``).
+  ``tokens.fold_table``).
 * ``utf8_valid(data)``: whether ``data.decode("utf-8")`` would succeed.
 """
 from libc.stdint cimport uint16_t, uint32_t, uint64_t, int64_t
@@ -54,7 +54,7 @@ cdef inline bint is_word(Py_UCS4 c) noexcept:
 
 
 cdef inline bint is_nospace(Py_UCS4 c) noexcept:
-    """Scripts written without spaces (the ranges of ``_tokenize._NOSPACE``)."""
+    """Scripts written without spaces (the ranges of ``tokens._NOSPACE``)."""
     return ((0x0E00 <= c <= 0x0EFF) or (0x1000 <= c <= 0x109F) or (0x1780 <= c <= 0x17FF)
             or (0x3040 <= c <= 0x30FF) or (0x3400 <= c <= 0x4DBF) or (0x4E00 <= c <= 0x9FFF)
             or (0xF900 <= c <= 0xFAFF) or (0x20000 <= c <= 0x2FA1F))
@@ -287,7 +287,7 @@ cdef void _sort_hashes(uint64_t *a, uint64_t *tmp, Py_ssize_t n) noexcept nogil:
 def weighted_features(const uint64_t[::1] th, Py_ssize_t shingle_size, bint shingles,
                       bint spots, const uint64_t[::1] stop_hashes, uint64_t shingle_salt,
                       uint64_t spot_salt, int weighting, const double[::1] weight_of_count):
-    """``_features.weigh(text_features(...), weighting)`` in one call: the
+    """``fingerprint.features.weigh(text_features(...), weighting)`` in one call: the
     distinct feature hashes, ascending, and their weights, from
     ``weight_of_count[count]`` (``weighting`` 1: the log-tf table) or the count
     itself (0) or 1.0 (2). None when a count is beyond the table (the caller

@@ -1,4 +1,4 @@
-"""Pure Python/NumPy references for the compiled batch scan (``_batchscan``)."""
+"""Pure Python/NumPy references for the compiled batch scan (``_ext/batchjoin.pyx``)."""
 from __future__ import annotations
 
 import itertools
