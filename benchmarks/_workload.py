@@ -27,7 +27,6 @@ chunks and cached under ``benchmarks/.cache/``.
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path

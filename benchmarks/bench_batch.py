@@ -53,8 +53,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from scrapy_simdup.storage.batchfile import BATCH_DTYPE, header_weights, write_batch  # noqa: E402
 from scrapy_simdup.merge.collection import H_DTYPE, PAIR_DTYPE, Collection  # noqa: E402
+from scrapy_simdup.storage.batchfile import BATCH_DTYPE, header_weights, write_batch  # noqa: E402
 
 WORK = HERE / ".cache" / "bench_batch"
 H = 3

@@ -61,7 +61,7 @@ def child(args) -> None:
         class TreeOnlyMiddleware:
             def process_response(self, request, response):
                 if isinstance(response, HtmlResponse):
-                    response.selector    # parse now; the spider reuses the cached tree
+                    _ = response.selector  # parse now; the spider reuses the cached tree
                 return response
 
         settings["DOWNLOADER_MIDDLEWARES"] = {TreeOnlyMiddleware: MIDDLEWARE_PRIORITY}

@@ -30,10 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _data import load_all  # noqa: E402
 
 from scrapy_simdup import Fingerprinter, SkippedPage  # noqa: E402
-from scrapy_simdup.fingerprint.extract import scan_lxml  # noqa: E402
 from scrapy_simdup._ext import hashing
-from scrapy_simdup.fingerprint.features import (features_from_token_hashes,  # noqa: E402
-                                     text_token_hashes, weigh)
+from scrapy_simdup.fingerprint.extract import scan_lxml  # noqa: E402
+from scrapy_simdup.fingerprint.features import features_from_token_hashes, text_token_hashes, weigh  # noqa: E402
 from scrapy_simdup.fingerprint.fingerprinter import parse_html_text  # noqa: E402
 
 
@@ -57,9 +56,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
+    import trafilatura
     from bs4 import BeautifulSoup
     from scrapy.http import HtmlResponse
-    import trafilatura
 
     records = load_all()
     if args.quick:
@@ -139,7 +138,7 @@ def main(argv=None):
     ratio_cpu = statistics.median(cpu["trafilatura.extract"]) / base_cpu
     print(f"\ntrafilatura.extract / ours lxml (median per page): wall {ratio:.1f}x, cpu {ratio_cpu:.1f}x")
     print(f"ours bs4 / ours lxml: wall {statistics.median(times['ours bs4']) / base:.1f}x")
-    for label, value, ok in (
+    for label, _value, ok in (
             (f"ours lxml median wall {base:.3f} ms < 2 ms", base, base < 2.0),
             (f"ours lxml median cpu {base_cpu:.3f} ms < 2 ms", base_cpu, base_cpu < 2.0),
             (f"trafilatura / ours wall {ratio:.1f}x >= 10x", ratio, ratio >= 10),

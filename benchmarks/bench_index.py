@@ -31,6 +31,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from _workload import background, query_set  # noqa: E402
+
 from scrapy_simdup import BPHSIndex, PSMIndex  # noqa: E402
 
 PROBES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256,
@@ -190,15 +191,15 @@ def run(n, Q, h, sub, log):
     rows.append(("PSM-F single query()", m1 / t1, 0.95, psm_bytes,
                  f"{t1 / m1 * 1e6:.2f} us/query from Python"))
     for T, b in bphs.items():
-        tb, _ = best_time(lambda: b.query_many(qv, first=True))
+        tb, _ = best_time(lambda b=b: b.query_many(qv, first=True))
         rows.append((f"BPHS-F T={T}", len(qv) / tb, 1.0, b.nbytes / n,
                      "exact, batch, bucket offsets"))
-        tb, _ = best_time(lambda: b.query_many(qv, first=False))
+        tb, _ = best_time(lambda b=b: b.query_many(qv, first=False))
         rows.append((f"BPHS-A T={T}", len(qv) / tb, 1.0, b.nbytes / n,
                      "exact, batch, bucket offsets"))
         b.binary = True  # the paper's BPHS: binary search in each table
         nb = min(len(qv), 50000)
-        tb, _ = best_time(lambda: b.query_many(qv[:nb], first=True), repeat=2)
+        tb, _ = best_time(lambda b=b, nb=nb: b.query_many(qv[:nb], first=True), repeat=2)
         rows.append((f"BPHS-F T={T} binary", nb / tb, 1.0, b.nbytes / n,
                      "exact, binary search (paper)"))
         b.binary = False
@@ -218,20 +219,21 @@ def run(n, Q, h, sub, log):
             f"{t_build:.1f}s, {f_bytes:.1f} B/fp (RSS growth in a fresh process)")
         mf = min(len(qv), 50000)
         xq = qv[:mf].view(np.uint8).reshape(-1, 8)
-        tf, (lims, D, I) = best_time(lambda: fx.range_search(xq, h + 1), repeat=2)
+        tf, (lims, _dist, ids) = best_time(lambda: fx.range_search(xq, h + 1), repeat=2)
         fq = np.repeat(np.arange(mf), np.diff(lims.astype(np.int64)))
         want = {(a, b_) for a, b_ in truth if a < mf}
-        assert pairs_of(fq, I) == want, "faiss disagrees with BPHS"
+        assert pairs_of(fq, ids) == want, "faiss disagrees with BPHS"
         rows.append(("faiss MultiHash range", mf / tf, 1.0, f_bytes,
                      f"exact, {mf:,} queries"))
-        del fx
+        fx = None  # free it before the next peer is built
         gc.collect()
     except ImportError:
         log("faiss-cpu not installed: skipped")
 
     try:
-        from simhash import Simhash, SimhashIndex
         import logging
+
+        from simhash import Simhash, SimhashIndex
         logging.getLogger("simhash").setLevel(logging.ERROR)
         ns = min(n, sub)
         # subsample that keeps the planted originals of the first queries
@@ -247,9 +249,9 @@ def run(n, Q, h, sub, log):
                                np.nonzero(~has_dup)[0][:ms // 2]])
         objs = [Simhash(int(qv[k])) for k in qsel]
         ts, _ = best_time(lambda: [si.get_near_dups(o) for o in objs], repeat=1)
-        rows.append((f"PyPI simhash SimhashIndex", len(qsel) / ts, 1.0, s_bytes,
+        rows.append(("PyPI simhash SimhashIndex", len(qsel) / ts, 1.0, s_bytes,
                      f"SUBSAMPLE n={len(idx_s):,} (slower at n)"))
-        del si
+        si = None
         gc.collect()
     except ImportError:
         log("PyPI simhash not installed: skipped")

@@ -67,7 +67,7 @@ def main(argv=None):
         log(f"PSM-F {label:<15} {len(qv) / tp:12,.0f} queries/s  {psm.nbytes / n:6.1f} B/fp  "
             f"recall {recall:.4f} at {psm.max_probes} probes (t = {psm.header_bits})")
     log("\nratios (PSM-F vs exact BPHS, same run):")
-    for label, qps, recall, probes in rows:
+    for label, qps, recall, _probes in rows:
         log(f"  {label:<15} {qps / (len(qv) / tb):6.1f}x faster, recall {recall:.4f}, "
             f"{exact.nbytes / psm.nbytes:.1f}x less memory")
 

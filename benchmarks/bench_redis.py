@@ -303,7 +303,7 @@ def main():
         mres = asyncio.run(mem.check_and_add_many(qv, qW, urls_for(60_000_000, qv.shape[0])))
         mem_q = qv.shape[0] / (time.perf_counter() - t0)
         mrecall = np.array([r is not None for r in mres])[qs["has_dup"]].mean()
-        print(f"\n## in-memory backend (PSMIndex, default settings; one process, not shared)")
+        print("\n## in-memory backend (PSMIndex, default settings; one process, not shared)")
         print(f"memory  fill {mem_fill:>10,.0f} checks/s, queries {mem_q:,.0f} checks/s, "
               f"recall {mrecall:.3f}")
         del mem

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from redis_server import RedisServer  # noqa: E402  (the tests' server helper)
 
-from scrapy_simdup.index.redis.backend import RedisIndexStore
 from scrapy_simdup.exceptions import IndexUnavailableError  # noqa: E402
+from scrapy_simdup.index.redis.backend import RedisIndexStore
 
 ONE = [np.zeros(1, np.uint64)]
 

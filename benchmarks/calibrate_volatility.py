@@ -27,15 +27,17 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from _workload import Corpus, pairs, real_docs  # noqa: E402
+
 from scrapy_simdup import VolatilityModel  # noqa: E402
 from scrapy_simdup.index.volatility import _DEFAULT_PATH, RECALL_LEVELS, normalise  # noqa: E402
 
 
 def pipeline_pairs(n_pairs, max_distance, seed):
     """Pairs fingerprinted by the production Fingerprinter on edited text."""
+    from _data import load_all, split
+
     from scrapy_simdup import Fingerprinter
     from scrapy_simdup._ext import hashing
-    from _data import load_all, split
     fp = Fingerprinter()
     tune, _ = split(load_all())
     rng = np.random.default_rng(seed)

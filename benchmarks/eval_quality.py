@@ -42,12 +42,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _data import build_near_duplicate_site, load_all, split  # noqa: E402
 
-from scrapy_simdup import Fingerprinter
-from scrapy_simdup import SkippedPage
+from scrapy_simdup import Fingerprinter, SkippedPage
 from scrapy_simdup._ext import hashing
 from scrapy_simdup._limits import DEFAULT_DISTANCE  # noqa: E402
-from scrapy_simdup.index.memory import MAX_DISTANCE  # noqa: E402
 from scrapy_simdup.fingerprint.tokens import tokenize  # noqa: E402
+from scrapy_simdup.index.memory import MAX_DISTANCE  # noqa: E402
 
 INF = 1e9
 
@@ -88,7 +87,6 @@ def page_metrics(site: Site, D: np.ndarray, valid: np.ndarray, thresholds, order
     """Online page-level (P, R, F1) per threshold, averaged over orders."""
     out = np.zeros((len(thresholds), 3))
     per_kind_recall = defaultdict(lambda: np.zeros(len(thresholds)))
-    kind_den = Counter()
     for order in orders:
         pos = np.empty(site.n, int)
         pos[order] = np.arange(site.n)

@@ -22,10 +22,12 @@ import os
 import random
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from .sitedata import build_near_duplicate_site, load_all, split
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data"
 DATASETS = ("article-extraction-benchmark", "readability-test-pages", "trafilatura-cache")
@@ -47,8 +49,6 @@ def build_site(records: int | None = None, half: str = "report", seed: int = 0):
     ``half``: "report" (default; the hold-out half the project reports on),
     "tune" or "all"; ``records``: use only the first N records of it.
     """
-    from .sitedata import build_near_duplicate_site, load_all, split
-
     loaded = load_all(data_dir())
     if half != "all":
         tune, report = split(loaded)
@@ -107,7 +107,7 @@ def _listing(title: str, links: list[tuple[str, str]]) -> bytes:
                       for href, text in links)
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
             f"</title></head><body><h1>{html.escape(title)}</h1><ul>{items}</ul></body></html>"
-            ).encode("utf-8")
+            ).encode()
 
 
 class _Handler(BaseHTTPRequestHandler):

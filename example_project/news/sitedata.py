@@ -28,16 +28,17 @@ Two pages are labelled near-duplicates iff they have the same ``cluster_id``.
 from __future__ import annotations
 
 import gzip
-from html import escape as html_escape
 import hashlib
 import json
 import os
 import random
 import re
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from html import escape as html_escape
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import lxml.html
 from lxml import etree
@@ -57,7 +58,7 @@ class Record:
     """One real page."""
 
     id: str                    # unique, e.g. "aeb:042bb7b5..." or "rtp:ars-1"
-    dataset: str               # "article-extraction-benchmark" | "readability-test-pages" | "trafilatura-cache"
+    dataset: str               # "article-extraction-benchmark", "readability-test-pages", ...
     site: str                  # domain (or site name) the page belongs to
     url: str | None
     html: bytes
@@ -374,7 +375,7 @@ def _comment_block(rng, pool, n_comments) -> etree._Element:
     block = etree.Element("section", id="comments", **{"class": "comments"})
     h = etree.SubElement(block, "h3")
     h.text = f"{n_comments} Comments"
-    for i in range(n_comments):
+    for _ in range(n_comments):
         c = etree.SubElement(block, "div", **{"class": "comment"})
         a = etree.SubElement(c, "span", **{"class": "comment-author"})
         a.text = f"reader{rng.randrange(10000)}"
@@ -556,7 +557,7 @@ def build_near_duplicate_site(records, seed: int = 0, min_words: int = 60) -> li
             title = html_escape(_title_of(parsed[r.id]))
             text = r.readable_html.decode("utf-8", "replace")
             readable = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{title}</title>"
-                        f"</head><body>{text}</body></html>").encode("utf-8")
+                        f"</head><body>{text}</body></html>").encode()
             pages.append(SitePage(f"/{_slug(r.site)}/{_slug(r.id.split(':', 1)[1])}-readable.html",
                                   readable, cluster, "readable", r.id, r.id))
     return pages
