@@ -10,10 +10,13 @@ import json
 import os
 import sys
 
-from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
+from scrapy_simdup.exceptions import CorruptFileError
 
 _DEFAULT_CHUNK = 1 << 20
+#: exit status when damaged batches were found: `stats` lists them, `merge
+#: --skip-damaged` merged the other batches and left them pending
+EXIT_DAMAGED = 3
 
 
 def _int_in(text: str, lo: int, hi: int | None, what: str) -> int:
@@ -83,6 +86,10 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
                        "({representative, size, urls})")
     parser.add_argument("--no-verify", action="store_true",
                        help="skip the checksum verification of batch and collection data")
+    parser.add_argument("--skip-damaged", action="store_true",
+                       help="merge the other batches when some are damaged: the damaged ones "
+                       "are named, left pending (merged once repaired) and listed in the "
+                       f"summary; exit status {EXIT_DAMAGED}")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar on stderr (by default when stderr is a terminal)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -106,7 +113,11 @@ def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.A
     merge.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR with batch files")
     add_merge_options(merge)
 
-    stats = sub.add_parser("stats", help="what the directories and the collection hold")
+    stats = sub.add_parser(
+        "stats", help="what the directories and the collection hold",
+        description="What the directories and the collection hold. Every pending batch is "
+        "checked as a merge would read it (lengths and checksums: one read of its files); "
+        f"damaged batches are listed and make the exit status {EXIT_DAMAGED}.")
     stats.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR")
     stats.add_argument("--collection", metavar="PATH",
                        help="the collection directory (by default DIR/collection of the first DIR)")
@@ -122,6 +133,10 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def _batches(n: int) -> str:
+    return f"{n:,} batch" if n == 1 else f"{n:,} batches"
+
+
 def _histogram_lines(hist: dict) -> list[str]:
     if not hist:
         return ["  (no duplicates)"]
@@ -130,8 +145,10 @@ def _histogram_lines(hist: dict) -> list[str]:
             sorted(hist.items(), key=lambda kv: int(kv[0]))]
 
 
-def run_merge(args, out=sys.stdout) -> int:
+def run_merge(args, out=None) -> int:
     from scrapy_simdup.merge import crawl_distance, merge  # noqa: PLC0415 (keep start-up light)
+
+    out = out or sys.stdout     # (the one of the moment: a caller may have replaced it)
 
     if args.distance is None:   # the crawls' own SIMDUP_DISTANCE, as recorded with them
         args.distance = crawl_distance(args.dirs)
@@ -142,11 +159,12 @@ def run_merge(args, out=sys.stdout) -> int:
                     recall=args.recall,
                     first=not args.all, exact=args.exact, chunk_size=args.batch_size,
                     pairs_out=args.pairs, clusters_out=args.clusters, progress=args.progress,
-                    verify=not args.no_verify)
+                    verify=not args.no_verify, skip_damaged=args.skip_damaged)
     info = summary.as_dict()
+    code = EXIT_DAMAGED if summary.damaged else 0
     if args.json:
         out.write(json.dumps(info, indent=1) + "\n")
-        return 0
+        return code
     out.write(f"simdup merge ({summary.method}, distance {summary.distance}"
               + (f", {summary.probes} probes" if summary.probes is not None else "") + ")\n")
     out.write(f"  batches merged:      {summary.batches:,}\n")
@@ -162,6 +180,11 @@ def run_merge(args, out=sys.stdout) -> int:
         out.write(line + "\n")
     for path in summary.skipped_unfinished:
         out.write(f"  skipped unfinished batch (no header, interrupted flush): {path}\n")
+    for entry in summary.damaged:
+        out.write(f"  damaged batch, left pending: {entry['file']}: {entry['problem']}\n")
+    if summary.damaged:
+        out.write(f"  {_batches(len(summary.damaged))} damaged, not merged: repair them or "
+                  f"move them aside (a later merge tries them again)\n")
     earlier = summary.earlier_unreported_pairs
     if args.pairs:
         out.write(f"  pairs written to {args.pairs}"
@@ -172,16 +195,19 @@ def run_merge(args, out=sys.stdout) -> int:
                   f"never written to a --pairs file; the next merge with --pairs writes them\n")
     if args.clusters:
         out.write(f"  clusters written to {args.clusters}\n")
-    return 0
+    return code
 
 
-def run_stats(args, out=sys.stdout) -> int:
+def run_stats(args, out=None) -> int:
     from scrapy_simdup.merge import stats  # noqa: PLC0415
 
+    out = out or sys.stdout
+
     info = stats(args.dirs, args.collection)
+    code = EXIT_DAMAGED if any(d["damaged"] for d in info["directories"]) else 0
     if args.json:
         out.write(json.dumps(info, indent=1) + "\n")
-        return 0
+        return code
     for d in info["directories"]:
         out.write(f"{d['path']}\n")
         out.write(f"  batches:        {d['batches']:,} ({d['fingerprints']:,} fingerprints)\n")
@@ -203,11 +229,14 @@ def run_stats(args, out=sys.stdout) -> int:
             out.write(f"  unfinished batch (interrupted flush, ignored): {path}\n")
         for problem in d["corrupt"]:
             out.write(f"  CORRUPT: {problem}\n")
+        if d["damaged"]:
+            out.write(f"  damaged:        {_batches(len(d['damaged']))}, not counted above (a "
+                      f"merge refuses them; `merge --skip-damaged` merges the others)\n")
     c = info["collection"]
     # (a merge that failed before its first commit leaves an empty header)
     if c is None or not (c["count"] or c["runs"] or c["merged_batches"]):
         out.write("collection: none yet (run `simdup merge`)\n")
-        return 0
+        return code
     out.write(f"collection {c['path']}\n")
     out.write(f"  fingerprints:   {c['count']:,} in {c['runs']:,} sorted runs "
               f"({c['merged_batches']:,} batches merged)\n")
@@ -217,7 +246,7 @@ def run_stats(args, out=sys.stdout) -> int:
     out.write("  distance histogram of found duplicates:\n")
     for line in _histogram_lines(c["distance_histogram"]):
         out.write(line + "\n")
-    return 0
+    return code
 
 
 def main(argv=None, prog: str = "simdup") -> int:

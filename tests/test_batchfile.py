@@ -6,11 +6,17 @@ import numpy as np
 import pytest
 
 from scrapy_simdup import simhash
-from scrapy_simdup.storage.atomic import atomic_write
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.storage.atomic import atomic_write
+from scrapy_simdup.storage.batchfile import (
+    BATCH_DTYPE,
+    list_batches,
+    read_batch,
+    read_meta,
+    unfinished_batches,
+    write_batch,
+)
 from scrapy_simdup.storage.batchwriter import BatchWriter
-from scrapy_simdup.storage.batchfile import (BATCH_DTYPE, list_batches, read_batch, read_meta,
-                                      unfinished_batches, write_batch)
 
 
 def _fingerprints(n, seed=0):

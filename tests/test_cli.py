@@ -2,8 +2,8 @@
 import json
 import os
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -219,8 +219,13 @@ def test_stats_reports_a_batch_whose_data_is_gone(crawl):
     header = sorted(crawl.glob("batch-*.json"))[0]
     header.with_suffix(".npy").unlink()
     out = _run(_simdup() + ["stats", str(crawl)])
-    assert out.returncode == 0 and "CORRUPT" in out.stdout and "batch data missing" in out.stdout
+    assert out.returncode == 3 and "CORRUPT" in out.stdout and "batch data missing" in out.stdout
     assert "2 batches (" in out.stdout
+    out = _run(_simdup() + ["stats", str(crawl), "--json"])
+    damaged = json.loads(out.stdout)["directories"][0]["damaged"]
+    assert out.returncode == 3 and damaged == [{
+        "batch": str(header), "file": str(header.with_suffix(".npy")),
+        "problem": f"batch data missing ({header.with_suffix('.npy').name})"}]
 
 
 @pytest.mark.parametrize("append", [False, True])
@@ -252,7 +257,7 @@ def test_stats_after_a_merge_that_failed_says_none_yet(crawl):
     out = _run(_simdup() + ["merge", str(crawl)])
     assert out.returncode == 2 and "corrupt" in out.stderr
     out = _run(_simdup() + ["stats", str(crawl)])
-    assert out.returncode == 0 and "collection: none yet" in out.stdout, out.stdout
+    assert out.returncode == 3 and "collection: none yet" in out.stdout, out.stdout
 
 
 def test_pairs_to_a_descriptor_the_shell_did_not_open_is_refused(crawl):

@@ -10,10 +10,10 @@ import pytest
 
 from scrapy_simdup import simhash
 from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup.storage.batchwriter import BatchWriter
 from scrapy_simdup.merge import merge, stats
 from scrapy_simdup.merge.collection import Collection
 from scrapy_simdup.merge.report import components
+from scrapy_simdup.storage.batchwriter import BatchWriter
 from tests.data_root import DATA_ROOT
 
 DATA = DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"

@@ -37,7 +37,15 @@ from zlib import crc32
 import numpy as np
 
 from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
-from scrapy_simdup.storage.atomic import atomic_write_json, crc32_file, fsync_dir, lock_directory, read_json
+from scrapy_simdup.storage.atomic import (
+    atomic_write_json,
+    check_regular,
+    crc32_file,
+    file_type_name,
+    fsync_dir,
+    lock_directory,
+    read_json,
+)
 from scrapy_simdup.storage.batchfile import list_batches, read_meta
 
 FORMAT = "simdup-collection"
@@ -53,7 +61,7 @@ class Collection:
     def __init__(self, path, create: bool = False):
         self.path = Path(path)
         self.meta_path = self.path / "collection.json"
-        if not self.meta_path.exists():
+        if not os.path.lexists(self.meta_path):   # (a dangling symlink is damage, read below)
             if not create:
                 raise CorruptFileError(self.meta_path, "no collection here (run `simdup merge` first)")
             self.path.mkdir(parents=True, exist_ok=True)
@@ -95,10 +103,7 @@ class Collection:
         }
         for name, size in need.items():
             path = self.path / name
-            try:
-                have = path.stat().st_size
-            except FileNotFoundError:
-                raise CorruptFileError(path, "collection file is missing") from None
+            have = check_regular(path, "collection file").st_size
             if have < size:
                 raise CorruptFileError(path, f"collection file is {have} bytes, the header "
                                        f"needs {size} (truncated)")
@@ -154,6 +159,9 @@ class Collection:
         except DirectoryBusyError as exc:
             raise ValueError(f"{path}: another merge is running on this collection "
                              f"({exc.holder})") from None
+        except OSError as exc:      # (its .lock is a directory, no permission, ...)
+            raise ValueError(f"{path}: cannot take the collection's lock "
+                             f"{exc.filename or path}: {exc.strerror or exc}") from None
 
     def chunks(self, chunk_size: int, verify: bool = True):
         """Yield ``(start, records)``: consecutive runs, each chunk sorted, at most
@@ -287,20 +295,51 @@ def unreported_ranges(coll: Collection) -> list[list[int]]:
             and 0 <= r[0] <= r[1] <= total]
 
 
-def pending_batches(dirs, collection: Collection | None) -> list[tuple[Path, dict]]:
-    """``(header path, header)`` of every batch of ``dirs`` not merged yet."""
+def check_collection_path(path, option: str | None = None) -> None:
+    """A collection path that is there but no directory (a file, a dangling
+    symlink, ...) is a ValueError saying so; ``option`` names the option that
+    gave it (``mkdir`` would say only "File exists")."""
+    path = Path(path)
+    if not os.path.lexists(path) or path.is_dir():
+        return
+    what = file_type_name(os.stat(path).st_mode) if path.exists() else "a dangling symlink"
+    if option:
+        raise ValueError(f"{option} {path} is {what}; give a directory (new or an existing "
+                         f"collection)")
+    raise ValueError(f"{path} is {what}, not a collection directory: move it away or give "
+                     f"--collection PATH")
+
+
+def merged_before(path: Path, merged: dict) -> bool:
+    """A batch whose header is damaged was merged before (the collection
+    remembers where it lay): its data is in the collection."""
+    resolved = str(Path(path).resolve())
+    return resolved in merged or any(isinstance(v, dict) and v.get("path") == resolved
+                                     for v in merged.values())
+
+
+def pending_batches(dirs, collection: Collection | None,
+                    damaged: list | None = None) -> list[tuple[Path, dict]]:
+    """``(header path, header)`` of every batch of ``dirs`` not merged yet.
+
+    A batch whose header cannot be read raises its CorruptFileError, or with
+    a ``damaged`` list is appended to it as ``(header path, error)``."""
     merged = collection.meta["merged"] if collection is not None else {}
-    merged_paths = {v.get("path") for v in merged.values() if isinstance(v, dict)}
     out, seen = [], set()
     for d in dirs:
         for p in list_batches(d):
             try:
                 meta = read_meta(p)
-            except CorruptFileError:
+            except CorruptFileError as exc:
+                if merged_before(p, merged):
+                    continue
+                if damaged is None:
+                    raise
                 resolved = str(p.resolve())
-                if resolved in merged_paths or resolved in merged:
-                    continue    # damaged after it was merged: its data is in the collection
-                raise
+                if resolved not in seen:                                # (a DIR given twice)
+                    seen.add(resolved)
+                    damaged.append((p, exc))
+                continue
             key = batch_key(p, meta)
             if not is_merged(p, meta, merged) and key not in seen:  # (a DIR given twice)
                 seen.add(key)

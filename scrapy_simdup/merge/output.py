@@ -72,14 +72,9 @@ def open_output(target):
             yield handle
         return
     path = os.path.realpath(target)   # replace the file a symlink points to
-    if st is not None:
-        mode = stat.S_IMODE(st.st_mode)
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    with atomic_write(path, "wb") as raw:
-        os.fchmod(raw.fileno(), mode)
+    with atomic_write(path, "wb") as raw:     # (a new file: the umask's mode)
+        if st is not None:
+            os.fchmod(raw.fileno(), stat.S_IMODE(st.st_mode))
         text = io.TextIOWrapper(raw, encoding="utf-8", newline="\n", write_through=False)
         try:
             yield text

@@ -25,6 +25,7 @@ from scrapy_simdup.merge.collection import (
     SIDE_FILES,
     Collection,
     batch_key,
+    check_collection_path,
     pending_batches,
     unreported_ranges,
 )
@@ -37,11 +38,19 @@ from scrapy_simdup.storage.batchfile import (
     BATCH_DTYPE,
     list_batches,
     read_batch,
-    read_urls,
     unfinished_batches,
 )
 
 DEFAULT_CHUNK = 1 << 20
+SKIP_HINT = "use --skip-damaged to merge the other batches"
+
+
+def _damaged_batch(header: Path, exc: CorruptFileError, skip: bool) -> dict:
+    """The summary entry of a damaged pending batch with ``skip``; without,
+    its error again, ending with how to merge the others."""
+    if not skip:
+        raise CorruptFileError(exc.path, f"{exc.problem}; {SKIP_HINT}") from exc
+    return {"batch": str(header), "file": exc.path, "problem": exc.problem}
 
 
 def _stable_argsort(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,7 +164,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
           first: bool = True, exact: bool = False, chunk_size: int = DEFAULT_CHUNK,
           pairs_out=None, clusters_out=None, progress: bool | None = None,
           verify: bool = True, tables: int | None = None,
-          engine: str = "join", commit: bool = True) -> MergeSummary:
+          engine: str = "join", commit: bool = True,
+          skip_damaged: bool = False) -> MergeSummary:
     """Merge every pending batch of ``dirs`` into ``collection``; see the module docstring.
 
     ``first`` is PSM-F (one earlier duplicate per fingerprint) vs PSM-A (all);
@@ -166,6 +176,11 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     :class:`PSMIndex` per chunk, the online index's own query loop).
     ``commit=False`` matches without appending anything (benchmarks); the
     pairs found are in ``summary.pairs_array`` either way.
+
+    A damaged pending batch (its header, data or URL file) is a
+    CorruptFileError naming the file; with ``skip_damaged`` the other
+    batches are merged and the damaged ones are left pending (a later merge
+    tries them again) and listed in ``summary.damaged``.
     """
     if engine not in ("join", "index"):
         raise ValueError(f"engine must be 'join' or 'index', got {engine!r}")
@@ -176,6 +191,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         if not d.is_dir():
             raise ValueError(f"{d}: not a directory")
     cpath = Path(collection) if collection is not None else dirs[0] / "collection"
+    check_collection_path(cpath, "--collection" if collection is not None else None)
     check_output_path(pairs_out, "--pairs", cpath)
     check_output_path(clusters_out, "--clusters", cpath)
     if isinstance(distance, bool) or not isinstance(distance, int) \
@@ -194,7 +210,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     lock = Collection.lock_directory(cpath)
     try:
         coll = Collection(cpath, create=True)
-        pending = pending_batches(dirs, coll)
+        damaged_headers: list = []
+        pending = pending_batches(dirs, coll, damaged_headers)
+        damaged = [_damaged_batch(p, exc, skip_damaged) for p, exc in damaged_headers]
         # header bits from what will really be read (chunks of at most the
         # collection after this merge), not from a huge requested chunk_size
         t = header_bits(min(chunk_size, max(1, coll.count + sum(m["count"] for _, m in pending))))
@@ -207,6 +225,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             "(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
                                collection_before=coll.count)
+        summary.damaged += damaged
         # --pairs is written at the end, groups commit one by one: each group
         # of a --pairs merge commits, with its run, the ranges of pairs.bin
         # not yet written to a --pairs file, so the pairs of a --pairs merge
@@ -234,13 +253,23 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         chunks0 = coll.n_chunks(chunk_size)
         bar = Progress(sum(sum(sizes[p] for p in g) * (chunks0 + i + 1)
                            for i, g in enumerate(groups)), "simdup merge", progress)
-        for group in groups:
-            # the group's batches read into one array (no per-batch arrays to join)
-            m = sum(sizes[p] for p in group)
-            records = np.empty(m, dtype=BATCH_DTYPE)
-            bounds = np.cumsum([0] + [sizes[p] for p in group])
-            batches = [read_batch(p, with_urls=False, verify=verify, out=records[a:b])
-                       for p, a, b in zip(group, bounds[:-1], bounds[1:])]
+        for gi, group in enumerate(groups):
+            # the group's batches read into one array (no per-batch arrays to
+            # join), with the URLs to commit: a damaged batch is found before matching
+            records = np.empty(sum(sizes[p] for p in group), dtype=BATCH_DTYPE)
+            batches, m = [], 0
+            for p in group:
+                try:
+                    batches.append(read_batch(p, with_urls=commit, verify=verify,
+                                              out=records[m:m + sizes[p]]))
+                except CorruptFileError as exc:
+                    summary.damaged.append(_damaged_batch(p, exc, skip_damaged))
+                    bar.update(sizes[p] * (chunks0 + gi + 1))
+                    continue
+                m += sizes[p]
+            if not batches:
+                continue
+            records = records[:m]
             base = coll.count
             gids = base + np.arange(m, dtype=np.int64)      # arrival order
             # Q is worked on sorted by value (it is appended sorted anyway): the
@@ -298,7 +327,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
                 run = np.empty(m, dtype=H_DTYPE)
                 run["value"] = sorted_q
                 run["id"] = gids[order]
-                urls = [u for b in batches for u in read_urls(b, verify=verify)]
+                urls = [u for b in batches for u in b.urls]
                 extra = None
                 if pairs_out is not None:
                     extra = {"pairs_unreported": earlier + [
@@ -310,6 +339,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             summary.batches += len(batches)
             summary.fingerprints += m
         bar.close()
+        summary.damaged.sort(key=lambda entry: entry["batch"])
         all_run = np.concatenate(run_pairs) if run_pairs else np.zeros(0, dtype=PAIR_DTYPE)
         summary.seconds = time.perf_counter() - started
         summary.pairs_array = all_run

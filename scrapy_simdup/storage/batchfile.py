@@ -34,19 +34,28 @@ A batch named ``B`` (``batch-<crawl>-<seq>``) is three files in ``SIMDUP_DIR``:
 Each file is written to a temporary name, fsynced and renamed into place, so
 a crash leaves either no batch or a complete one; a ``.npy``/``.urls`` without
 its ``.json`` is an unfinished flush and is ignored. On load, sizes and CRC-32
-are checked and a damaged batch raises :class:`CorruptFileError` naming the file.
+are checked and a damaged batch raises :class:`CorruptFileError` naming the file
+(also when a directory, a FIFO or a dangling symlink stands in for one).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from zlib import crc32
 
 import numpy as np
 
-from scrapy_simdup.storage.atomic import atomic_write, atomic_write_json, crc32_file, read_json
 from scrapy_simdup.exceptions import CorruptFileError
-from zlib import crc32
+from scrapy_simdup.storage.atomic import (
+    atomic_write,
+    atomic_write_json,
+    crc32_file,
+    crc32_stream,
+    open_regular,
+    read_json,
+)
 
 FORMAT = "simdup-batch"
 VERSION = 1
@@ -192,62 +201,106 @@ def read_batch(json_path, with_urls: bool = True, verify: bool = True, out=None)
     meta = read_meta(json_path)
     name = json_path.name[: -len(".json")]
     npy_path = json_path.with_name(name + ".npy")
-    try:
-        size = npy_path.stat().st_size
-    except FileNotFoundError:
-        raise CorruptFileError(npy_path, "batch data file is missing") from None
-    if size != meta["npy_bytes"]:
-        raise CorruptFileError(npy_path, f"batch data is {size} bytes, header says {meta['npy_bytes']}"
-                               " (truncated or overwritten)")
-    if out is not None and (out.dtype != BATCH_DTYPE or out.shape != (meta["count"],)):
-        raise ValueError(f"out must be {meta['count']} records of {BATCH_DTYPE}")
-    records = _read_records(npy_path, meta, verify, out)
+    with open_regular(npy_path, "batch data file", buffering=0) as handle:
+        _check_size(npy_path, handle, meta["npy_bytes"], "batch data is")
+        if out is not None and (out.dtype != BATCH_DTYPE or out.shape != (meta["count"],)):
+            raise ValueError(f"out must be {meta['count']} records of {BATCH_DTYPE}")
+        records = _read_records(handle, npy_path, meta, verify, out)
     batch = Batch(name, json_path, records, [], meta)
     if with_urls:
         batch.urls = read_urls(batch, verify=verify)
     return batch
 
 
-def _read_records(npy_path: Path, meta: dict, verify: bool, out) -> np.ndarray:
-    """The records of a batch's ``.npy`` file, read once: the checksum is
-    taken over the bytes as they are read into the array."""
+def verify_batch(json_path) -> dict:
+    """Check a batch as :func:`read_batch` does (header, lengths, the ``.npy``
+    header, both CRC-32s, the URL count) without loading it: one read of its
+    files, in blocks. Returns its header; a CorruptFileError names the bad file."""
+    json_path = Path(json_path)
+    meta = read_meta(json_path)
+    npy_path = json_path.with_suffix(".npy")
+    with open_regular(npy_path, "batch data file", buffering=0) as handle:
+        _check_size(npy_path, handle, meta["npy_bytes"], "batch data is")
+        try:
+            problem = _npy_problem(handle, meta)
+            handle.seek(0)
+            crc = crc32_stream(handle)
+        except OSError as exc:
+            raise CorruptFileError(npy_path, f"cannot be read ({exc.strerror or exc})") from None
+    if crc != meta["npy_crc32"]:
+        raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
+    if problem is not None:
+        raise CorruptFileError(npy_path, problem)
+    urls_path = json_path.with_suffix(".urls")
+    with open_regular(urls_path, "batch URL file") as handle:
+        _check_size(urls_path, handle, meta["urls_bytes"], "URL file is")
+        crc, lines, last = 0, 0, b"\n"
+        try:
+            while chunk := handle.read(1 << 22):
+                crc = crc32(chunk, crc)
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+        except OSError as exc:
+            raise CorruptFileError(urls_path, f"cannot be read ({exc.strerror or exc})") from None
+    if crc != meta["urls_crc32"]:
+        raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
+    lines += last != b"\n"         # a last URL without its newline (as read_urls counts)
+    if lines != meta["count"]:
+        raise CorruptFileError(urls_path, f"{lines} URLs for {meta['count']} records")
+    return meta
+
+
+def _check_size(path: Path, handle, size: int, what: str) -> None:
+    have = os.fstat(handle.fileno()).st_size
+    if have != size:
+        raise CorruptFileError(path, f"{what} {have} bytes, header says {size} "
+                               "(truncated or overwritten)")
+
+
+def _npy_problem(handle, meta: dict) -> str | None:
+    """What is wrong with the ``.npy`` header of a batch's data (None: it
+    describes the batch's records); ``handle`` is left at the data."""
     count = meta["count"]
     try:
-        with open(npy_path, "rb", buffering=0) as handle:
-            problem = None
-            try:
-                version = np.lib.format.read_magic(handle)
-                if version not in ((1, 0), (2, 0), (3, 0)):
-                    raise ValueError(f"unknown .npy format version {version}")
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                shape, fortran, dtype = read_header(handle)
-            except Exception as exc:  # noqa: BLE001 - any parse failure is corruption
-                problem = f"not a readable .npy file ({exc})"
-            else:
-                if dtype != BATCH_DTYPE or shape != (count,):
-                    problem = (f"unexpected array {dtype} {shape}, expected {count} records "
-                               f"of {BATCH_DTYPE}")
-                elif fortran:
-                    problem = "unexpected Fortran-order array"
-                elif handle.tell() + count * BATCH_DTYPE.itemsize != meta["npy_bytes"]:
-                    problem = "batch data length does not match its .npy header"
-            if problem is not None:
-                # a damaged file is reported as such, whatever part of it broke
-                if verify and crc32_file(npy_path) != meta["npy_crc32"]:
-                    raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
-                raise CorruptFileError(npy_path, problem)
-            start = handle.tell()
-            handle.seek(0)
-            crc = crc32(handle.read(start))
-            records = np.empty(count, dtype=BATCH_DTYPE) if out is None else out
-            view = memoryview(records).cast("B")
-            got = 0
-            while got < len(view):
-                n = handle.readinto(view[got:])
-                if not n:
-                    raise CorruptFileError(npy_path, "batch data ends early (truncated)")
-                got += n
+        version = np.lib.format.read_magic(handle)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"unknown .npy format version {version}")
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read_header(handle)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is corruption
+        return f"not a readable .npy file ({exc})"
+    if dtype != BATCH_DTYPE or shape != (count,):
+        return f"unexpected array {dtype} {shape}, expected {count} records of {BATCH_DTYPE}"
+    if fortran:
+        return "unexpected Fortran-order array"
+    if handle.tell() + count * BATCH_DTYPE.itemsize != meta["npy_bytes"]:
+        return "batch data length does not match its .npy header"
+    return None
+
+
+def _read_records(handle, npy_path: Path, meta: dict, verify: bool, out) -> np.ndarray:
+    """The records of a batch's ``.npy`` file (open in ``handle``), read
+    once: the checksum is taken over the bytes as they are read into the array."""
+    count = meta["count"]
+    try:
+        problem = _npy_problem(handle, meta)
+        if problem is not None:
+            # a damaged file is reported as such, whatever part of it broke
+            if verify and crc32_file(npy_path) != meta["npy_crc32"]:
+                raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
+            raise CorruptFileError(npy_path, problem)
+        start = handle.tell()
+        handle.seek(0)
+        crc = crc32(handle.read(start))
+        records = np.empty(count, dtype=BATCH_DTYPE) if out is None else out
+        view = memoryview(records).cast("B")
+        got = 0
+        while got < len(view):
+            n = handle.readinto(view[got:])
+            if not n:
+                raise CorruptFileError(npy_path, "batch data ends early (truncated)")
+            got += n
     except OSError as exc:
         raise CorruptFileError(npy_path, f"cannot be read ({exc.strerror or exc})") from None
     if verify and crc32(view, crc) != meta["npy_crc32"]:
@@ -259,11 +312,13 @@ def read_urls(batch: Batch, verify: bool = True) -> list[str]:
     """The URLs of a batch (from its ``.urls`` file), checked against its header."""
     meta = batch.meta
     urls_path = batch.path.with_name(batch.name + ".urls")
-    try:
-        data = urls_path.read_bytes()
-    except FileNotFoundError:
-        raise CorruptFileError(urls_path, "batch URL file is missing") from None
-    if len(data) != meta["urls_bytes"]:
+    with open_regular(urls_path, "batch URL file") as handle:
+        _check_size(urls_path, handle, meta["urls_bytes"], "URL file is")
+        try:
+            data = handle.read()
+        except OSError as exc:
+            raise CorruptFileError(urls_path, f"cannot be read ({exc.strerror or exc})") from None
+    if len(data) != meta["urls_bytes"]:     # changed while it was read
         raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
                                f"{meta['urls_bytes']} (truncated or overwritten)")
     if verify and crc32(data) != meta["urls_crc32"]:
@@ -289,8 +344,6 @@ def unfinished_batches(directory) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    out = []
-    for p in sorted(directory.glob("batch-*.npy")):
-        if not p.with_suffix(".json").exists():
-            out.append(p)
-    return out
+    # (a header that is a dangling symlink is a damaged batch, not an unfinished one)
+    return [p for p in sorted(directory.glob("batch-*.npy"))
+            if not os.path.lexists(p.with_suffix(".json"))]

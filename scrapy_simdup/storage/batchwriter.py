@@ -16,9 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_simdup.storage.atomic import remove_stale_temporaries
 from scrapy_simdup.exceptions import BatchWriteError, CorruptFileError
-from scrapy_simdup.storage.batchfile import BATCH_DTYPE, escape_url, header_weights, list_batches, read_meta, write_batch
+from scrapy_simdup.storage.atomic import remove_stale_temporaries
+from scrapy_simdup.storage.batchfile import (
+    BATCH_DTYPE,
+    escape_url,
+    header_weights,
+    list_batches,
+    read_meta,
+    write_batch,
+)
 
 _NAME_RE = re.compile(r"^batch-(\d+)-")
 

@@ -1,0 +1,285 @@
+"""Damage in a SIMDUP_DIR or a collection beyond bad bytes: a directory, a
+FIFO or a dangling symlink where a file should be, a --collection that is a
+file; `simdup merge --skip-damaged` and `simdup stats` finding damaged
+batches (issue 20, section 3)."""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scrapy_simdup import simhash
+from scrapy_simdup.cli import EXIT_DAMAGED, build_parser, main
+from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.merge import merge, stats
+from scrapy_simdup.storage.atomic import read_json
+from scrapy_simdup.storage.batchfile import (
+    list_batches,
+    read_batch,
+    unfinished_batches,
+    verify_batch,
+)
+from scrapy_simdup.storage.batchwriter import BatchWriter
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture()
+def crawl(tmp_path):
+    """A SIMDUP_DIR of 3 batches (25, 25, 10 pages) in clusters of 3."""
+    rng = np.random.default_rng(3)
+    d = tmp_path / "crawl"
+    with BatchWriter(d, batch_size=25) as w:
+        for c in range(20):
+            base = [f"w{int(x)}" for x in rng.integers(0, 10_000, 300)]
+            for v in range(3):
+                doc = list(base)
+                doc[int(rng.integers(len(doc)))] = "changed"
+                value, W = simhash(doc)
+                w.append(value, W, f"https://example.com/{c}/{v}")
+    return d
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A FIFO read with a blocking open would hang: fail instead."""
+    def timeout(*_):
+        raise TimeoutError("blocked (reading a FIFO?)")
+    old = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _replace(path: Path, how: str) -> None:
+    """Put a directory, a FIFO or a dangling symlink where ``path`` was."""
+    path.unlink()
+    if how == "directory":
+        path.mkdir()
+        (path / "x").write_text("x")
+    elif how == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(path.with_name("gone-" + path.name))
+
+
+_WHAT = {"directory": "is a directory, not a", "fifo": "is a FIFO, not a",
+         "dangling": "is a dangling symlink"}
+
+
+def _cli(args, capsys):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------- batch files
+
+@pytest.mark.parametrize("how", ["directory", "fifo", "dangling"])
+@pytest.mark.parametrize("suffix", [".json", ".npy", ".urls"])
+def test_a_batch_file_that_is_no_file_is_named(crawl, suffix, how):
+    header = list_batches(crawl)[0]
+    damaged = header.with_suffix(suffix)
+    _replace(damaged, how)
+    for read in (read_batch, verify_batch):
+        with pytest.raises(CorruptFileError) as err:
+            read(header)
+        assert err.value.path == str(damaged)
+        assert _WHAT[how] in err.value.problem
+        assert "4096" not in err.value.problem and "Errno" not in str(err.value)
+    if suffix == ".json":
+        # not an interrupted flush either: the header is there, damaged
+        assert unfinished_batches(crawl) == []
+
+
+def test_read_json_names_what_stands_in_for_the_file(tmp_path):
+    for how in ("directory", "fifo", "dangling"):
+        path = tmp_path / f"{how}.json"
+        path.write_text("{}")
+        _replace(path, how)
+        with pytest.raises(CorruptFileError, match=_WHAT[how]) as err:
+            read_json(path, "index snapshot header")
+        assert err.value.path == str(path)
+    os.mkdir(tmp_path / "index.json")
+    with pytest.raises(CorruptFileError, match="is a directory, not an index snapshot header"):
+        read_json(tmp_path / "index.json", "index snapshot header")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".npy"])
+def test_merge_of_a_batch_replaced_by_a_directory_is_one_named_line(crawl, capsys, suffix):
+    header = list_batches(crawl)[1]
+    damaged = header.with_suffix(suffix)
+    _replace(damaged, "directory")
+    code, out, err = _cli(["merge", crawl], capsys)
+    assert code == 2
+    assert f"{damaged}: is a directory, not a batch" in err
+    assert err.rstrip().endswith("use --skip-damaged to merge the other batches")
+    assert "Errno" not in err and "4096 bytes" not in err and len(err.splitlines()) == 1
+    code, out, err = _cli(["stats", crawl], capsys)
+    assert code == EXIT_DAMAGED and "Errno" not in err
+    assert f"CORRUPT: {damaged}: is a directory" in out
+
+
+# --------------------------------------------------------------- --skip-damaged
+
+def _flip(path: Path) -> bytes:
+    data = path.read_bytes()
+    damaged = bytearray(data)
+    damaged[-3] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    return data
+
+
+def test_skip_damaged_merges_the_others_and_leaves_the_damaged_pending(crawl, capsys):
+    headers = list_batches(crawl)
+    npy = headers[0].with_suffix(".npy")
+    good = _flip(npy)
+    code, out, err = _cli(["merge", crawl, "--json"], capsys)      # refused, with the hint
+    assert code == 2 and str(npy) in err and "checksum" in err and "--skip-damaged" in err
+    code, out, err = _cli(["merge", crawl, "--skip-damaged", "--json"], capsys)
+    assert code == EXIT_DAMAGED, err
+    summary = json.loads(out)
+    assert summary["fingerprints"] == 35 and summary["batches"] == 2
+    assert summary["damaged"] == [{"batch": str(headers[0]), "file": str(npy),
+                                   "problem": "batch data checksum mismatch (corrupt file)"}]
+    # stats: the damaged batch is pending, listed apart, and the exit status says so
+    code, out, err = _cli(["stats", crawl, "--json"], capsys)
+    assert code == EXIT_DAMAGED, err
+    entry = json.loads(out)["directories"][0]
+    assert entry["pending_batches"] == 0 and entry["batches"] == 2
+    assert [d["file"] for d in entry["damaged"]] == [str(npy)]
+    # repaired, it is merged by the next merge
+    npy.write_bytes(good)
+    code, out, err = _cli(["stats", crawl, "--json"], capsys)
+    assert code == 0 and json.loads(out)["directories"][0]["pending_batches"] == 1
+    code, out, err = _cli(["merge", crawl, "--json"], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["fingerprints"] == 25 and summary["collection_after"] == 60
+    assert summary["damaged"] == []
+
+
+def test_skip_damaged_text_summary_names_each_damaged_batch(crawl, capsys):
+    headers = list_batches(crawl)
+    _replace(headers[0], "directory")                   # an unreadable header
+    urls = headers[2].with_suffix(".urls")
+    urls.write_bytes(urls.read_bytes()[:-4])            # a truncated URL file
+    code, out, err = _cli(["merge", crawl, "--skip-damaged"], capsys)
+    assert code == EXIT_DAMAGED and err == ""
+    lines = [line for line in out.splitlines() if "damaged batch, left pending" in line]
+    assert len(lines) == 2
+    assert f"{headers[0]}: is a directory, not a batch header" in lines[0]
+    assert f"{urls}: URL file is" in lines[1] and "truncated" in lines[1]
+    assert "fingerprints merged: 25" in out
+    code, out, err = _cli(["stats", crawl], capsys)
+    assert code == EXIT_DAMAGED and "damaged:        2 batches, not counted" in out
+
+
+def test_skip_damaged_with_every_batch_damaged(crawl):
+    for header in list_batches(crawl):
+        _flip(header.with_suffix(".npy"))
+    summary = merge([crawl], skip_damaged=True)
+    assert summary.batches == 0 and summary.collection_after == 0
+    assert len(summary.damaged) == 3
+    assert stats([crawl])["directories"][0]["pending_batches"] == 0
+
+
+def test_stats_verifies_the_checksums_of_pending_batches_only(crawl, capsys):
+    code, out, err = _cli(["merge", crawl], capsys)
+    assert code == 0, err
+    _flip(list_batches(crawl)[0].with_suffix(".npy"))    # merged: its data is in the collection
+    with BatchWriter(crawl, batch_size=10) as w:
+        value, W = simhash(["a", "new", "page"] * 20)
+        w.append(value, W, "https://example.com/new")
+    code, out, err = _cli(["stats", crawl, "--json"], capsys)
+    assert code == 0, out
+    new = list_batches(crawl)[-1]
+    _flip(new.with_suffix(".urls"))
+    code, out, err = _cli(["stats", crawl, "--json"], capsys)
+    assert code == EXIT_DAMAGED
+    entry = json.loads(out)["directories"][0]
+    assert entry["damaged"] == [{"batch": str(new), "file": str(new.with_suffix(".urls")),
+                                 "problem": "URL file checksum mismatch (corrupt file)"}]
+    assert entry["pending_batches"] == 0
+
+
+def test_stats_help_says_what_the_check_costs(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["stats", "--help"])
+    assert "one read of its files" in capsys.readouterr().out
+
+
+def test_scrapy_simdup_merge_takes_skip_damaged(crawl, tmp_path):
+    from scrapy.settings import Settings
+
+    from scrapy_simdup.integration.command import Command
+
+    command = Command()
+    command.settings = Settings()
+    parser = argparse.ArgumentParser()
+    command.add_options(parser)
+    assert parser.parse_args(["--skip-damaged"]).skip_damaged is True
+    scrapy = [str(BIN / "scrapy")] if (BIN / "scrapy").exists() else [sys.executable, "-m", "scrapy"]
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    run = dict(capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    out = subprocess.run(scrapy + ["simdup", "merge", "--help"], **run)
+    assert out.returncode == 0 and "--skip-damaged" in out.stdout
+    _flip(list_batches(crawl)[0].with_suffix(".npy"))
+    out = subprocess.run(scrapy + ["simdup", "merge", str(crawl), "--skip-damaged", "--json"],
+                         **run)
+    assert out.returncode == EXIT_DAMAGED, out.stderr
+    assert len(json.loads(out.stdout)["damaged"]) == 1
+
+
+# ---------------------------------------------------------------- the collection
+
+def test_collection_that_is_a_file(crawl, tmp_path, capsys):
+    target = tmp_path / "coll.txt"
+    target.write_text("not a collection")
+    code, out, err = _cli(["merge", crawl, "--collection", target], capsys)
+    assert code == 2 and "Errno" not in err
+    assert f"--collection {target} is a file; give a directory (new or an existing " \
+           "collection)" in err
+    code, out, err = _cli(["stats", crawl, "--collection", target], capsys)
+    assert code == 2 and f"--collection {target} is a file" in err
+    (crawl / "collection").write_text("")          # the default place, taken by a file
+    code, out, err = _cli(["merge", crawl], capsys)
+    assert code == 2 and f"{crawl / 'collection'} is a file, not a collection directory" in err
+    dangling = tmp_path / "link"
+    dangling.symlink_to(tmp_path / "nowhere")
+    code, out, err = _cli(["merge", crawl, "--collection", dangling], capsys)
+    assert code == 2 and "is a dangling symlink; give a directory" in err
+
+
+@pytest.mark.parametrize("name", ["collection.json", "H.bin", "urls.bin", "pairs.bin", ".lock"])
+@pytest.mark.parametrize("how", ["directory", "fifo"])
+def test_collection_file_that_is_no_file_is_named(crawl, capsys, name, how):
+    code, out, err = _cli(["merge", crawl], capsys)
+    assert code == 0, err
+    path = crawl / "collection" / name
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    path.touch()
+    _replace(path, how)
+    with BatchWriter(crawl, batch_size=10) as w:
+        value, W = simhash(["a", "new", "page"] * 20)
+        w.append(value, W, "https://example.com/new")
+    code, out, err = _cli(["merge", crawl, "--pairs", crawl.parent / "p.jsonl"], capsys)
+    assert code == 2 and str(path) in err and "Traceback" not in err
+    if name == ".lock":
+        assert "cannot take the collection's lock" in err
+    else:
+        kind = {"directory": "a directory", "fifo": "a FIFO"}[how]
+        assert f"is {kind}, not a collection" in err and "Errno" not in err
+        code, out, err = _cli(["stats", crawl], capsys)
+        assert code == 2 and f"{path}: is {kind}" in err
