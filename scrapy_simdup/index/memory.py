@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
+from math import comb
+from zlib import crc32
 
 import numpy as np
 
 from scrapy_simdup._ext import bphs, psm
-from zlib import crc32
 from scrapy_simdup._limits import MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptIndexError
 from scrapy_simdup.index.volatility import VolatilityModel
+from scrapy_simdup.storage.atomic import atomic_write
 
 __all__ = ["PSMIndex", "BPHSIndex", "flip_masks"]
 
@@ -155,33 +156,6 @@ def _pad(n: int) -> int:
     return (-n) % _ALIGN
 
 
-def _write_atomic(path, chunks) -> None:
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".psm", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename durable
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
 # ------------------------------------------------------------ PSM
 class PSMIndex(psm.PSMCore):
     """Probabilistic Simhash Matching over one bucketed copy of the data.
@@ -261,10 +235,12 @@ class PSMIndex(psm.PSMCore):
         for a in (vals, ids, offsets):
             b = memoryview(np.ascontiguousarray(a)).cast("B")
             chunks += [b, b"\0" * _pad(len(b))]
-        _write_atomic(path, chunks)
+        with atomic_write(path) as handle:
+            for chunk in chunks:
+                handle.write(chunk)
 
     @classmethod
-    def load(cls, path, mmap=True, verify=True) -> "PSMIndex":
+    def load(cls, path, mmap=True, verify=True) -> PSMIndex:
         """Open a saved index (memory-mapped read-only by default; adding to
         it copies). Raises :class:`CorruptIndexError` naming the file if it is
         truncated, corrupt or not a PSM index file."""
@@ -362,7 +338,6 @@ class BPHSIndex(bphs.BPHSCore):
         if tables is not None and (isinstance(tables, bool)
                                    or not isinstance(tables, (int, np.integer))):
             raise TypeError(f"tables must be an int, got {tables!r}")
-        from math import comb
         if blocks is not None:
             if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)):
                 raise TypeError("blocks must be an int")
