@@ -94,7 +94,8 @@ class SkippedPage(SimdupError, ValueError):
     features than ``min_features``), ``binary`` (bytes that are not text),
     ``not_html`` (a non-HTML response), ``too_large`` (above ``max_bytes`` with
     ``on_too_large="skip"``), ``parse_error``, ``decode_error`` (unknown
-    encoding name).
+    encoding name), ``too_deep`` (lxml stopped at its nesting depth limit
+    before the page's text).
     """
 
     def __init__(self, reason: str, detail: str = ""):

@@ -144,6 +144,37 @@ def test_simhash_many_weighted(docs):
         np.testing.assert_allclose(W[d], ref_W, rtol=1e-9, atol=1e-6)
 
 
+def test_simhash_many_equals_a_loop_of_simhash():
+    """Bit for bit, on random documents: unit and random weights, empty
+    documents, long documents (past the 255-feature counter flush), non-ASCII
+    str, bytes, and documents given as tuples or NumPy arrays."""
+    rng = np.random.default_rng(20)
+    docs, weights = [], []
+    for d in range(300):
+        n = 0 if d % 7 == 0 else int(rng.integers(1, 700 if d % 5 == 0 else 40))
+        words = [f"w{rng.integers(1000)} é{rng.integers(50)}" if rng.random() < 0.2
+                 else f"w{rng.integers(100_000)} x{rng.integers(1000)}" for _ in range(n)]
+        if d % 11 == 1:
+            words = [w.encode() for w in words]
+        docs.append(tuple(words) if d % 13 == 2 else np.array(words) if d % 17 == 3 else words)
+        weights.append(rng.normal(0.0, 3.0, n) if d % 2 else list(rng.integers(1, 5, n) * 0.5))
+    for ws in (None, weights):
+        values, W = simhash_many(docs, ws)
+        assert values.shape == (len(docs),) and W.shape == (len(docs), 64)
+        for d, doc in enumerate(docs):
+            value, w = simhash(doc, None if ws is None else ws[d])
+            assert int(values[d]) == value
+            assert W[d].tobytes() == w.tobytes()
+    values, W = simhash_many([])
+    assert values.shape == (0,) and W.shape == (0, 64)
+    with pytest.raises(TypeError, match=r"docs\[1\]\[2\] must be str or bytes"):
+        simhash_many([["a"], ["b", "c", 3]])
+    with pytest.raises(TypeError, match=r"docs\[1\]"):
+        simhash_many([["a"], "not a list"])
+    with pytest.raises(ValueError, match="finite"):
+        simhash_many([["a"], ["b"]], [[1.0], [math.nan]])
+
+
 @given(u64, u64)
 def test_hamming_matches_reference(a, b):
     assert hamming(a, b) == ref_hamming(a, b)

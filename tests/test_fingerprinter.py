@@ -185,6 +185,40 @@ def test_bad_pages_are_skipped_with_a_reason(html, reason):
     assert info.value.reason in _fingerprinter.SKIP_REASONS
 
 
+def test_a_page_lxml_cuts_at_its_depth_limit_is_too_deep_not_empty():
+    """An article after 100 000 nested <div>: lxml (libxml2) stops at its
+    depth limit and finds no text; the page is skipped as "too_deep" on the
+    byte, str and response paths (the response's own tree too), while
+    parser="bs4" reads the article. A page under the limit is fingerprinted."""
+    def nested(depth: int, before: str = "") -> str:
+        return (f"<html><head><title>Deep</title></head><body>{before}" + "<div>" * depth
+                + f"<p>{ARTICLE}</p>" + "</div>" * depth + "</body></html>")
+
+    f = Fingerprinter()
+    deep = nested(100_000)
+    for before in ("", "<p>a few words</p>"):
+        page = nested(100_000, before)
+        response = HtmlResponse("https://example.com/", body=page.encode(), encoding="utf-8")
+        for call, arg in ((f.fingerprint_html, page), (f.fingerprint_html, page.encode()),
+                          (f.fingerprint_response, response)):
+            with pytest.raises(SkippedPage) as info:
+                call(arg)
+            assert info.value.reason == "too_deep", info.value
+            assert "depth" in info.value.detail
+    assert "too_deep" in _fingerprinter.SKIP_REASONS
+    want = f.fingerprint_html(PAGE)
+    assert Fingerprinter(parser="bs4").fingerprint_html(deep).n_features == want.n_features
+    shallow = nested(1_000)
+    response = HtmlResponse("https://example.com/", body=shallow.encode(), encoding="utf-8")
+    assert f.fingerprint_html(shallow).value == f.fingerprint_response(response).value
+    assert f.fingerprint_html(shallow).n_features == want.n_features
+    # a deep page without text is still "empty" (nothing was cut)
+    with pytest.raises(SkippedPage) as info:
+        f.fingerprint_response(HtmlResponse("https://example.com/", body=(
+            "<html><body>" + "<div>" * 1_000 + "</div>" * 1_000 + "</body></html>").encode()))
+    assert info.value.reason == "empty"
+
+
 def test_unknown_encoding_is_a_decode_error_and_wrong_type_a_type_error():
     with pytest.raises(SkippedPage) as info:
         fingerprint_html(PAGE.encode(), encoding="no-such-codec")

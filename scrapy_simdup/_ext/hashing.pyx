@@ -2,7 +2,7 @@
 """Compiled fingerprint core: feature hashing, weighted simhash, Hamming distance.
 
 No Scrapy here and no argument checking beyond what keeps C memory-safe: the
-Python facade (``_simhash.py``) validates user input and gives the errors.
+Python facade (``fingerprint/simhash.py``) validates user input and gives the errors.
 
 Conventions (DESIGN.md): bit ``j`` of a fingerprint is ``(value >> j) & 1`` and
 corresponds to ``W[j]``; it is set iff ``W[j] >= 0``. A feature's hash is the
@@ -10,9 +10,10 @@ first word of MurmurHash3_x64_128 of its UTF-8 bytes with seed 0.
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.list cimport PyList_GET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
 
 from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch
@@ -78,14 +79,11 @@ def hash64(feature):
     return _hash_object(feature)
 
 
-cpdef hash_features(list features):
-    """Hash a list of str/bytes features into a uint64 array.
-
-    Raises TypeError naming the first element that is neither str nor bytes.
-    """
-    cdef Py_ssize_t n = len(features), i
-    out = np.empty(n, dtype=np.uint64)
-    cdef uint64_t[::1] view = out
+cdef int _hash_list_into(list features, Py_ssize_t n, uint64_t *out, Py_ssize_t doc) except -1:
+    """Hash ``features[:n]`` (n <= its length) into ``out``; TypeError naming
+    the first element that is neither str nor bytes (``features[i]``, or
+    ``docs[doc][i]`` when ``doc >= 0``)."""
+    cdef Py_ssize_t i
     cdef object feature
     cdef Py_ssize_t ahead = 8   # prefetch distance: strings are scattered in memory
     for i in range(n):
@@ -93,9 +91,23 @@ cpdef hash_features(list features):
             __builtin_prefetch(PyList_GET_ITEM(features, i + ahead))
         feature = <object>PyList_GET_ITEM(features, i)
         if not (PyUnicode_Check(feature) or PyBytes_Check(feature)):
+            name = f"docs[{doc}]" if doc >= 0 else "features"
             raise TypeError(
-                f"features[{i}] must be str or bytes, not {type(feature).__name__}")
-        view[i] = _hash_object(feature)
+                f"{name}[{i}] must be str or bytes, not {type(feature).__name__}")
+        out[i] = _hash_object(feature)
+    return 0
+
+
+cpdef hash_features(list features):
+    """Hash a list of str/bytes features into a uint64 array.
+
+    Raises TypeError naming the first element that is neither str nor bytes.
+    """
+    cdef Py_ssize_t n = len(features)
+    out = np.empty(n, dtype=np.uint64)
+    cdef uint64_t[::1] view = out
+    if n:
+        _hash_list_into(features, n, &view[0], -1)
     return out
 
 
@@ -217,6 +229,61 @@ def simhash_hashes_many(const uint64_t[::1] hashes, const int64_t[::1] offsets,
                 v_view[d] = _simhash_into(hptr + lo, NULL, hi - lo, &w_view[d, 0])
             else:
                 v_view[d] = _simhash_into(hptr + lo, wptr + lo, hi - lo, &w_view[d, 0])
+    return values, W
+
+
+def simhash_docs(list docs, weights, check_features, check_weights):
+    """``simhash_many``'s core: ``(values uint64[n], W float64[n, 64])`` of a
+    list of documents, each hashed into one reused buffer and accumulated
+    while its hashes are in cache (no list or array of every feature is built).
+
+    The caller owns ``docs`` (no other code may resize it). A document that is
+    not a list goes through ``check_features(doc, "docs[d]")`` (the facade's
+    checks and errors) first. ``weights``: None, or a list with one entry per
+    document, each turned into float64 by ``check_weights(w, n, "weights[d]")``.
+    Each document gives the same ``value`` and ``W``, bit for bit, as
+    ``simhash_hashes(hash_features(doc), w)``.
+    """
+    cdef Py_ssize_t n_docs = len(docs), d, n, capacity = 0
+    if weights is not None and len(weights) != n_docs:
+        raise ValueError(f"weights has {len(weights)} entries for {n_docs} docs")
+    values = np.empty(n_docs, dtype=np.uint64)
+    W = np.empty((n_docs, 64), dtype=np.float64)
+    cdef uint64_t[::1] v_view = values
+    cdef double[:, ::1] w_view = W
+    cdef const double[::1] doc_weights
+    cdef uint64_t *hashes = NULL
+    cdef uint64_t *grown
+    cdef list doc
+    cdef int k
+    try:
+        for d in range(n_docs):
+            item = docs[d]
+            doc = item if type(item) is list else check_features(item, f"docs[{d}]")
+            if weights is not None:
+                # may run user code (array conversion): the length is read after it
+                doc_weights = check_weights(weights[d], len(doc), f"weights[{d}]")
+            n = PyList_GET_SIZE(doc)
+            if weights is not None and doc_weights.shape[0] != n:
+                raise ValueError(f"weights[{d}] has {doc_weights.shape[0]} entries "
+                                 f"for {n} features")
+            if n == 0:
+                for k in range(64):
+                    w_view[d, k] = 0.0
+                v_view[d] = _value_from_weights(&w_view[d, 0])
+                continue
+            if n > capacity:
+                grown = <uint64_t *>PyMem_Realloc(hashes, n * sizeof(uint64_t))
+                if grown is NULL:
+                    raise MemoryError()
+                hashes, capacity = grown, n
+            _hash_list_into(doc, n, hashes, d)
+            if weights is None:
+                v_view[d] = _simhash_into(hashes, NULL, n, &w_view[d, 0])
+            else:
+                v_view[d] = _simhash_into(hashes, &doc_weights[0], n, &w_view[d, 0])
+    finally:
+        PyMem_Free(hashes)
     return values, W
 
 

@@ -58,7 +58,7 @@ EXTRACT_MODES = ("main", "visible")
 PARSERS = ("lxml", "bs4")
 
 SKIP_REASONS = ("empty", "too_few_features", "binary", "not_html", "too_large",
-                "parse_error", "decode_error")
+                "parse_error", "decode_error", "too_deep")
 
 
 class Fingerprint:
@@ -194,6 +194,38 @@ def parse_html_text(text: str, utf8: bytes | None = None):
     return root
 
 
+# Skip reasons of a page without (enough) text, which may come from a tree
+# that libxml2 stopped building at its depth limit: such a page is skipped as
+# "too_deep" instead (parser="bs4" has no such limit).
+_NO_TEXT = frozenset(("empty", "too_few_features"))
+# libxml2 stops at a depth of 256, or 2048 with huge_tree (parsel's setting
+# and ours); a reused tree whose last branch is this deep is parsed again to
+# read the parser's log.
+_DEEP_BRANCH = 255
+
+
+def _depth_limit_error() -> str | None:
+    """A detail naming libxml2's message if this thread's last
+    ``parse_html_text`` stopped at the depth limit ("Excessive depth in
+    document: 2048, use XML_PARSE_HUGE option"), else None."""
+    for error in _html_parser().error_log:
+        if "Excessive depth" in error.message:
+            return (f"lxml stopped parsing at its nesting depth limit "
+                    f"(libxml2: {error.message.strip()})")
+    return None
+
+
+def _last_branch_depth(root) -> int:
+    """Depth of the last element of ``root`` in document order. When libxml2
+    stops at its depth limit, the element it was opening is the last one
+    parsed, so the tree ends in a branch as deep as the limit."""
+    depth = 0
+    while len(root) and depth < _DEEP_BRANCH:
+        root = root[-1]
+        depth += 1
+    return depth
+
+
 def _check_option(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
@@ -218,6 +250,24 @@ def _check_option(name, value, allowed):
 # the most has 62 KB of such tags (inline images).
 LONG_TAG = 1 << 12
 HUGE_TAGS = 1 << 17
+
+# Of a page over max_bytes, no more than its first LOOK_FACTOR * max_bytes
+# (bytes, or characters of a str) is read, tamed and cut: the work on any page
+# is bounded by the setting, not by the body (a compressed body may inflate
+# to a gigabyte), and no copy of a whole body is made. A page up to that long
+# is fingerprinted as if there were no bound; a longer one loses text that it
+# would otherwise keep only when invisible bulk (inline images, scripts, SVG,
+# comments) fills more than 7/8 of its head, so that the head tames to less
+# than max_bytes. 8 keeps that rare (at the default cap, text behind 28 MiB
+# of inline data is still read) while taming the head stays one linear pass
+# over a few times the cap.
+LOOK_FACTOR = 8
+
+
+def _is_blank(text) -> bool:
+    """``not text.strip()`` for str or bytes, without copying ``text``
+    (``isspace`` tests the same white space as ``strip`` removes)."""
+    return not text or text.isspace()
 
 
 def strip_invisible_bulk(html):
@@ -264,10 +314,15 @@ class Fingerprinter:
     are the content (overrides ``extract``; a page where it matches nothing
     falls back to ``extract``). ``min_features``: pages with fewer distinct
     features are skipped (``too_few_features``). ``parser``: ``"lxml"``
-    (default) or ``"bs4"``. ``max_bytes``: larger HTML is cut to its first
-    ``max_bytes`` bytes (``on_too_large="truncate"``, default; the fingerprint
-    says ``truncated``) or skipped (``"skip"``). ``max_tokens`` caps the text
-    that is fingerprinted.
+    (default) or ``"bs4"``. ``max_bytes``: larger HTML loses its invisible
+    bulk and is then cut to its first ``max_bytes`` bytes
+    (``on_too_large="truncate"``, default; the fingerprint says
+    ``truncated``) or skipped (``"skip"``); of any page, no more than the
+    first ``LOOK_FACTOR * max_bytes`` (8 x, bytes or characters of a str) is
+    read at all, so the work per page is bounded by ``max_bytes``, not by the
+    body (a longer page is ``truncated``). ``max_tokens`` caps the text that
+    is fingerprinted. A page whose text lxml lost to its nesting depth limit
+    is skipped as ``too_deep`` (``parser="bs4"`` reads it).
     """
 
     def __init__(self, features: str = DEFAULT_FEATURES, shingle_size: int = DEFAULT_SHINGLE_SIZE,
@@ -396,13 +451,26 @@ class Fingerprinter:
         return len(html) > self.max_bytes or (len(html) > HUGE_TAGS and
                                               htmlscan.long_tag_bytes(html, LONG_TAG) > HUGE_TAGS)
 
-    def _tame(self, html, unit: str):
+    def _head(self, html):
+        """``(head, cut)``: ``html`` (str, or bytes-like, returned as bytes)
+        up to its first ``LOOK_FACTOR * max_bytes`` characters or bytes, and
+        whether that left some out. Only the head is copied: nothing past it
+        is read."""
+        limit = LOOK_FACTOR * self.max_bytes
+        if isinstance(html, (bytearray, memoryview)):
+            view = memoryview(html)
+            if view.ndim != 1 or view.itemsize != 1:
+                html = bytes(view)
+            else:
+                return bytes(view[:limit]), view.nbytes > limit
+        if len(html) > limit:
+            return html[:limit], True
+        return html, False
+
+    def _tame(self, html):
         """``(html, truncated)``: a page over ``max_bytes`` or with too much in
         long tags without its invisible bulk (:func:`strip_invisible_bulk`),
-        then cut at ``max_bytes`` if still over it; SkippedPage("too_large")
-        instead with ``on_too_large="skip"``."""
-        if len(html) > self.max_bytes and self.on_too_large == "skip":
-            raise SkippedPage("too_large", f"{len(html)} {unit}")
+        then cut at ``max_bytes`` if still over it."""
         if not self._needs_taming(html):
             return html, False
         html = strip_invisible_bulk(html)
@@ -413,25 +481,37 @@ class Fingerprinter:
     def _decode(self, html, encoding, need_text: bool = True):
         """``(text, truncated, utf8)`` from str/bytes; raises SkippedPage.
 
-        ``utf8``: the bytes ``parse_html_text(text)`` would parse, taken from
-        the input when it is clean UTF-8 (else None); then, unless
-        ``need_text``, the page is not decoded at all and ``text`` is None.
+        Only the page's first ``LOOK_FACTOR * max_bytes`` are read (see
+        LOOK_FACTOR; a page cut there is ``truncated``). ``utf8``: the bytes
+        ``parse_html_text(text)`` would parse, taken from the input when it
+        is clean UTF-8 (else None); then, unless ``need_text``, the page is
+        not decoded at all and ``text`` is None.
         """
-        truncated = False
         if isinstance(html, str):
-            if not html.strip():
-                raise SkippedPage("empty")
-            html, truncated = self._tame(html, "characters")
+            unit = "characters"
+        elif isinstance(html, (bytes, bytearray, memoryview)):
+            unit = "bytes"
+        else:
+            raise TypeError(f"html must be str or bytes, not {type(html).__name__}")
+        size = html.nbytes if isinstance(html, memoryview) else len(html)
+        head, cut = self._head(html)
+        return self._decode_head(head, size, cut, unit, encoding, need_text)
+
+    def _decode_head(self, html, size: int, cut: bool, unit: str, encoding, need_text: bool):
+        """``_decode`` of a page's head (``_head``), ``size`` long in all."""
+        too_large = size > self.max_bytes and self.on_too_large == "skip"
+        # (a blank head of a longer page is "too_large" when such pages are
+        # skipped: what lies past the head is not read)
+        if _is_blank(html) and not (cut and too_large):
+            raise SkippedPage("empty")
+        if too_large:
+            raise SkippedPage("too_large", f"{size} {unit}")
+        html, truncated = self._tame(html)
+        truncated = truncated or cut
+        if unit == "characters":
             if looks_binary(html[:1024].encode("utf-8", "surrogatepass")):
                 raise SkippedPage("binary")
             return html, truncated, None
-        if isinstance(html, (bytearray, memoryview)):
-            html = bytes(html)
-        if not isinstance(html, bytes):
-            raise TypeError(f"html must be str or bytes, not {type(html).__name__}")
-        if not html.strip():
-            raise SkippedPage("empty")
-        html, truncated = self._tame(html, "bytes")
         if looks_binary(html[:1024]):
             raise SkippedPage("binary")
         if encoding is not None:
@@ -537,12 +617,24 @@ class Fingerprinter:
         does: BOM, ``encoding``, ``<meta charset>``, then UTF-8) or ``str``.
         ``url`` is accepted for symmetry and logging; it does not change the
         fingerprint (the same page at two URLs must match)."""
-        text, truncated, utf8 = self._decode(html, encoding, need_text=self.parser == "bs4")
+        return self._fingerprint_decoded(
+            *self._decode(html, encoding, need_text=self.parser == "bs4"))
+
+    def _fingerprint_decoded(self, text, truncated: bool, utf8) -> Fingerprint:
+        """The fingerprint of ``_decode``'s ``(text, truncated, utf8)``."""
         if self.parser == "bs4":
             ptext, found, tags = self._text_from_soup(_bs4_extraction().parse_soup(text))
-        else:
-            ptext, found, tags = self._text_from_root(parse_html_text(text, utf8))
-        return self._finish(ptext, tags, found, truncated)
+            return self._finish(ptext, tags, found, truncated)
+        root = parse_html_text(text, utf8)
+        try:
+            ptext, found, tags = self._text_from_root(root)
+            return self._finish(ptext, tags, found, truncated)
+        except SkippedPage as exc:
+            # a page with no text may have lost it to lxml's depth limit
+            depth_error = _depth_limit_error() if exc.reason in _NO_TEXT else None
+            if depth_error is None:
+                raise
+            raise SkippedPage("too_deep", depth_error) from None
 
     def fingerprint_soup(self, soup) -> Fingerprint:
         """Fingerprint a BeautifulSoup document the spider already holds."""
@@ -568,22 +660,32 @@ class Fingerprinter:
             if b"html" not in ctype.lower():
                 raise SkippedPage("not_html", ctype.decode("latin-1")[:60])
         body = response.body
-        if not body.strip():
+        head, cut = self._head(body)     # a body over the bound: only its head is read
+        if _is_blank(head) and not (cut and self.on_too_large == "skip"):
             raise SkippedPage("empty")
         if looks_binary(body[:1024]):
             raise SkippedPage("binary")
         if self._needs_taming(body):
             # the byte path (invisible bulk stripped, then cut at max_bytes or
             # skipped), even when a tree exists: the same page, the same fingerprint
-            return self.fingerprint_html(body, url=response.url, encoding=response.encoding)
+            return self._fingerprint_decoded(*self._decode_head(
+                head, len(body), cut, "bytes", response.encoding, self.parser == "bs4"))
         if self.parser == "bs4":
             text, found, tags = self._text_from_soup(_bs4_extraction().parse_soup(response.text))
-        else:
-            root = response.selector.root
-            if not isinstance(root, etree._Element):
-                raise SkippedPage("not_html", "selector has no lxml tree")
+            return self._finish(text, tags, found, False)
+        root = response.selector.root
+        if not isinstance(root, etree._Element):
+            raise SkippedPage("not_html", "selector has no lxml tree")
+        try:
             text, found, tags = self._text_from_root(root)
-        return self._finish(text, tags, found, False)
+            return self._finish(text, tags, found, False)
+        except SkippedPage as exc:
+            if exc.reason not in _NO_TEXT or _last_branch_depth(root) < _DEEP_BRANCH:
+                raise
+        # a tree that may have been cut by lxml's depth limit (which says so
+        # only in the log of the parser that built it): parse the body again,
+        # as fingerprint_html does, to tell "too_deep" from a page with no text
+        return self.fingerprint_html(body, url=response.url, encoding=response.encoding)
 
     def fingerprint_text(self, text: str) -> Fingerprint:
         """Fingerprint plain text (item fields); no extraction, same features."""

@@ -66,29 +66,18 @@ def simhash_many(docs, weights=None) -> tuple[np.ndarray, np.ndarray]:
 
     ``docs`` is a sequence of feature sequences; ``weights`` is None or a
     sequence with one weight sequence per document. Returns ``(values, W)``
-    with shapes ``(n,)`` uint64 and ``(n, 64)`` float64.
+    with shapes ``(n,)`` uint64 and ``(n, 64)`` float64; row ``d`` is
+    ``simhash(docs[d], weights[d])``, bit for bit.
     """
-    docs = _check_features(docs, "docs")
+    # copied: the compiled loop indexes it without bounds checks, so no
+    # caller's code may resize it meanwhile
+    docs = list(_check_features(docs, "docs"))
     if weights is not None:
         weights = _check_features(weights, "weights") if not isinstance(
             weights, np.ndarray) else list(weights)
         if len(weights) != len(docs):
             raise ValueError(f"weights has {len(weights)} entries for {len(docs)} docs")
-    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
-    flat: list = []
-    flat_weights = []
-    for d, features in enumerate(docs):
-        features = _check_features(features, f"docs[{d}]")
-        flat.extend(features)
-        offsets[d + 1] = len(flat)
-        if weights is not None:
-            flat_weights.append(_check_weights(weights[d], len(features), f"weights[{d}]"))
-    hashes = hashing.hash_features(flat)
-    if weights is None:
-        return hashing.simhash_hashes_many(hashes, offsets)
-    all_weights = (np.concatenate(flat_weights) if flat_weights
-                   else np.zeros(0, dtype=np.float64))
-    return hashing.simhash_hashes_many(hashes, offsets, all_weights)
+    return hashing.simhash_docs(docs, weights, _check_features, _check_weights)
 
 
 def _check_fingerprint(value, name: str) -> int:
