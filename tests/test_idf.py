@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 
 import numpy as np
 import pytest
@@ -157,3 +158,14 @@ def test_idf_settings_are_checked(caplog):
     with pytest.raises(ValueError, match="SIMDUP_WEIGHTING.*Redis"):
         SimdupConfig.from_settings({"SIMDUP_WEIGHTING": "idf",
                                     "SIMDUP_INDEX": "redis://localhost:6379/0"})
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_an_idf_file_that_is_not_a_file_is_named_as_corrupt(tmp_path, kind):
+    path = tmp_path / "idf-1000.bin"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    with pytest.raises(CorruptFileError, match=f"is a {'FIFO' if kind == 'fifo' else kind}"):
+        IdfTable.load(path)

@@ -41,7 +41,7 @@ from zlib import crc32
 import numpy as np
 
 from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup.storage.atomic import atomic_write_bytes
+from scrapy_simdup.storage.atomic import atomic_write_bytes, open_regular
 
 MAGIC = b"SIMDUPDF"
 FORMAT_VERSION = 1
@@ -103,7 +103,8 @@ class IdfTable:
     def load(cls, path) -> IdfTable:
         """Read ``path``; a truncated, corrupt or foreign file is a CorruptFileError."""
         path = Path(path)
-        data = path.read_bytes()
+        with open_regular(path, "IDF table") as handle:   # a directory or FIFO is named, not read
+            data = handle.read()
         if len(data) < _HEADER.size:
             raise CorruptFileError(path, f"IDF table is truncated ({len(data)} bytes)")
         magic, version, bits, pages, learn_pages, table_id, crc, _ = _HEADER.unpack_from(data)
