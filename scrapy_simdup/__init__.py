@@ -1,18 +1,26 @@
 """scrapy-simdup: near-duplicate page detection for Scrapy crawls.
 
-Public names are re-exported here; modules starting with ``_`` are private.
+Public names are re-exported here; the packages below are the layers
+(integration, cli, merge, index, fingerprint, storage, _ext: see
+docs/architecture.rst), and modules starting with ``_`` are private.
 """
+import importlib
+
 from scrapy_simdup._version import __version__
 from scrapy_simdup.exceptions import CorruptFileError, CorruptIndexError, SimdupError, SkippedPage
-from scrapy_simdup.fingerprint.fingerprinter import (Fingerprint, Fingerprinter, fingerprint_html,
-                                                     fingerprint_response)
+from scrapy_simdup.fingerprint.fingerprinter import (
+    Fingerprint,
+    Fingerprinter,
+    fingerprint_html,
+    fingerprint_response,
+)
 from scrapy_simdup.fingerprint.simhash import SimhashResult, hamming, simhash, simhash_many
 from scrapy_simdup.index.memory import BPHSIndex, PSMIndex, flip_masks
 from scrapy_simdup.index.volatility import VolatilityModel
 from scrapy_simdup.integration.config import SimdupConfig
-from scrapy_simdup.storage.batchwriter import BatchWriter
-from scrapy_simdup.storage.batchfile import read_batch
 from scrapy_simdup.merge import merge as merge_batches
+from scrapy_simdup.storage.batchfile import read_batch
+from scrapy_simdup.storage.batchwriter import BatchWriter
 
 # Scrapy components, imported on first use (PEP 562) so that ``import
 # scrapy_simdup`` stays light for code that only fingerprints.
@@ -30,7 +38,6 @@ def __getattr__(name):
     module = _SCRAPY_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

@@ -1,12 +1,19 @@
 """The compiled batch scan against the pure Python reference (tests/reference_batch.py)."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scrapy_simdup._ext import batchjoin
-
-from tests.reference.batch import (always_ahead, bucket_offsets, mask_score, matches,
-                                   ordered_flip_masks, popcount, top_flip_sets)
+from tests.reference.batch import (
+    always_ahead,
+    bucket_offsets,
+    mask_score,
+    matches,
+    ordered_flip_masks,
+    popcount,
+    top_flip_sets,
+)
 
 U64 = st.integers(0, 2**64 - 1)
 

@@ -130,7 +130,7 @@ class VolatilityModel:
 
     # -- fitting ---------------------------------------------------------
     @classmethod
-    def fit(cls, W_base, W_variant, grid_points: int = 257, meta=None) -> "VolatilityModel":
+    def fit(cls, W_base, W_variant, grid_points: int = 257, meta=None) -> VolatilityModel:
         """Fit from pairs: rows of ``W_base`` (originals) and ``W_variant``."""
         W_base = np.asarray(W_base, dtype=np.float64)
         W_variant = np.asarray(W_variant, dtype=np.float64)
@@ -196,7 +196,7 @@ class VolatilityModel:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "VolatilityModel":
+    def from_dict(cls, data: dict) -> VolatilityModel:
         try:
             if list(data.get("recall_levels", RECALL_LEVELS)) != list(RECALL_LEVELS):
                 raise ValueError("recall_levels differ from this version's")
@@ -209,7 +209,7 @@ class VolatilityModel:
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> "VolatilityModel":
+    def from_json(cls, text: str) -> VolatilityModel:
         return cls.from_dict(json.loads(text))
 
     def save(self, path) -> None:
@@ -218,12 +218,12 @@ class VolatilityModel:
             f.write("\n")
 
     @classmethod
-    def load(cls, path) -> "VolatilityModel":
+    def load(cls, path) -> VolatilityModel:
         with open(path, encoding="utf-8") as f:
             return cls.from_dict(json.load(f))
 
     @classmethod
-    def default(cls) -> "VolatilityModel":
+    def default(cls) -> VolatilityModel:
         """The model shipped with the package (calibrated on the benchmark
         corpus); a Laplace model with unit scale if the file is missing."""
         global _DEFAULT
@@ -235,7 +235,7 @@ class VolatilityModel:
         return _DEFAULT
 
     @classmethod
-    def laplace(cls, scale: float, grid_points: int = 257) -> "VolatilityModel":
+    def laplace(cls, scale: float, grid_points: int = 257) -> VolatilityModel:
         """Closed-form Laplace model ``P(|Y| > y) = exp(-y / scale)`` (for
         tests and as a fallback; not calibrated)."""
         grid_max = 10.0 * scale
