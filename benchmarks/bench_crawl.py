@@ -52,6 +52,8 @@ def child(args) -> None:
     if args.child in ("on", "on-drop"):
         settings.update({"ADDONS": {"scrapy_simdup.Addon": 0}, "SIMDUP_LOG_INTERVAL": 0,
                          "SIMDUP_ACTION": "tag" if args.child == "on" else "drop",
+                         # every page is a start request here (the spider yields the URL list)
+                         "SIMDUP_DROP_START_REQUESTS": True,
                          "ITEM_PIPELINES": {"scrapy_simdup.SimdupPipeline": None}})
     if args.child == "tree-only":
         from scrapy.http import HtmlResponse

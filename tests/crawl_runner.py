@@ -3,7 +3,7 @@
 Usage: python tests/crawl_runner.py <job.json> <result.json>
 
 job: {"settings": {...}, "requests": [{"url": ..., "meta": {...}}, ...],
-      "mode": "pages" | "items", "item_class": "dict" | "scrapy",
+      "mode": "pages" | "items", "item_class": "dict" | "scrapy", "follow": bool,
       "block_path": {"path": P, "from": i, "to": j}}   (optional: a disk fault)
 result: {"stats": {...}, "responses": [{"url", "status", "simdup"}],
          "items": [...], "dropped": [{"url", "duplicate_of", "distance", "type"}],
@@ -102,6 +102,8 @@ def main(job_path: str, result_path: str) -> None:
                     yield {**fields, "url": Unprintable()}
                 else:
                     yield fields
+            if job.get("follow"):   # a crawl that follows the links of its pages
+                yield from response.follow_all(css="a", callback=self.parse, errback=self.errback)
 
         def errback(self, failure):
             exc = failure.value

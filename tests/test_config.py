@@ -6,12 +6,17 @@ import pytest
 from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
-from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.settings import Settings
+from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
-from scrapy_simdup import (Addon, SimdupConfig, SimdupDownloaderMiddleware, SimdupLogStats,
-                           SimdupPipeline)
+from scrapy_simdup import (
+    Addon,
+    SimdupConfig,
+    SimdupDownloaderMiddleware,
+    SimdupLogStats,
+    SimdupPipeline,
+)
 from scrapy_simdup.integration.addon import MIDDLEWARE_PRIORITY, PIPELINE_PRIORITY
 from scrapy_simdup.integration.backends import make_backend
 from scrapy_simdup.integration.config import SETTINGS_DEFAULTS
@@ -87,6 +92,9 @@ def test_simdup_dir_defaults_to_jobdir():
     ("SIMDUP_REDIS_PARAMS", "not json"),
     ("SIMDUP_REDIS_PARAMS", [1]),
     ("SIMDUP_ON_ERROR", "ignore"),
+    ("SIMDUP_ON_REVISIT", "skip"),
+    ("SIMDUP_ON_REVISIT", True),
+    ("SIMDUP_DROP_START_REQUESTS", "sometimes"),
     ("SIMDUP_LOG_INTERVAL", -5),
     ("SIMDUP_LOG_INTERVAL", "often"),
     ("SIMDUP_DEBUG", "verbose"),
@@ -100,6 +108,36 @@ def test_simdup_dir_defaults_to_jobdir():
 def test_bad_value_names_the_setting(name, value):
     with pytest.raises(ValueError, match=name):
         SimdupConfig.from_settings(Settings({name: value}))
+
+
+def test_revisit_and_start_request_settings():
+    config = SimdupConfig.from_settings(Settings())
+    assert config.on_revisit == "keep" and config.drop_start_requests is False
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_ON_REVISIT": " Drop ",
+                                                  "SIMDUP_DROP_START_REQUESTS": "true"}))
+    assert config.on_revisit == "drop" and config.drop_start_requests is True
+    assert SimdupConfig.from_settings(Settings({"SIMDUP_ON_REVISIT": "tag"})).on_revisit == "tag"
+
+
+@pytest.mark.parametrize("name, value, argument", [
+    ("SIMDUP_ON_TOO_LARGE", "explode", "on_too_large must be"),
+    ("SIMDUP_FEATURES", "words", "features: unknown feature set"),
+    ("SIMDUP_CONTENT_XPATH", "//div[@", "content_xpath is not a valid XPath"),
+    ("SIMDUP_PARSER", "regex", "parser must be one of"),
+])
+def test_fingerprinter_errors_name_the_setting(name, value, argument):
+    """The Fingerprinter names its argument; the config, which builds it from
+    the settings, names the setting (when enabled: at parsing already)."""
+    settings = Settings({"SIMDUP_ENABLED": True, name: value})
+    with pytest.raises(ValueError, match=rf"^{name}: {argument}"):
+        SimdupConfig.from_settings(settings)
+    for component in COMPONENTS:
+        with pytest.raises(ValueError, match=rf"^{name}: {argument}"):
+            component.from_crawler(_crawler({"SIMDUP_ENABLED": True, name: value}))
+    # turned off, the value is not used: not refused
+    config = SimdupConfig.from_settings(Settings({name: value}))
+    with pytest.raises(ValueError, match=rf"^{name}: {argument}"):
+        config.make_fingerprinter()
 
 
 def test_exclusive_settings():

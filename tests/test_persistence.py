@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup.storage.batchfile import list_batches, read_batch
 from scrapy_simdup.fingerprint.idf import IdfTable
 from scrapy_simdup.index.persist import IndexStore
+from scrapy_simdup.storage.batchfile import list_batches, read_batch
 from tests.data_root import DATA_ROOT
 from tests.http_server import PageServer
 
@@ -54,8 +54,11 @@ def site():
 
 
 def _job(tmp_path, site, simdup_dir, extra=None, name="job", **job_extra):
+    # every request of these crawls is a start request (crawl_runner's start()),
+    # which is not dropped by default: these tests check dropping
     settings = {"LOG_LEVEL": "INFO", "SIMDUP_ENABLED": True, "SIMDUP_DIR": str(simdup_dir),
                 "SIMDUP_BATCH_SIZE": 5, "CONCURRENT_REQUESTS": 1,
+                "SIMDUP_DROP_START_REQUESTS": True,
                 "ADDONS": {"scrapy_simdup.Addon": 0}, **(extra or {})}
     job = {"settings": settings, "mode": "pages",
            "requests": [{"url": site.url(f"/page/{n}")} for n in site.names], **job_extra}
@@ -93,27 +96,38 @@ def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
     assert IndexStore(d).load()[0].shape == (N_PAGES,)
     recipe = IndexStore(d).meta["fingerprint"]     # the Fingerprinter recipe, everywhere
     assert recipe and all(b.meta.get("fingerprint") == recipe for b in batches)
-    # a re-crawl with the same SIMDUP_DIR recognises every page
-    second = _crawl(tmp_path, site, d, name="second")
+    # a re-crawl with the same SIMDUP_DIR recognises every page: as a revisit
+    # (kept), and the gzip copies of 5 pages, under other URLs, as near-duplicates
+    copies = [site.url(f"/gz/{n}") for n in site.names[:5]]
+    second = _crawl(tmp_path, site, d, name="second", requests=[
+        {"url": site.url(f"/page/{n}")} for n in site.names] + [{"url": u} for u in copies])
     assert second["stats"].get("simdup/index_restored") == N_PAGES
-    assert second["stats"].get("simdup/duplicates") == N_PAGES
+    assert second["stats"].get("simdup/revisits") == N_PAGES
+    assert second["stats"].get("simdup/duplicates") == 5
+    assert len(second["responses"]) == N_PAGES
+    assert all(r["simdup"]["duplicate_of"] is None for r in second["responses"])
     dropped = {r["url"]: r for r in second["dropped"]}
-    assert len(dropped) == N_PAGES
-    assert all(r["duplicate_of"] == url and r["distance"] == 0 for url, r in dropped.items())
+    assert sorted(dropped) == sorted(copies)
+    assert all(r["duplicate_of"] == url.replace("/gz/", "/page/") and r["distance"] == 0
+               for url, r in dropped.items())
+    assert IndexStore(d).load()[0].shape == (N_PAGES,)     # a revisit is not stored again
     # and the offline merge finds each page twice: pairs across the two crawls
+    n_second = N_PAGES + 5
     out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "merge", str(d), "--json"],
                          capture_output=True, text=True, env=_env(), timeout=120)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
-    assert summary["fingerprints"] == 2 * N_PAGES and summary["duplicates"] == N_PAGES
-    # `simdup stats` also tells what the crawls found online, from the batch headers
+    assert summary["fingerprints"] == N_PAGES + n_second
+    assert summary["duplicates"] == n_second
+    # `simdup stats` also tells what the crawls found online, from the batch
+    # headers: the near-duplicates, not the revisits
     out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "stats", str(d), "--json"],
                          capture_output=True, text=True, env=_env(), timeout=120)
     (entry,) = json.loads(out.stdout)["directories"]
-    assert entry["online_duplicates"] == N_PAGES and entry["online_histogram"] == {"0": N_PAGES}
+    assert entry["online_duplicates"] == 5 and entry["online_histogram"] == {"0": 5}
     out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "stats", str(d)],
                          capture_output=True, text=True, env=_env(), timeout=120)
-    assert f"found online: {N_PAGES} of {2 * N_PAGES} checked" in out.stdout, out.stdout
+    assert f"found online: 5 of {N_PAGES + n_second} checked" in out.stdout, out.stdout
 
 
 def test_unwritable_dir_mid_crawl_keeps_pages_and_fingerprints(site, tmp_path):
@@ -136,14 +150,21 @@ def test_unwritable_dir_mid_crawl_keeps_pages_and_fingerprints(site, tmp_path):
 
 
 def test_unwritable_dir_at_close_is_reported(site, tmp_path):
-    """Still unwritable when the spider closes: an error says how many
-    fingerprints were not written (no traceback from a signal handler)."""
+    """Still unwritable when the spider closes: an ERROR says how many
+    fingerprints are lost and where, counted in simdup/lost (no traceback
+    from a signal handler); mid-crawl the failed batch was kept for later."""
     d = tmp_path / "simdup"
     result = _crawl(tmp_path, site, d, block_path={"path": str(d), "from": 37, "to": -1})
     assert result["error"] is None
     assert len(result["responses"]) == N_PAGES
     assert result["stats"].get("simdup/errors", 0) >= 1
-    assert any("were not written to" in line for line in result["log"]), result["log"][-8:]
+    # pages 36 to 40: their batch failed at the 40th, and again at close
+    assert result["stats"].get("simdup/lost") == 5
+    mid = [line for line in result["log"] if "tried again later" in line]
+    assert mid and all(line.startswith("ERROR") for line in mid)
+    (close,) = [line for line in result["log"] if "at close" in line]
+    assert close.startswith("ERROR") and "5 checked fingerprints" in close
+    assert "are lost" in close and str(d) in close and "tried again later" not in close
     assert "Error caught on signal handler" not in result["stderr"]
 
 
@@ -175,9 +196,10 @@ def test_sigkill_mid_crawl_then_restart(site, tmp_path):
     assert len(values) >= 15 and abs(len(values) - n_flushed) <= 5
     assert set(keys) <= flushed_urls or flushed_urls <= set(keys)
     # restart: exactly the pages in the snapshot are recognised, the rest is new
-    again = _crawl(tmp_path, site, d, name="restart")
+    again = _crawl(tmp_path, site, d, {"SIMDUP_ON_REVISIT": "drop"}, name="restart")
     assert again["error"] is None
     assert again["stats"].get("simdup/index_restored") == len(values)
+    assert again["stats"].get("simdup/revisits") == len(values)
     dropped = {r["url"] for r in again["dropped"]}
     assert dropped == set(keys)
     assert all(r["distance"] == 0 for r in again["dropped"])
@@ -194,7 +216,7 @@ def test_restart_with_other_feature_settings_is_refused(site, tmp_path):
     assert not other["responses"]
     # the saved index is untouched: the original settings still recognise every page
     again = _crawl(tmp_path, site, d, name="again")
-    assert again["error"] is None and again["stats"].get("simdup/duplicates") == N_PAGES
+    assert again["error"] is None and again["stats"].get("simdup/revisits") == N_PAGES
 
 
 def test_corrupt_index_is_reported_by_name(site, tmp_path):
@@ -338,7 +360,7 @@ def test_idf_table_is_saved_and_a_restart_goes_on_with_it(site, tmp_path):
     assert table.frozen and table.pages == 15
     meta = IndexStore(d).meta
     assert meta["idf_file"] == "idf-00015.bin" and f"{table.table_id:016x}" in meta["fingerprint"]
-    second = _crawl(tmp_path, site, d, extra, name="second")
+    second = _crawl(tmp_path, site, d, {**extra, "SIMDUP_ON_REVISIT": "drop"}, name="second")
     assert second["error"] is None
     assert second["stats"].get("simdup/index_restored") == N_PAGES
     # every page is recognised: those checked after the table froze at distance 0,
@@ -427,11 +449,10 @@ def test_a_corrupt_index_restored_with_stop_names_no_setting_below_the_integrati
 
 
 def test_an_index_of_another_recipe_names_simdup_dir_only_in_the_integration(tmp_path):
-    from scrapy_simdup import PSMIndex
-    from scrapy_simdup.index.backend import MemoryBackend
+    from scrapy_simdup import PSMIndex, SimdupConfig
     from scrapy_simdup.exceptions import ParameterError
+    from scrapy_simdup.index.backend import MemoryBackend
     from scrapy_simdup.index.persist import restore
-    from scrapy_simdup import SimdupConfig
     from scrapy_simdup.integration.backends import make_backend
     IndexStore(tmp_path).append(np.arange(1, 6, dtype=np.uint64), [f"k{i}" for i in range(5)],
                                 {"fingerprint": "recipe-A"})

@@ -38,7 +38,7 @@ def _site_pages():
         if all(bin(fps[p.path] ^ fps[q.path]).count("1") <= H for q in members):
             members.append(p)
     chosen, values = [], []
-    for cid, members in sorted(clusters.items()):
+    for _cid, members in sorted(clusters.items()):
         vals = [fps[p.path] for p in members]
         if all(bin(a ^ b).count("1") > H for a in vals for b in values):
             chosen.extend(members)
@@ -79,6 +79,9 @@ def test_four_processes_keep_each_cluster_exactly_once(redis_server, tmp_path):
     settings = {"SIMDUP_INDEX": redis_server.url, "SIMDUP_ACTION": "tag",
                 "SIMDUP_DISTANCE": H, "SIMDUP_RECALL": 1.0,       # exact within H
                 "SIMDUP_REDIS_KEY": f"crawl4:{time.monotonic_ns()}:%(spider)s",
+                # each process crawls every URL: the page another process stored
+                # under the same URL is a revisit, tagged as one
+                "SIMDUP_ON_REVISIT": "tag",
                 "CONCURRENT_REQUESTS": 16}
     with PageServer(served) as server:
         runs = []
@@ -89,21 +92,25 @@ def test_four_processes_keep_each_cluster_exactly_once(redis_server, tmp_path):
         results = [_finish(*run) for run in runs]
     path_of = {server.url(f"/page/{n}"): path for path, n in name_of.items()}
     kept = {}
-    checked = 0
+    checked = revisits = 0
     for r in results:
         assert r["stats"].get("simdup/errors", 0) == 0
         checked += r["stats"]["simdup/checked"]
+        revisits += r["stats"].get("simdup/revisits", 0)
         assert len(r["responses"]) == len(pages)
         for resp in r["responses"]:
             tag = resp["simdup"]
             page = by_path[path_of[resp["url"]]]
             if tag["duplicate_of"] is None:
                 kept.setdefault(page.cluster_id, []).append(resp["url"])
+            elif tag.get("revisit"):    # the stored page is this URL, as Redis keeps it
+                assert tag["duplicate_of"] == resp["url"] and tag["distance"] == 0, tag
             else:   # never a false drop: the page it duplicates is of its cluster
                 other = by_path[path_of[tag["duplicate_of"]]]
                 assert other.cluster_id == page.cluster_id, (resp["url"], tag)
                 assert tag["distance"] <= H
     assert checked == 4 * len(pages)
+    assert revisits >= 3 * n_clusters   # each stored page, met by the 3 other processes
     assert {c: len(v) for c, v in kept.items() if len(v) != 1} == {}
     assert len(kept) == n_clusters
     assert results[0]["stats"]["simdup/index_size"] <= n_clusters
@@ -153,9 +160,18 @@ def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
         # an outage is logged once per SIMDUP_LOG_INTERVAL (60 s), not once per page
         logged = [line for line in result["log"] if "Simdup error" in line]
         assert len(logged) == 1 and stats["simdup/errors"] >= 10, logged
+        # the pages whose check failed say so in meta["simdup"]
+        failed = [r["simdup"] for r in result["responses"] if "error" in r["simdup"]]
+        assert len(failed) == stats["simdup/errors"]
+        assert all(t["error"].startswith("index lookup failed: ") and t["simhash"] is not None
+                   and t["duplicate_of"] is None for t in failed), failed[:2]
     else:
         assert stats["finish_reason"] == "simdup_error"
         assert len(result["responses"]) < len(names)
+        # a page whose check failed never reaches the spider
+        assert all(r["simdup"] is not None and "error" not in r["simdup"]
+                   for r in result["responses"])
+        assert any(d["type"] == "IgnoreRequest" for d in result["dropped"]), result["dropped"]
 
 
 def test_redis_unreachable_at_startup_stops_the_crawl(tmp_path):

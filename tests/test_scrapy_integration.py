@@ -86,8 +86,10 @@ def site():
 
 
 def run_crawl(tmp_path, settings, requests, mode="pages", item_class="dict", expect_error=False):
-    job = {"settings": {"LOG_LEVEL": "DEBUG", **settings}, "requests": requests,
-           "mode": mode, "item_class": item_class}
+    # every request of these crawls is a start request (crawl_runner's start()),
+    # which is not dropped by default: these tests check dropping
+    job = {"settings": {"LOG_LEVEL": "DEBUG", "SIMDUP_DROP_START_REQUESTS": True, **settings},
+           "requests": requests, "mode": mode, "item_class": item_class}
     job_path, result_path = tmp_path / "job.json", tmp_path / "result.json"
     job_path.write_text(json.dumps(job))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(

@@ -16,6 +16,9 @@ or the item id). It exposes::
         element of the batch is matched against the earlier ones too. One call
         per batch, so a networked backend can pipeline it.
 
+    same_key(stored, key)      whether ``stored`` (a ``Match.duplicate_of``) is
+                               ``key`` as the backend stores it: the page met
+                               again (a revisit), not another page
     __len__() / size           number of fingerprints stored
     probes                     cumulative number of buckets probed (int), or
                                None when the backend cannot tell
@@ -36,6 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scrapy_simdup.storage.batchfile import escape_url
 
 __all__ = ["Match", "IndexBackend", "MemoryBackend", "StatCallback"]
 
@@ -63,6 +67,11 @@ class IndexBackend(abc.ABC):
 
     async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
         return [await self.check_and_add(int(v), w, k) for v, w, k in zip(values, W, keys)]
+
+    def same_key(self, stored: str, key: str) -> bool:
+        """Whether ``stored``, the key of a match, is ``key`` as this backend
+        stores and returns keys."""
+        return stored == key
 
     @abc.abstractmethod
     def __len__(self) -> int:
@@ -123,6 +132,15 @@ class MemoryBackend(IndexBackend):
 
     async def check_and_add(self, value: int, W, key: str) -> Match | None:
         return self._check_and_add(value, W, key)
+
+    def same_key(self, stored: str, key: str) -> bool:
+        # keys restored from a snapshot come back as index.keys stores them
+        if stored == key:
+            return True
+        try:
+            return stored == escape_url(key)
+        except TypeError:
+            return False
 
     async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
         W = np.asarray(W, dtype=np.float64)

@@ -37,17 +37,27 @@ import logging
 import os
 import time
 from pathlib import Path
+from zlib import crc32
 
 import numpy as np
 
-from scrapy_simdup.storage.atomic import atomic_write_json, fsync_dir, lock_directory, read_json, remove_stale_temporaries
-from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
-from scrapy_simdup.index.backend import StatCallback
-from scrapy_simdup.exceptions import ParameterError
-from scrapy_simdup.storage.batchwriter import BatchWriter
-from scrapy_simdup.storage.batchfile import escape_url
-from zlib import crc32
+from scrapy_simdup.exceptions import (
+    BatchWriteError,
+    CorruptFileError,
+    DirectoryBusyError,
+    ParameterError,
+)
 from scrapy_simdup.fingerprint.idf import IdfTable
+from scrapy_simdup.index.backend import StatCallback
+from scrapy_simdup.storage.atomic import (
+    atomic_write_json,
+    fsync_dir,
+    lock_directory,
+    read_json,
+    remove_stale_temporaries,
+)
+from scrapy_simdup.storage.batchfile import escape_url
+from scrapy_simdup.storage.batchwriter import BatchWriter
 
 logger = logging.getLogger("scrapy_simdup")
 
@@ -58,6 +68,26 @@ IDF_GLOB = "idf-*.bin"
 
 def idf_file_name(table: IdfTable) -> str:
     return f"idf-{table.pages:05d}.bin"
+
+
+def _read_json(path: Path, kind: str) -> dict:
+    """``read_json``, with any OSError but a missing file (a directory in its
+    place, no permission, an I/O error) a CorruptFileError naming ``path``,
+    whichever errors ``read_json`` itself turns into one."""
+    try:
+        return read_json(path, kind)
+    except FileNotFoundError:
+        raise CorruptFileError(path, f"{kind} is missing") from None
+    except CorruptFileError:
+        raise
+    except OSError as exc:
+        raise CorruptFileError(path, _unreadable(path, kind, exc)) from None
+
+
+def _unreadable(path: Path, kind: str, exc: OSError) -> str:
+    if isinstance(exc, IsADirectoryError) or path.is_dir():
+        return f"is a directory, not {'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+    return f"{kind} cannot be read ({exc.strerror or exc})"
 
 
 def prepare_directory(directory) -> Path:
@@ -117,7 +147,7 @@ class IndexStore:
                      "values_crc32": 0, "keys_bytes": 0, "keys_crc32": 0}
         if self.meta_path.exists():
             try:   # continue appending after what is committed (load() verifies it)
-                meta = read_json(self.meta_path, "index snapshot header")
+                meta = _read_json(self.meta_path, "index snapshot header")
                 if meta.get("format") == FORMAT and meta.get("version") == VERSION:
                     self.meta = meta
             except CorruptFileError:
@@ -130,7 +160,7 @@ class IndexStore:
 
     def load(self) -> tuple[np.ndarray, list[str]]:
         """The stored ``(values, keys)``; raises CorruptFileError naming a bad file."""
-        meta = read_json(self.meta_path, "index snapshot header")
+        meta = _read_json(self.meta_path, "index snapshot header")
         if meta.get("format") != FORMAT:
             raise CorruptFileError(self.meta_path, f"not a {FORMAT} header")
         if meta.get("version") != VERSION:
@@ -162,8 +192,8 @@ class IndexStore:
                 data = handle.read(length) if size >= length else b""
         except FileNotFoundError:
             raise CorruptFileError(path, "index snapshot file is missing") from None
-        except IsADirectoryError:
-            raise CorruptFileError(path, "is a directory, not an index snapshot file") from None
+        except OSError as exc:
+            raise CorruptFileError(path, _unreadable(path, "index snapshot file", exc)) from None
         if len(data) != length:
             raise CorruptFileError(path, f"index snapshot file is {size} bytes, the header "
                                    f"needs {length} (truncated)")
@@ -224,6 +254,8 @@ class PersistentBatchWriter:
     ``index_meta``: what the snapshot header records with the index
     (``search``, ``distance``, ``fingerprint``). ``on_stat(name, value)`` is
     told ``batches_flushed`` and ``batch_records_flushed`` at every flush.
+    ``lost``: after a :meth:`close` that failed, how many fingerprints were
+    not saved.
     """
 
     def __init__(self, directory, batch_size: int, backend=None,
@@ -243,16 +275,20 @@ class PersistentBatchWriter:
         self.store = IndexStore(self.directory) if backend is not None else None
         self._stored_values: list[int] = []
         self._stored_keys: list[str] = []
+        self.lost = 0
         self.batches = BatchWriter(self.directory, batch_size, on_flush=[self._on_flush],
                                    fingerprint=self.index_meta.get("fingerprint"),
                                    distance=self.index_meta.get("distance"))
 
-    def add(self, value, W, key, match) -> None:
+    def add(self, value, W, key, match, revisit: bool = False) -> None:
+        """One checked fingerprint; ``match``: what the backend found (None:
+        it stored the fingerprint). A ``revisit`` (``match`` is the page
+        itself, stored before) goes to the batch as no near-duplicate."""
         if self.store is not None and match is None:   # the backend stored it
             self._stored_values.append(int(value))
             self._stored_keys.append(str(key))
         self.batches.append(value, W, key,             # may flush (and snapshot)
-                            match.distance if match is not None else None)
+                            match.distance if match is not None and not revisit else None)
 
     def _on_flush(self, path) -> None:
         self.snapshot()
@@ -282,15 +318,41 @@ class PersistentBatchWriter:
             self.snapshot()
 
     async def close(self) -> None:
+        """Write what is left. Nothing is tried again after this: when a write
+        fails, :class:`BatchWriteError` says how many fingerprints are lost
+        (also in ``lost``) and where."""
         try:
             self.batches.close()    # a batch written snapshots the index with it
-        except OSError:
+        except OSError as exc:
+            if len(self.batches):   # the batch was not written
+                self.lost = len(self.batches)
+                try:
+                    self.snapshot()     # still try: it is a separate file
+                except OSError:
+                    pass                # same directory: the batch error tells it
+                raise BatchWriteError(exc.errno, f"{self.lost:,} checked fingerprints could "
+                                      f"not be written to {self.directory} and are lost: "
+                                      f"{_root_cause(exc)}") from exc
+            error = exc             # the batch was written, its snapshot failed
+        else:
             try:
-                self.snapshot()     # still try: it is a separate file
-            except OSError:
-                pass                # same directory: the batch error tells it
-            raise
-        self.snapshot()             # nothing was left to flush
+                self.snapshot()     # nothing was left to flush
+                return
+            except OSError as exc:
+                error = exc
+        self.lost = len(self._stored_values)
+        raise BatchWriteError(error.errno, f"{self.lost:,} kept fingerprints could not be added "
+                              f"to the index snapshot in {self.directory} and are lost to the "
+                              f"next crawl (the batch files have them): "
+                              f"{_root_cause(error)}") from error
+
+
+def _root_cause(exc: BaseException) -> str:
+    """What the system said about the write that failed, without the
+    messages wrapped around it."""
+    while isinstance(exc.__cause__, OSError):
+        exc = exc.__cause__
+    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else None) or str(exc)
 
 
 def _remove_idf_files(directory: Path, keep: str | None) -> None:
@@ -318,7 +380,7 @@ def load_idf(directory, on_error: str = "keep",
     """
     directory = Path(directory)
     try:
-        name = read_json(directory / "index.json").get("idf_file")
+        name = _read_json(directory / "index.json", "index snapshot header").get("idf_file")
     except CorruptFileError:        # no index yet, or a damaged one (restore reports it)
         name = None
     generations = sorted(p.name for p in directory.glob(IDF_GLOB))
@@ -328,10 +390,19 @@ def load_idf(directory, on_error: str = "keep",
         return None
     path = directory / str(name)
     try:
+        if path.is_dir():
+            raise CorruptFileError(path, "is a directory, not the IDF table the saved index "
+                                         "was weighed with")
         if not path.is_file():
             raise CorruptFileError(path, "the IDF table the saved index was weighed with is "
                                          "missing")
-        table = IdfTable.load(path)
+        try:
+            table = IdfTable.load(path)
+        except FileNotFoundError:
+            raise CorruptFileError(path, "the IDF table the saved index was weighed with is "
+                                         "missing") from None
+        except OSError as exc:
+            raise CorruptFileError(path, _unreadable(path, "IDF table", exc)) from None
     except CorruptFileError as exc:
         _saved_file_corrupt(exc, "IDF table (the index and batches need it)", on_error,
                             on_stat, lambda: _move_state_aside(directory))

@@ -17,9 +17,8 @@ import re
 from typing import Any
 
 from scrapy_simdup._limits import DEFAULT_RECALL
-from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError
+from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError, ParameterError
 from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
-from scrapy_simdup.exceptions import ParameterError
 from scrapy_simdup.index.memory import BPHSIndex, PSMIndex
 from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, namespace_dir, restore
 from scrapy_simdup.index.redis.backend import RedisBackend, probes_for
@@ -165,9 +164,9 @@ def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "page
                       backend=None, fingerprint: str | None = None, idf=None):
     """The writer fed every checked fingerprint (``SIMDUP_DIR``), or None.
 
-    The middleware calls ``writer.add(value, W, key, match)`` for every page
-    checked and ``await writer.close()`` at the end. With a memory ``backend``
-    the writer also snapshots its index at every batch flush.
+    The middleware calls ``writer.add(value, W, key, match, revisit=...)`` for
+    every page checked and ``await writer.close()`` at the end. With a memory
+    ``backend`` the writer also snapshots its index at every batch flush.
     ``fingerprint`` (``Fingerprinter.version``) is recorded with the snapshot,
     and ``idf`` (the Fingerprinter's IdfTable, if any) saved beside it.
     """

@@ -7,7 +7,8 @@ import logging
 import sys
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
@@ -17,8 +18,13 @@ from scrapy_simdup.exceptions import CorruptFileError, SkippedPage
 from scrapy_simdup.index.backend import Match, MemoryBackend
 from scrapy_simdup.index.persist import lock_crawl_directory, namespace_dir, prepare_directory
 from scrapy_simdup.integration import logstats
-from scrapy_simdup.integration.backends import (load_idf_table, make_backend, make_batch_writer,
-                                                make_index, setting_message)
+from scrapy_simdup.integration.backends import (
+    load_idf_table,
+    make_backend,
+    make_batch_writer,
+    make_index,
+    setting_message,
+)
 from scrapy_simdup.integration.config import SimdupConfig
 
 logger = logging.getLogger("scrapy_simdup")
@@ -28,23 +34,41 @@ _REFUSALS_LOGGED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class Verdict:
-    """The outcome of checking one page or item."""
+    """The outcome of checking one page or item.
 
-    __slots__ = ("simhash", "match", "skipped")
+    ``revisit``: ``match`` is the page itself, stored before (same key), not
+    another page. ``error``: why the check failed (``match`` is then None).
+    """
+
+    __slots__ = ("simhash", "match", "skipped", "revisit", "error")
 
     def __init__(self, simhash: int | None = None, match: Match | None = None,
-                 skipped: str | None = None) -> None:
+                 skipped: str | None = None, revisit: bool = False,
+                 error: str | None = None) -> None:
         self.simhash = simhash
         self.match = match
         self.skipped = skipped
+        self.revisit = revisit
+        self.error = error
 
-    def as_tag(self) -> dict[str, Any]:
+    def as_tag(self, with_match: bool = True) -> dict[str, Any]:
+        """The ``meta["simdup"]`` / item tag dict; ``with_match=False``: as
+        for a new page (a revisit kept as one)."""
+        match = self.match if with_match else None
         tag = {"simhash": self.simhash,
-               "duplicate_of": self.match.duplicate_of if self.match else None,
-               "distance": self.match.distance if self.match else None}
+               "duplicate_of": match.duplicate_of if match else None,
+               "distance": match.distance if match else None}
+        if match is not None and self.revisit:
+            tag["revisit"] = True
         if self.skipped is not None:
             tag["skipped"] = self.skipped
+        if self.error is not None:
+            tag["error"] = self.error
         return tag
+
+
+#: keys of the dicts ``Verdict.as_tag`` makes (to tell them from a user's value)
+TAG_KEYS = frozenset(("simhash", "duplicate_of", "distance", "revisit", "skipped", "error"))
 
 
 class SimdupComponent:
@@ -80,6 +104,7 @@ class SimdupComponent:
             self.writer = None
             crawler.signals.connect(self._refuse, signal=signals.spider_opened)
         self.logstats = logstats.attach(crawler, config)
+        self.logstats.register(self.kind)
         self._skipped_exc = SkippedPage
         self._stopping = False
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
@@ -146,24 +171,29 @@ class SimdupComponent:
                          extra={"spider": self.crawler.spider})
         return Verdict(skipped=reason)
 
-    async def check(self, fingerprint: Callable[[], Any], key: str) -> Verdict | None:
-        """Fingerprint (``fingerprint()``), look up and add; None on an error."""
+    async def check(self, fingerprint: Callable[[], Any], key: str,
+                    own_key: bool = True) -> Verdict:
+        """Fingerprint (``fingerprint()``), look up and add. A failure is
+        counted and logged, and gives a verdict with ``error`` set.
+        ``own_key``: ``key`` names the page or item (not a made-up
+        ``item-<n>``), so a match stored under it is a revisit."""
         t0 = time.perf_counter()
         try:
             fp = fingerprint()
         except self._skipped_exc as exc:
             return self.skip(getattr(exc, "reason", None) or "other", key)
         except Exception:  # noqa: BLE001 (any failure: count, log, keep or stop)
-            self.error(key, "fingerprinting")
-            return None
+            return self._failed(key, "fingerprinting")
         value, W = fp
         t1 = time.perf_counter()
         try:
             match = await self.backend.check_and_add(value, W, key)
         except Exception:  # noqa: BLE001
-            self.error(key, "index lookup")
-            return None
+            return self._failed(key, "index lookup", int(value))
         t2 = time.perf_counter()
+        # the page met again (a re-crawl with SIMDUP_DIR, a shared index), not a copy
+        revisit = match is not None and own_key and self.backend.same_key(match.duplicate_of,
+                                                                           key)
         self.logstats.record(self.kind, t1 - t0, t2 - t1)
         stats = self.stats
         stats.inc_value(self.prefix + "checked")
@@ -179,16 +209,29 @@ class SimdupComponent:
             self.fingerprinter.learn(fp)
         if self.writer is not None:
             try:
-                self.writer.add(value, W, key, match)
+                self.writer.add(value, W, key, match, revisit=revisit)
             except Exception:  # noqa: BLE001 (disk full, SIMDUP_DIR gone: the page goes on)
                 self.error(key, "writing to SIMDUP_DIR")
-        if match is not None:
+        if revisit:
+            stats.inc_value(self.prefix + "revisits")
+        elif match is not None:
             stats.inc_value(self.prefix + "duplicates")
         if self.config.debug:
             logger.debug("Simdup checked %s %s: simhash %016x, %s", self.kind[:-1], key, value,
+                         f"revisit (stored before, distance {match.distance})" if revisit else
                          f"duplicate of {match.duplicate_of} at distance {match.distance}"
                          if match else "new", extra={"spider": self.crawler.spider})
-        return Verdict(int(value), match)
+        return Verdict(int(value), match, revisit=revisit)
+
+    def _failed(self, key: str, what: str, simhash: int | None = None) -> Verdict:
+        """Count and log the exception being handled; its verdict."""
+        exc = sys.exc_info()[1]
+        self.error(key, what)
+        reason = setting_message(exc) if exc is not None else ""
+        reason = reason or type(exc).__name__
+        if len(reason) > 200:
+            reason = reason[:200] + "..."
+        return Verdict(simhash, error=f"{what} failed: {reason}")
 
     def error(self, key: str, what: str) -> None:
         self.stats.inc_value(self.prefix + "errors")
@@ -236,8 +279,14 @@ class SimdupComponent:
                     await self.writer.close()
                 except Exception as exc:  # noqa: BLE001 (reported, not a signal traceback)
                     self.stats.inc_value(self.prefix + "errors")
-                    logger.error("Simdup could not write to SIMDUP_DIR at close: %s", exc,
-                                 extra={"spider": self.crawler.spider})
+                    # nothing is tried again after close: the process ends
+                    lost = getattr(self.writer, "lost", 0)
+                    if lost:
+                        self.stats.inc_value(self.prefix + "lost", lost)
+                    message = exc.strerror if isinstance(exc, OSError) and exc.strerror \
+                        else str(exc)
+                    logger.error("Simdup could not write to %s at close: %s", self.config.dir_setting,
+                                 message, extra={"spider": self.crawler.spider})
         finally:
             await self.backend.close()
             lock = getattr(self, "_dir_lock", None)

@@ -18,10 +18,16 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from scrapy_simdup._limits import (DEFAULT_BATCH_SIZE, DEFAULT_DISTANCE,
-                                   DEFAULT_REDIS_HEADER_BITS, MAX_DISTANCE,
-                                   MAX_REDIS_HEADER_BITS, MIN_BATCH_SIZE, MIN_PROBES,
-                                   MIN_REDIS_HEADER_BITS)
+from scrapy_simdup._limits import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DISTANCE,
+    DEFAULT_REDIS_HEADER_BITS,
+    MAX_DISTANCE,
+    MAX_REDIS_HEADER_BITS,
+    MIN_BATCH_SIZE,
+    MIN_PROBES,
+    MIN_REDIS_HEADER_BITS,
+)
 from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter
 
 __all__ = ["SimdupConfig", "SETTINGS_DEFAULTS"]
@@ -34,6 +40,7 @@ _CONFIGS: weakref.WeakKeyDictionary[Any, SimdupConfig] = weakref.WeakKeyDictiona
 _ACTIONS = ("drop", "tag")
 _SEARCHES = ("psm", "exact")
 _ON_ERROR = ("keep", "stop")
+_ON_REVISIT = ("keep", "drop", "tag")
 _INDEX_SCHEMES = ("redis://", "rediss://", "unix://")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -215,6 +222,8 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_REDIS_PARAMS": {},
     "SIMDUP_REDIS_HEADER_BITS": DEFAULT_REDIS_HEADER_BITS,
     "SIMDUP_ON_ERROR": "keep",
+    "SIMDUP_ON_REVISIT": "keep",
+    "SIMDUP_DROP_START_REQUESTS": False,
     "SIMDUP_LOG_INTERVAL": 60.0,
     "SIMDUP_DEBUG": False,
 }
@@ -243,6 +252,8 @@ class SimdupConfig:
     redis_params: dict = field(default_factory=dict)
     redis_header_bits: int = DEFAULT_REDIS_HEADER_BITS
     on_error: str = "keep"                # "keep" | "stop"
+    on_revisit: str = "keep"              # "keep" | "drop" | "tag": a match stored under the same key
+    drop_start_requests: bool = False     # start requests may be dropped as near-duplicates
     log_interval: float = 60.0            # seconds; 0 disables the periodic line
     debug: bool = False
 
@@ -370,9 +381,16 @@ class SimdupConfig:
             redis_params=_dict("SIMDUP_REDIS_PARAMS", get("SIMDUP_REDIS_PARAMS")),
             redis_header_bits=redis_header_bits,
             on_error=_choice("SIMDUP_ON_ERROR", get("SIMDUP_ON_ERROR"), _ON_ERROR),
+            on_revisit=_choice("SIMDUP_ON_REVISIT", get("SIMDUP_ON_REVISIT"), _ON_REVISIT),
+            drop_start_requests=_bool("SIMDUP_DROP_START_REQUESTS",
+                                      get("SIMDUP_DROP_START_REQUESTS")),
             log_interval=_log_interval(get("SIMDUP_LOG_INTERVAL")),
             debug=_bool("SIMDUP_DEBUG", get("SIMDUP_DEBUG")),
         )
+        if config.enabled and feature_options:
+            # the Fingerprinter checks the feature values: a bad one fails
+            # here, named by its setting (make_fingerprinter)
+            config.make_fingerprinter()
         for warning in warnings:
             logger.warning(warning)
         return config

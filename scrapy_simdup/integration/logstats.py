@@ -12,6 +12,8 @@ import time
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from scrapy_simdup._limits import DEFAULT_RECALL
+from scrapy_simdup.index.redis.backend import DEFAULT_REDIS_RECALL, safe_url
 from scrapy_simdup.integration.config import SimdupConfig
 
 try:  # Scrapy >= 2.13: asyncio-native looping call when the asyncio reactor runs
@@ -27,7 +29,8 @@ _ATTR = "_simdup_logstats"
 
 
 class SimdupLogStats:
-    """Logs the dedup counters every ``SIMDUP_LOG_INTERVAL`` seconds and a summary at close.
+    """Logs the effective setup when the spider opens, the dedup counters
+    every ``SIMDUP_LOG_INTERVAL`` seconds and a summary at close.
 
     Besides the Scrapy stats it keeps the time spent fingerprinting and in
     index lookups (``record_page``/``record_item``), for the per-lookup means.
@@ -35,8 +38,10 @@ class SimdupLogStats:
 
     def __init__(self, crawler, config: SimdupConfig) -> None:
         self.crawler = crawler
+        self.config = config
         self.stats = crawler.stats
         self.interval = config.log_interval
+        self.kinds: set[str] = set()      # "pages" / "items": the components at work
         self.task = None
         self.checked_prev = 0
         self.started = None
@@ -47,11 +52,15 @@ class SimdupLogStats:
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
     @classmethod
-    def from_crawler(cls, crawler) -> "SimdupLogStats":
+    def from_crawler(cls, crawler) -> SimdupLogStats:
         config = SimdupConfig.from_crawler(crawler)
         if not config.enabled:
             raise NotConfigured
         return attach(crawler, config)
+
+    def register(self, kind: str) -> None:
+        """The middleware (``"pages"``) or the pipeline (``"items"``) is at work."""
+        self.kinds.add(kind)
 
     # -- timing, fed by the middleware and the pipeline ----------------------
     def record(self, kind: str, fingerprint_seconds: float, lookup_seconds: float) -> None:
@@ -62,6 +71,8 @@ class SimdupLogStats:
     # -- signals -------------------------------------------------------------
     def spider_opened(self, spider) -> None:
         self.started = time.monotonic()
+        if self.kinds:
+            logger.info(self.setup(getattr(spider, "name", None)), extra={"spider": spider})
         if self.interval > 0:
             self.task = _looping_call(self.log)
             self.task.start(self.interval, now=False)
@@ -75,6 +86,51 @@ class SimdupLogStats:
             logger.info(self.summary(), extra={"spider": spider})
 
     # -- formatting ------------------------------------------------------------
+    def setup(self, spider_name: str | None = None) -> str:
+        """The effective setup, e.g. ``Simdup: drop near-duplicates within 9
+        bits (PSM, recall 0.99), memory index, SIMDUP_DIR=/x: restored 1,234
+        fingerprints; revisits kept, start requests not dropped``. The
+        restored counts are read from the stats the components set when they
+        opened the index."""
+        config, get = self.config, self.stats.get_value
+        memory = config.index == "memory"
+        if config.search == "exact":
+            search = "exact"
+        elif config.max_probes is not None:
+            search = f"PSM, {config.max_probes} probes"
+        else:
+            recall = config.recall if config.recall is not None else \
+                DEFAULT_RECALL if memory else DEFAULT_REDIS_RECALL
+            search = f"PSM, recall {recall:g}"
+        things = " and ".join(k for k in ("pages", "items") if k in self.kinds)
+        line = (f"Simdup: {config.action} near-duplicate {things} within {config.distance} "
+                f"bits ({search}), ")
+        if memory:
+            line += "memory index"
+        else:
+            line += (f"Redis index {safe_url(config.index)} key "
+                     f"{config.redis_key_for(spider_name or 'default')!r}")
+        if not config.dir:
+            line += ", no SIMDUP_DIR (nothing is kept after the crawl)"
+        elif not memory:
+            line += f", {config.dir_setting}={config.dir} (batch files)"
+        else:
+            restored = []
+            for kind, prefix in (("pages", "simdup/"), ("items", "simdup/items/")):
+                if kind in self.kinds:
+                    n = get(prefix + "index_restored", 0)
+                    corrupt = " (the damaged saved index was moved aside)" \
+                        if get(prefix + "index_corrupt") else ""
+                    restored.append(f"{n:,} {'fingerprints' if kind == 'pages' else kind}"
+                                    f"{corrupt}")
+            line += f", {config.dir_setting}={config.dir}: restored {' and '.join(restored)}"
+        line += {"keep": "; revisits kept", "drop": "; revisits dropped",
+                 "tag": "; revisits tagged"}[config.on_revisit]
+        if "pages" in self.kinds and "drop" in (config.action, config.on_revisit):
+            line += (", start requests dropped like other pages" if config.drop_start_requests
+                     else ", start requests not dropped")
+        return line
+
     def _means(self, kind: str) -> tuple[float, float, float]:
         n = self.lookups[kind]
         probes_key = "simdup/probes" if kind == "pages" else "simdup/items/probes"
@@ -113,10 +169,15 @@ class SimdupLogStats:
             duplicates = get(prefix + "duplicates", 0)
             mean_probes, lookup_us, fp_us = self._means(kind)
             reasons = ", ".join(f"{k.rsplit('/', 1)[1]} {v}" for k, v in sorted(skipped.items()))
+            revisits = get(prefix + "revisits", 0)
+            kept_start = get(prefix + "start_requests_kept", 0)
             parts.append(
                 f"{kind}: checked {checked}, {duplicates} near-duplicates "
                 f"({_share(duplicates, checked)}; dropped {get(prefix + 'dropped', 0)}, "
-                f"tagged {get(prefix + 'tagged', 0)}), skipped {sum(skipped.values())}"
+                f"tagged {get(prefix + 'tagged', 0)}), "
+                + (f"{revisits} revisits, " if revisits else "")
+                + (f"{kept_start} start pages kept, " if kept_start else "")
+                + f"skipped {sum(skipped.values())}"
                 + (f" ({reasons})" if reasons else "")
                 + f", errors {get(prefix + 'errors', 0)}, index size {get(prefix + 'index_size', 0)}, "
                 f"{_fmt(mean_probes)} probes, {lookup_us:.0f} us per lookup, "

@@ -36,7 +36,11 @@ class SimdupDownloaderMiddleware(SimdupComponent):
     (600), so that it sees decompressed responses after redirects: the add-on
     uses 585. Requests with ``meta["dont_simdup"] = True`` are not checked.
     Every response it passes on gets ``meta["simdup"]`` (``simhash``,
-    ``duplicate_of``, ``distance``; ``skipped`` when not fingerprinted).
+    ``duplicate_of``, ``distance``; ``skipped`` when not fingerprinted,
+    ``error`` when the check failed, ``revisit`` for a page stored before
+    under its own URL with ``SIMDUP_ON_REVISIT = "tag"``). Start requests
+    are not dropped unless ``SIMDUP_DROP_START_REQUESTS``: a near-duplicate
+    one reaches the spider tagged.
     """
 
     kind = "pages"
@@ -55,21 +59,43 @@ class SimdupDownloaderMiddleware(SimdupComponent):
         else:
             verdict = await self.check(lambda: self.fingerprinter.fingerprint_response(response),
                                        url)
-            if verdict is None:  # error, counted and logged: keep the page
+            if verdict.error is not None:    # counted and logged
+                if self.config.on_error == "stop":  # the spider is being closed
+                    raise IgnoreRequest(f"scrapy-simdup could not check {url} "
+                                        f"({verdict.error}); SIMDUP_ON_ERROR=stop")
+                request.meta["simdup"] = verdict.as_tag()
                 return response
         match = verdict.match
-        if match is not None and self.config.action == "drop":
-            self.stats.inc_value("simdup/dropped")
-            logger.debug("Dropped near-duplicate %s of %s (distance %d)", url,
-                         match.duplicate_of, match.distance,
-                         extra={"spider": self.crawler.spider})
-            raise NearDuplicateResponse(url, match.duplicate_of, match.distance,
-                                        verdict.simhash)
-        if match is not None:  # tag mode
-            self.stats.inc_value("simdup/tagged")
-            logger.debug("Tagged near-duplicate %s of %s (distance %d)", url,
-                         match.duplicate_of, match.distance,
-                         extra={"spider": self.crawler.spider})
-        # every response passed on carries the verdict (in drop mode: not a duplicate)
-        request.meta["simdup"] = verdict.as_tag()
+        show = True    # the match goes into meta["simdup"]
+        if match is not None:
+            if verdict.revisit:
+                drop = self.config.on_revisit == "drop"
+                show = self.config.on_revisit != "keep"
+                what = "revisit"
+            else:
+                drop = self.config.action == "drop"
+                what = "near-duplicate"
+            if drop and request.meta.get("is_start_request") and \
+                    not self.config.drop_start_requests:
+                # a start page leads to the rest of the crawl: it reaches the spider, tagged
+                drop, show = False, True
+                self.stats.inc_value("simdup/start_requests_kept")
+                logger.debug("Kept start page %s, a %s of %s (distance %d)", url, what,
+                             match.duplicate_of, match.distance,
+                             extra={"spider": self.crawler.spider})
+            elif drop:
+                self.stats.inc_value("simdup/dropped")
+                logger.debug("Dropped %s %s of %s (distance %d)", what, url,
+                             match.duplicate_of, match.distance,
+                             extra={"spider": self.crawler.spider})
+                raise NearDuplicateResponse(url, match.duplicate_of, match.distance,
+                                            verdict.simhash)
+            elif not verdict.revisit:  # tag mode
+                self.stats.inc_value("simdup/tagged")
+                logger.debug("Tagged near-duplicate %s of %s (distance %d)", url,
+                             match.duplicate_of, match.distance,
+                             extra={"spider": self.crawler.spider})
+        # every response passed on carries the verdict (in drop mode: not a
+        # duplicate, but for a start page)
+        request.meta["simdup"] = verdict.as_tag(with_match=show)
         return response

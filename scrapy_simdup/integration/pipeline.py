@@ -7,8 +7,8 @@ import logging
 from itemadapter import ItemAdapter
 from scrapy.exceptions import DropItem
 
-from scrapy_simdup.integration.component import SimdupComponent
 from scrapy_simdup.fingerprint.fingerprinter import has_text_features
+from scrapy_simdup.integration.component import TAG_KEYS, SimdupComponent
 
 __all__ = ["SimdupPipeline", "NearDuplicateItem"]
 
@@ -51,7 +51,9 @@ class SimdupPipeline(SimdupComponent):
     The item's key is its ``SIMDUP_ITEM_ID_FIELD`` (default ``url``) or, when
     missing, ``item-<n>``. Duplicates are dropped (``DropItem``) or, with
     ``SIMDUP_ACTION = "tag"``, get ``SIMDUP_TAG_FIELD`` (default ``simdup``)
-    set to ``{"simhash", "duplicate_of", "distance"}``. Stats: ``simdup/items/*``.
+    set to ``{"simhash", "duplicate_of", "distance"}``. An item whose key is
+    the key of the stored match is a revisit (``SIMDUP_ON_REVISIT``). Stats:
+    ``simdup/items/*``.
     """
 
     kind = "items"
@@ -61,6 +63,7 @@ class SimdupPipeline(SimdupComponent):
         super().__init__(*args, **kwargs)
         self._counter = itertools.count(1)
         self._warned_tag = False
+        self._warned_overwrite = False
 
     @classmethod
     def applies(cls, config) -> bool:
@@ -83,6 +86,7 @@ class SimdupPipeline(SimdupComponent):
                 key = str(adapter.get(self.config.item_id_field))
             except Exception:  # noqa: BLE001 (an id whose str() fails: the item keeps a number)
                 key = None
+        own_key = bool(key)     # item-<n> is no id: the same number in another crawl is not it
         key = key or f"item-{n}"
         try:
             texts = [_as_text(adapter.get(name)) for name in self.config.item_fields]
@@ -94,17 +98,27 @@ class SimdupPipeline(SimdupComponent):
             verdict = self.skip("no_text", key)
         else:
             text = "\n".join(t for t in texts if t)
-            verdict = await self.check(lambda: self.fingerprinter.fingerprint_text(text), key)
-            if verdict is None:
-                return item
+            verdict = await self.check(lambda: self.fingerprinter.fingerprint_text(text), key,
+                                       own_key=own_key)
+            if verdict.error is not None and self.config.on_error == "stop":
+                # counted and logged; the spider is being closed
+                raise DropItem(f"scrapy-simdup could not check item {key} ({verdict.error}); "
+                               f"SIMDUP_ON_ERROR=stop")
         match = verdict.match
-        if match is not None and self.config.action == "drop":
+        show = True     # the match goes into the tag
+        if match is not None and verdict.revisit:
+            if self.config.on_revisit == "drop":
+                self.stats.inc_value(self.prefix + "dropped")
+                raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash)
+            show = self.config.on_revisit == "tag"
+        elif match is not None and self.config.action == "drop":
             self.stats.inc_value(self.prefix + "dropped")
             raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash)
-        if self.config.action == "tag":
+        if self.config.action == "tag" or (verdict.revisit and show):
             try:
-                adapter[self.config.tag_field] = verdict.as_tag()
-                if match is not None:       # counted once the tag is on the item
+                self._warn_overwrite(adapter, item)
+                adapter[self.config.tag_field] = verdict.as_tag(with_match=show)
+                if match is not None and not verdict.revisit:   # counted once the tag is on
                     self.stats.inc_value(self.prefix + "tagged")
             except (KeyError, AttributeError, TypeError) as exc:
                 # no such field (scrapy.Item), a frozen dataclass or attrs
@@ -118,3 +132,30 @@ class SimdupPipeline(SimdupComponent):
                                    type(exc).__name__, exc,
                                    extra={"spider": self.crawler.spider})
         return item
+
+    def _warn_overwrite(self, adapter, item) -> None:
+        """Warn once per crawl when the tag replaces a value scrapy-simdup did
+        not set (the spider's own field of that name)."""
+        if self._warned_overwrite:
+            return
+        try:
+            existing = adapter.get(self.config.tag_field)
+        except Exception:  # noqa: BLE001 (the assignment that follows reports it)
+            return
+        if existing is None or (isinstance(existing, dict) and "simhash" in existing
+                                and set(existing) <= TAG_KEYS):
+            return
+        self._warned_overwrite = True
+        logger.warning("The %s item field %r (SIMDUP_TAG_FIELD) already holds a value that "
+                       "scrapy-simdup did not set (%s); it is replaced by the simdup verdict. "
+                       "Set SIMDUP_TAG_FIELD to a field of its own to keep it (warned once "
+                       "per crawl)", type(item).__name__, self.config.tag_field,
+                       _preview(existing), extra={"spider": self.crawler.spider})
+
+
+def _preview(value) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 (a value whose repr fails)
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:80] + "..."

@@ -29,20 +29,26 @@ bits mean a near-duplicate's header is more often among the first probes.
 from __future__ import annotations
 
 import asyncio
-import re
-from collections import deque
 import logging
 import os
+import re
 import struct
 import uuid
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from scrapy_simdup._ext import psm, redisbuckets
-from scrapy_simdup._limits import (DEFAULT_REDIS_HEADER_BITS, MAX_DISTANCE, MAX_REDIS_HEADER_BITS,
-                                   MIN_PROBES, MIN_REDIS_HEADER_BITS)
+from scrapy_simdup._limits import (
+    DEFAULT_REDIS_HEADER_BITS,
+    MAX_DISTANCE,
+    MAX_REDIS_HEADER_BITS,
+    MIN_PROBES,
+    MIN_REDIS_HEADER_BITS,
+)
 from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
 from scrapy_simdup.index.backend import IndexBackend, Match
 from scrapy_simdup.index.memory import flip_masks
@@ -50,7 +56,7 @@ from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT, SETTINGS_MI
 from scrapy_simdup.index.volatility import VolatilityModel
 
 __all__ = ["RedisIndexStore", "RedisBackend", "StoreMatch",
-           "DEFAULT_HEADER_BITS", "probes_for"]
+           "DEFAULT_HEADER_BITS", "probes_for", "safe_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -583,9 +589,9 @@ def _hiredis_connection_class():
     the whole Redis round trip for an MGET of thousands of buckets.
     """
     if not _HIREDIS_CONN:
-        try:
-            import hiredis
-            from redis.asyncio.connection import Connection
+        try:    # optional dependencies, loaded by crawls with a Redis index only
+            import hiredis  # noqa: PLC0415
+            from redis.asyncio.connection import Connection  # noqa: PLC0415
         except ImportError:
             _HIREDIS_CONN.append(None)
         else:
@@ -628,12 +634,15 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     """The URL without a password (``user:pass@`` or a ``password=`` query)."""
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
         url = scheme + "://***@" + rest.rsplit("@", 1)[1]
     return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
+
+
+_safe_url = safe_url
 
 
 # -- the index backend ------------------------------------------------------------
@@ -714,6 +723,10 @@ class RedisBackend(IndexBackend):
     @property
     def probes(self) -> int:
         return self._probes
+
+    def same_key(self, stored: str, key: str) -> bool:
+        # keys come back as stored: UTF-8, cut at 65,535 bytes
+        return stored == key or stored == _text(_key_bytes(key))
 
     def __len__(self) -> int:
         return self._size

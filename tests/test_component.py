@@ -1,0 +1,310 @@
+"""The middleware and pipeline without a crawl: revisits, failed checks,
+fingerprints lost at close, tag fields in use, the start-up line, and damage
+in the saved state that the storage layer does not name."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+
+import numpy as np
+import pytest
+from scrapy import Spider
+from scrapy.crawler import Crawler
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import HtmlResponse, Request
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
+
+from scrapy_simdup import SimdupConfig, SimdupDownloaderMiddleware, SimdupPipeline
+from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError
+from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
+from scrapy_simdup.index.memory import PSMIndex
+from scrapy_simdup.index.persist import IndexStore, PersistentBatchWriter, load_idf, restore
+from scrapy_simdup.integration.logstats import SimdupLogStats
+from scrapy_simdup.integration.pipeline import NearDuplicateItem
+from scrapy_simdup.storage import batchwriter
+
+
+def _crawler(settings):
+    try:
+        return get_crawler(settings_dict=settings)
+    except RuntimeError:  # Scrapy 2.13's get_crawler wants an installed reactor; we need none
+        crawler = Crawler(Spider, settings)
+        crawler.stats = MemoryStatsCollector(crawler)
+        return crawler
+
+
+def _text(seed: int, n: int = 120) -> str:
+    rng = np.random.default_rng(seed)
+    return " ".join(f"w{int(w)}" for w in rng.integers(0, 5000, n))
+
+
+def _response(url: str, seed: int, meta=None):
+    html = f"<html><body><article><p>{_text(seed)}</p></article></body></html>".encode()
+    request = Request(url, meta=meta or {})
+    return request, HtmlResponse(url, body=html, encoding="utf-8", request=request)
+
+
+def _check(middleware, url, seed, meta=None):
+    request, response = _response(url, seed, meta)
+    asyncio.run(middleware.process_response(request, response))
+    return request.meta.get("simdup")
+
+
+class _DownBackend(IndexBackend):
+    async def check_and_add(self, value, W, key):
+        raise IndexUnavailableError("Redis index at redis://***@h:6379/0 failed: "
+                                    "Connection refused")
+
+    def __len__(self):
+        return 0
+
+
+# -- revisits ---------------------------------------------------------------------
+
+def test_memory_backend_knows_its_keys_as_restored():
+    backend = MemoryBackend(PSMIndex(distance=3))
+    assert backend.same_key("http://a/", "http://a/")
+    assert not backend.same_key("http://a/", "http://b/")
+    # index.keys stores a key with a newline escaped: a restored key is compared so
+    assert backend.same_key("id%0A1", "id\n1") and not backend.same_key("id%0A1", "id 1")
+
+
+def test_redis_backend_knows_its_keys_as_stored():
+    from scrapy_simdup.index.redis.backend import RedisBackend
+    backend = RedisBackend.__new__(RedisBackend)
+    assert backend.same_key("http://a/", "http://a/")
+    long_key = "x" * 70_000                 # Redis keeps 65,535 bytes of a key
+    assert backend.same_key("x" * 65_535, long_key)
+    assert not backend.same_key("http://a/", "http://a/b")
+
+
+def test_a_revisit_is_counted_apart_and_kept_by_default():
+    crawler = _crawler({"SIMDUP_ENABLED": True})
+    middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
+    assert _check(middleware, "http://a/", 1)["duplicate_of"] is None
+    tag = _check(middleware, "http://a/", 1)          # the same URL again (dont_filter)
+    assert tag == {"simhash": tag["simhash"], "duplicate_of": None, "distance": None}
+    with pytest.raises(IgnoreRequest):                 # another URL: a near-duplicate
+        _check(middleware, "http://b/", 1)
+    stats = crawler.stats.get_stats()
+    assert stats["simdup/revisits"] == 1 and stats["simdup/duplicates"] == 1
+    assert stats["simdup/dropped"] == 1 and stats["simdup/index_size"] == 1
+
+
+@pytest.mark.parametrize("on_revisit", ["tag", "drop"])
+def test_on_revisit_tag_and_drop(on_revisit):
+    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag",
+                        "SIMDUP_ON_REVISIT": on_revisit})
+    middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
+    _check(middleware, "http://a/", 1)
+    if on_revisit == "tag":
+        tag = _check(middleware, "http://a/", 1)
+        assert tag["revisit"] is True and tag["duplicate_of"] == "http://a/"
+        assert tag["distance"] == 0
+    else:       # dropped, whatever SIMDUP_ACTION is
+        with pytest.raises(IgnoreRequest, match="near-duplicate of http://a/"):
+            _check(middleware, "http://a/", 1)
+        assert crawler.stats.get_value("simdup/dropped") == 1
+    assert crawler.stats.get_value("simdup/revisits") == 1
+    assert crawler.stats.get_value("simdup/tagged") is None
+
+
+def test_start_requests_are_checked_but_not_dropped():
+    crawler = _crawler({"SIMDUP_ENABLED": True})
+    middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
+    _check(middleware, "http://a/", 1)
+    tag = _check(middleware, "http://b/", 1, meta={"is_start_request": True})
+    assert tag["duplicate_of"] == "http://a/" and tag["distance"] == 0
+    assert crawler.stats.get_value("simdup/duplicates") == 1
+    assert crawler.stats.get_value("simdup/start_requests_kept") == 1
+    strict = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DROP_START_REQUESTS": True})
+    middleware = SimdupDownloaderMiddleware.from_crawler(strict)
+    _check(middleware, "http://a/", 1)
+    with pytest.raises(IgnoreRequest):
+        _check(middleware, "http://b/", 1, meta={"is_start_request": True})
+
+
+def test_items_with_a_made_up_key_are_never_revisits():
+    """``item-<n>`` numbers items that have no id: item-1 of another crawl is
+    not this item-1."""
+    crawler = _crawler({"SIMDUP_ENABLED": True})
+    pipeline = SimdupPipeline.from_crawler(crawler)
+    asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1)}))
+    asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1)}))     # revisit: kept
+    assert crawler.stats.get_value("simdup/items/revisits") == 1
+    # a key that is the stored one only by numbering: a near-duplicate
+    pipeline.backend.keys[0] = "item-3"
+    with pytest.raises(NearDuplicateItem):
+        asyncio.run(pipeline.process_item({"text": _text(1)}))
+    assert crawler.stats.get_value("simdup/items/duplicates") == 1
+
+
+# -- failed checks ----------------------------------------------------------------
+
+def test_a_page_whose_check_failed_carries_the_error():
+    crawler = _crawler({"SIMDUP_ENABLED": True})
+    config = SimdupConfig.from_crawler(crawler)
+    middleware = SimdupDownloaderMiddleware(crawler, config, backend=_DownBackend())
+    tag = _check(middleware, "http://a/", 1)
+    assert tag["duplicate_of"] is None and tag["distance"] is None
+    assert isinstance(tag["simhash"], int)      # fingerprinted, the look-up failed
+    assert tag["error"] == ("index lookup failed: Redis index at redis://***@h:6379/0 "
+                            "failed: Connection refused")
+    assert crawler.stats.get_value("simdup/errors") == 1
+
+
+def test_with_on_error_stop_a_failed_page_does_not_reach_the_spider():
+    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_ON_ERROR": "stop"})
+    config = SimdupConfig.from_crawler(crawler)
+    middleware = SimdupDownloaderMiddleware(crawler, config, backend=_DownBackend())
+    closed = []
+    middleware._close_spider = closed.append
+    request, response = _response("http://a/", 1)
+    with pytest.raises(IgnoreRequest, match="could not check http://a/"):
+        asyncio.run(middleware.process_response(request, response))
+    assert "simdup" not in request.meta and closed == ["simdup_error"]
+    pipeline = SimdupPipeline(crawler, config, backend=_DownBackend())
+    pipeline._close_spider = closed.append
+    with pytest.raises(Exception, match="could not check item u1") as err:
+        asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1)}))
+    assert type(err.value).__name__ == "DropItem"
+
+
+def test_an_item_whose_check_failed_is_tagged_with_the_error():
+    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag"})
+    config = SimdupConfig.from_crawler(crawler)
+    pipeline = SimdupPipeline(crawler, config, backend=_DownBackend())
+    item = asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1)}))
+    assert item["simdup"]["error"].startswith("index lookup failed: ")
+
+
+# -- tag field in use ---------------------------------------------------------------
+
+def test_tag_mode_warns_once_when_it_replaces_a_value_of_the_item(caplog):
+    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag"})
+    pipeline = SimdupPipeline.from_crawler(crawler)
+    caplog.set_level(logging.WARNING, "scrapy_simdup")
+    plain = asyncio.run(pipeline.process_item({"url": "u0", "text": _text(0)}))
+    again = asyncio.run(pipeline.process_item(dict(plain, url="u0b")))   # our own tag: fine
+    assert again["simdup"]["duplicate_of"] == "u0"
+    assert "SIMDUP_TAG_FIELD" not in caplog.text
+    item = asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1),
+                                              "simdup": "the spider's"}))
+    assert item["simdup"]["duplicate_of"] is None        # replaced, as before
+    asyncio.run(pipeline.process_item({"url": "u2", "text": _text(2), "simdup": 7}))
+    warnings = [r for r in caplog.records if "SIMDUP_TAG_FIELD" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'simdup'" in warnings[0].getMessage() and "the spider's" in warnings[0].getMessage()
+
+
+# -- lost at close ------------------------------------------------------------------
+
+def _full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_fingerprints_not_written_at_close_are_reported_lost(tmp_path, monkeypatch, caplog):
+    d = tmp_path / "simdup"
+    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d), "SIMDUP_BATCH_SIZE": 2})
+    middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
+    monkeypatch.setattr(batchwriter, "write_batch", _full_disk)
+    caplog.set_level(logging.INFO, "scrapy_simdup")
+    for i in range(3):      # the batch of 2 fails mid-crawl: kept, tried again later
+        _check(middleware, f"http://p{i}/", i)
+    mid = [r for r in caplog.records if "tried again later" in r.getMessage()]
+    assert len(mid) == 1 and mid[0].levelno == logging.ERROR
+    assert crawler.stats.get_value("simdup/lost") is None
+    caplog.clear()
+    asyncio.run(middleware._spider_closed(None, "finished"))
+    (record,) = [r for r in caplog.records if "at close" in r.getMessage()]
+    message = record.getMessage()
+    assert record.levelno == logging.ERROR
+    assert "3 checked fingerprints" in message and "are lost" in message and str(d) in message
+    assert "No space left on device" in message and "tried again later" not in message
+    assert crawler.stats.get_value("simdup/lost") == 3
+
+
+def test_a_snapshot_that_fails_at_close_counts_its_fingerprints_lost(tmp_path, monkeypatch):
+    d = tmp_path / "simdup"
+    writer = PersistentBatchWriter(d, 10, backend=MemoryBackend(PSMIndex(distance=3)))
+    W = np.ones(64)
+    for i in range(4):
+        writer.add(i + 1, W, f"k{i}", None)
+    monkeypatch.setattr(IndexStore, "append", _full_disk)
+    with pytest.raises(OSError, match="4 kept fingerprints could not be added to the index "
+                                      "snapshot") as err:
+        asyncio.run(writer.close())
+    assert writer.lost == 4 and err.value.errno == errno.ENOSPC
+    assert "No space left on device" in str(err.value)
+
+
+# -- damage the storage layer does not name ------------------------------------------
+
+@pytest.mark.parametrize("error", [IsADirectoryError(errno.EISDIR, "Is a directory"),
+                                   PermissionError(errno.EACCES, "Permission denied")])
+def test_any_os_error_reading_the_saved_state_is_corruption(tmp_path, monkeypatch, error):
+    IndexStore(tmp_path).append(np.arange(1, 4, dtype=np.uint64), ["a", "b", "c"])
+
+    def read_json(path, kind="file"):
+        raise error
+    monkeypatch.setattr("scrapy_simdup.index.persist.read_json", read_json)
+    with pytest.raises(CorruptFileError, match="index.json") as err:
+        restore(MemoryBackend(PSMIndex(distance=3)), tmp_path, on_error="stop")
+    assert err.value.path == str(tmp_path / "index.json")
+    assert load_idf(tmp_path) is None        # no table named: a new crawl
+    stats = {}
+    assert restore(MemoryBackend(PSMIndex(distance=3)), tmp_path, "keep",
+                   stats.__setitem__) == 0
+    assert stats == {"index_corrupt": 1} and list(tmp_path.glob("index.json.corrupt-*"))
+
+
+@pytest.mark.parametrize("on_error", ["keep", "stop"])
+def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
+    d = tmp_path / "simdup"
+    (d / "index.json").mkdir(parents=True)
+    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d),
+                        "SIMDUP_ON_ERROR": on_error})
+    middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
+    assert crawler.stats.get_value("simdup/index_corrupt") == 1
+    assert "index.json" in caplog.text and "directory" in caplog.text
+    if on_error == "keep":      # moved aside, a fresh index
+        assert middleware.refused is None and list(d.glob("index.json.corrupt-*"))
+    else:                       # the crawl stops at once, the directory left as it is
+        assert middleware.refused == "simdup_corrupt_index" and (d / "index.json").is_dir()
+
+
+# -- the start-up line -----------------------------------------------------------------
+
+@pytest.mark.parametrize("settings, expected", [
+    ({}, "Simdup: drop near-duplicate pages within 9 bits (PSM, recall 0.99), memory index, "
+         "no SIMDUP_DIR (nothing is kept after the crawl); revisits kept, start requests "
+         "not dropped"),
+    ({"SIMDUP_ACTION": "tag", "SIMDUP_SEARCH": "exact", "SIMDUP_DISTANCE": 4},
+     "Simdup: tag near-duplicate pages within 4 bits (exact), memory index, no SIMDUP_DIR "
+     "(nothing is kept after the crawl); revisits kept"),
+    ({"SIMDUP_INDEX": "redis://user:secret@h:6379/0", "SIMDUP_MAX_PROBES": 20,
+      "SIMDUP_DIR": "/data/x", "SIMDUP_ON_REVISIT": "drop", "SIMDUP_DROP_START_REQUESTS": True},
+     "Simdup: drop near-duplicate pages within 9 bits (PSM, 20 probes), Redis index "
+     "redis://***@h:6379/0 key 'simdup:news', SIMDUP_DIR=/data/x (batch files); revisits "
+     "dropped, start requests dropped like other pages"),
+    ({"SIMDUP_INDEX": "redis://h:6379/0"}, "(PSM, recall 0.98), Redis index"),
+])
+def test_the_start_up_line_gives_the_effective_setup(settings, expected):
+    crawler = _crawler({"SIMDUP_ENABLED": True, **settings})
+    logstats = SimdupLogStats.from_crawler(crawler)
+    logstats.register("pages")
+    assert expected in logstats.setup("news")
+
+
+def test_the_start_up_line_says_what_was_restored(tmp_path):
+    d = tmp_path / "simdup"
+    store = IndexStore(d)
+    store.append(np.arange(1, 1235, dtype=np.uint64), [f"http://p/{i}" for i in range(1234)])
+    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d)})
+    middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
+    SimdupPipeline.from_crawler(crawler)
+    assert middleware.logstats.setup("news").startswith(
+        f"Simdup: drop near-duplicate pages and items within 9 bits (PSM, recall 0.99), "
+        f"memory index, SIMDUP_DIR={d}: restored 1,234 fingerprints and 0 items; ")
