@@ -11,6 +11,6 @@ _EXAMPLE = Path(__file__).resolve().parents[1] / "example_project"
 if str(_EXAMPLE) not in sys.path:
     sys.path.insert(0, str(_EXAMPLE))
 
-from news import sitedata as _sitedata  # noqa: E402
+from news import sitedata as _sitedata
 
 sys.modules[__name__] = _sitedata

@@ -53,8 +53,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from scrapy_simdup.merge.collection import H_DTYPE, PAIR_DTYPE, Collection  # noqa: E402
-from scrapy_simdup.storage.batchfile import BATCH_DTYPE, header_weights, write_batch  # noqa: E402
+from scrapy_simdup.merge.collection import H_DTYPE, PAIR_DTYPE, Collection
+from scrapy_simdup.storage.batchfile import BATCH_DTYPE, header_weights, write_batch
 
 WORK = HERE / ".cache" / "bench_batch"
 H = 3
@@ -75,7 +75,7 @@ def _relocate(values, W, r):
 
 def build(n: int, m: int, seed: int = 5):
     """Write the collection (n) and the pending batch (m) under WORK; returns paths."""
-    from _workload import background, query_set  # noqa: PLC0415
+    from _workload import background, query_set
 
     tag = f"n{n}-m{m}-s{seed}"
     root = WORK / tag
@@ -154,7 +154,7 @@ def _peak_rss_mb() -> float:
 
 def worker(args) -> None:
     """Run one merge (without committing) and report time, peak RSS and pairs."""
-    from scrapy_simdup.merge import merge  # noqa: PLC0415
+    from scrapy_simdup.merge import merge
 
     if args.join_kernel is not None:
         from scrapy_simdup._ext import batchjoin
@@ -224,7 +224,7 @@ def main() -> None:
     n = args.n or (200_000 if args.quick else 10_000_000)
     m = args.m or (20_000 if args.quick else 1_000_000)
     small_n = args.small_n or max(m, n // 5)
-    from scrapy_simdup.merge.probes import default_probes, volatility_model  # noqa: PLC0415
+    from scrapy_simdup.merge.probes import default_probes, volatility_model
 
     user_probes = args.probes
     if args.probes is None:  # what `simdup merge` uses when no --probes/--recall is given
@@ -293,7 +293,7 @@ def main() -> None:
     # the crawls' default distance: speed and memory only (its exact
     # reference would be BPHS with 10 tables, and this workload plants
     # near-duplicates within distance 3)
-    from scrapy_simdup._limits import DEFAULT_DISTANCE  # noqa: PLC0415
+    from scrapy_simdup._limits import DEFAULT_DISTANCE
 
     runs9 = [run_worker("psm-f", crawl_s, collection_s, m, out / "psm-f-h9.npy",
                         distance=DEFAULT_DISTANCE) for _ in range(args.repeat)]

@@ -27,13 +27,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _data import load_all  # noqa: E402
+from _data import load_all
 
-from scrapy_simdup import Fingerprinter, SkippedPage  # noqa: E402
+from scrapy_simdup import Fingerprinter, SkippedPage
 from scrapy_simdup._ext import hashing
-from scrapy_simdup.fingerprint.extract import scan_lxml  # noqa: E402
-from scrapy_simdup.fingerprint.features import features_from_token_hashes, text_token_hashes, weigh  # noqa: E402
-from scrapy_simdup.fingerprint.fingerprinter import parse_html_text  # noqa: E402
+from scrapy_simdup.fingerprint.extract import scan_lxml
+from scrapy_simdup.fingerprint.features import features_from_token_hashes, text_token_hashes, weigh
+from scrapy_simdup.fingerprint.fingerprinter import parse_html_text
 
 
 def timed(fn, arg, repeat):

@@ -93,7 +93,7 @@ def write_gzip(path: Path, size: int) -> int:
 def serve(path: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     """Serve ``path`` as a gzip-encoded HTML page on 127.0.0.1."""
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
+        def do_GET(self):
             if self.path != "/huge":
                 self.send_error(404)
                 return
@@ -164,7 +164,7 @@ def child(args) -> None:
     def opened(spider):
         # imported once Scrapy has installed its reactor (importing
         # twisted.internet.task first would install the default one)
-        from twisted.internet import task  # noqa: PLC0415
+        from twisted.internet import task
 
         marks["cpu0"], marks["wall0"] = time.process_time(), time.perf_counter()
         marks["last"] = marks["wall0"]

@@ -30,9 +30,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _workload import background, query_set  # noqa: E402
+from _workload import background, query_set
 
-from scrapy_simdup import BPHSIndex, PSMIndex  # noqa: E402
+from scrapy_simdup import BPHSIndex, PSMIndex
 
 PROBES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256,
           384, 512, 1024, None]

@@ -20,10 +20,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench_index import background, best_time, pairs_of, query_set  # noqa: E402
+from bench_index import background, best_time, pairs_of, query_set
 
-from scrapy_simdup import BPHSIndex, PSMIndex  # noqa: E402
-from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_RECALL  # noqa: E402
+from scrapy_simdup import BPHSIndex, PSMIndex
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_RECALL
 
 
 def main(argv=None):

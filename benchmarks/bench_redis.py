@@ -43,11 +43,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from _workload import background, query_set  # noqa: E402
+from _workload import background, query_set
 
-from scrapy_simdup import SimdupConfig  # noqa: E402
-from scrapy_simdup.index.redis.backend import RedisBackend, RedisIndexStore  # noqa: E402
-from scrapy_simdup.integration.backends import probe_budget  # noqa: E402
+from scrapy_simdup import SimdupConfig
+from scrapy_simdup.index.redis.backend import RedisBackend, RedisIndexStore
+from scrapy_simdup.integration.backends import probe_budget
 
 H = 3
 T = 14

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from redis_server import RedisServer  # noqa: E402  (the tests' server helper)
+from redis_server import RedisServer
 
-from scrapy_simdup.exceptions import IndexUnavailableError  # noqa: E402
+from scrapy_simdup.exceptions import IndexUnavailableError
 from scrapy_simdup.index.redis.backend import RedisIndexStore
 
 ONE = [np.zeros(1, np.uint64)]

@@ -26,10 +26,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _workload import Corpus, pairs, real_docs  # noqa: E402
+from _workload import Corpus, pairs, real_docs
 
-from scrapy_simdup import VolatilityModel  # noqa: E402
-from scrapy_simdup.index.volatility import _DEFAULT_PATH, RECALL_LEVELS, normalise  # noqa: E402
+from scrapy_simdup import VolatilityModel
+from scrapy_simdup.index.volatility import _DEFAULT_PATH, RECALL_LEVELS, normalise
 
 
 def pipeline_pairs(n_pairs, max_distance, seed):

@@ -40,13 +40,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _data import build_near_duplicate_site, load_all, split  # noqa: E402
+from _data import build_near_duplicate_site, load_all, split
 
 from scrapy_simdup import Fingerprinter, SkippedPage
 from scrapy_simdup._ext import hashing
-from scrapy_simdup._limits import DEFAULT_DISTANCE  # noqa: E402
-from scrapy_simdup.fingerprint.tokens import tokenize  # noqa: E402
-from scrapy_simdup.index.memory import MAX_DISTANCE  # noqa: E402
+from scrapy_simdup._limits import DEFAULT_DISTANCE
+from scrapy_simdup.fingerprint.tokens import tokenize
+from scrapy_simdup.index.memory import MAX_DISTANCE
 
 INF = 1e9
 

@@ -12,6 +12,7 @@ import sys
 
 from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.merge import MAX_MERGE_PROBES, crawl_distance, merge, stats
 
 _DEFAULT_CHUNK = 1 << 20
 #: exit status when damaged batches were found: `stats` lists them, `merge
@@ -49,7 +50,6 @@ def _distance(text: str) -> int:
 
 
 def _probes(text: str) -> int:
-    from scrapy_simdup.merge import MAX_MERGE_PROBES  # noqa: PLC0415 (keep start-up light)
     return _int_in(text, 0, MAX_MERGE_PROBES, "a probe count")
 
 
@@ -146,7 +146,6 @@ def _histogram_lines(hist: dict) -> list[str]:
 
 
 def run_merge(args, out=None) -> int:
-    from scrapy_simdup.merge import crawl_distance, merge  # noqa: PLC0415 (keep start-up light)
 
     out = out or sys.stdout     # (the one of the moment: a caller may have replaced it)
 
@@ -199,7 +198,6 @@ def run_merge(args, out=None) -> int:
 
 
 def run_stats(args, out=None) -> int:
-    from scrapy_simdup.merge import stats  # noqa: PLC0415
 
     out = out or sys.stdout
 

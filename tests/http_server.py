@@ -30,7 +30,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         path = urlsplit(self.path).path
         parts = path.strip("/").split("/", 1)
         route, name = parts[0], parts[1] if len(parts) > 1 else ""

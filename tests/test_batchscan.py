@@ -207,7 +207,7 @@ def _flip_case(rng, trial, t):
     """A log-odds table (the real one, random, or plateaus: many exact ties)
     and three cq rows (32 columns, the in-register path, or just t + 1; every
     7th case with all codes equal)."""
-    from scrapy_simdup.merge.probes import log_odds_table  # noqa: PLC0415
+    from scrapy_simdup.merge.probes import log_odds_table
 
     table = np.ascontiguousarray((log_odds_table(), np.sort(rng.uniform(-12, 0, 256))[::-1],
                                   np.round(np.sort(rng.uniform(-6, 0, 256))[::-1]))[trial % 3])
@@ -246,7 +246,7 @@ def test_flip_candidates_hold_every_possible_top_k(t, h, k):
     """The candidate list is the sets with fewer than k sets always ahead
     (checked against the definition), in (size, lexicographic) order, and it
     holds the first k sets for random log-odds."""
-    import itertools  # noqa: PLC0415
+    import itertools
 
     sets = [S for size in range(1, min(h, t) + 1) for S in itertools.combinations(range(t), size)]
     want = [S for S in sets if sum(always_ahead(S, T) for T in sets) < k]

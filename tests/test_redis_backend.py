@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from scrapy_simdup.exceptions import IndexUnavailableError, ParameterError
 from scrapy_simdup.index.redis.backend import RedisIndexStore, StoreMatch
-from scrapy_simdup.exceptions import IndexUnavailableError
-from scrapy_simdup.exceptions import ParameterError
 from scrapy_simdup.integration.backends import setting_message
 from tests.data_root import DATA_ROOT
 
@@ -490,7 +490,6 @@ def _backend(url, **settings):
 
 def _docs():
     """Real article texts, each with a near-duplicate (one sentence edited)."""
-    import gzip
     import json
     root = DATA_ROOT
     truth = json.loads((root / "article-extraction-benchmark" / "ground-truth.json").read_text())
@@ -714,6 +713,7 @@ def test_keys_at_script_matches_reference(redis_server, lists, asks):
     """The server-side lookup of keys by (bucket, position): as the Python
     reading of the key lists, "" past the end or in a damaged (cut) list."""
     import redis
+
     from scrapy_simdup.index.redis.lua import KEYS_AT
     client = redis.Redis.from_url(redis_server.url)
     prefix = f"keysat:{next(_counter)}:u:"
@@ -733,7 +733,7 @@ def test_keys_at_script_matches_reference(redis_server, lists, asks):
     want = []
     for b, k in asks:
         blob, pos, key = blobs[b], 0, b""
-        for i in range(k + 1):
+        for _ in range(k + 1):
             if pos + 2 > len(blob):
                 key = b""
                 break
@@ -812,6 +812,7 @@ def test_a_script_missing_from_the_cache_is_loaded_and_the_insert_runs_once(redi
     process loaded only the insert script): the insert that ran is not run
     again when the key lookup fails with NOSCRIPT, and the other way round."""
     import redis
+
     from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT
     zero = [np.zeros(1, np.uint64)]
     a, b, c = np.uint64(0x1234_5678_9ABC_DEF0), np.uint64(0xFEDC_BA98_7654_3210), \

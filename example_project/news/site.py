@@ -114,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         body = self.server.routes.get(unquote(urlsplit(self.path).path))
         status = 200 if body is not None else 404
         body = body if body is not None else b"<html><body>Not found</body></html>"

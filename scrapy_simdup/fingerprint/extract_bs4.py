@@ -7,7 +7,7 @@ up to differences between the parsers' repair of broken HTML.
 """
 from __future__ import annotations
 
-from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4 import BeautifulSoup, FeatureNotFound, NavigableString, Tag
 from bs4.element import CData, Comment, Declaration, Doctype, ProcessingInstruction
 
 from scrapy_simdup.fingerprint.extract import BlockBuilder
@@ -17,7 +17,7 @@ def parse_soup(text: str):
     """Parse decoded HTML with BeautifulSoup (lxml tree builder if present)."""
     try:
         return BeautifulSoup(text, "lxml")
-    except Exception:  # bs4.FeatureNotFound: lxml builder unavailable
+    except FeatureNotFound:  # no lxml tree builder
         return BeautifulSoup(text, "html.parser")
 
 

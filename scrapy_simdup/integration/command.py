@@ -1,8 +1,7 @@
 """``scrapy simdup merge [DIR...]`` / ``scrapy simdup stats [DIR...]``.
 
 The same as the ``simdup`` console script; without a DIR it uses the
-project's ``SIMDUP_DIR`` (or ``JOBDIR/simdup``). Kept import-light: Scrapy
-imports every registered command at start-up.
+project's ``SIMDUP_DIR`` (or ``JOBDIR/simdup``).
 """
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.settings import SETTINGS_PRIORITIES
 
+from scrapy_simdup.cli import add_merge_options, dispatch
 from scrapy_simdup.integration.config import SimdupConfig
 
 
@@ -34,17 +34,12 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        # the `simdup` script's module, imported when the command is used (light start-up)
-        from scrapy_simdup.cli import add_merge_options  # noqa: PLC0415
-
         add_merge_options(parser)
 
     @staticmethod
     def _refuse_merge_options(opts: argparse.Namespace) -> None:
         """``stats`` takes DIRs, --collection and --json: a merge option given
         to it is an error (the script's parser refuses them too)."""
-        from scrapy_simdup.cli import add_merge_options  # noqa: PLC0415
-
         merge_only = argparse.ArgumentParser(add_help=False)
         add_merge_options(merge_only)
         given = [action.option_strings[0] for action in merge_only._actions
@@ -54,8 +49,6 @@ class Command(ScrapyCommand):
             raise UsageError(f"{', '.join(given)}: merge options, not for stats")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        from scrapy_simdup.cli import dispatch  # noqa: PLC0415
-
         if not args or args[0] not in ("merge", "stats"):
             raise UsageError("expected a subcommand: merge or stats")
         opts.command = args[0]

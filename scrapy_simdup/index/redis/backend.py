@@ -267,7 +267,7 @@ class RedisIndexStore:
             client, self._client = self._client, None
             try:
                 await client.aclose()
-            except Exception:  # pragma: no cover - closing a broken connection
+            except Exception:  # noqa: BLE001 (closing a broken connection)  # pragma: no cover
                 pass
 
     async def close(self):
@@ -794,7 +794,7 @@ class RedisBackend(IndexBackend):
                 W = np.stack([b[1] for b in batch])
                 try:
                     results = await self._check(values, W, [b[2] for b in batch])
-                except BaseException as exc:  # noqa: BLE001 (handed to every caller)
+                except BaseException as exc:
                     for b in batch:
                         if not b[3].done():
                             b[3].set_exception(exc)
