@@ -232,7 +232,7 @@ def main() -> None:
     log(f"# bench_batch: n = {n:,} on disk, m = {m:,}, distance {H}, "
         f"probes {args.probes} (merge default {default_probes(H, m)}), "
         f"cores: 1 per method (single-threaded merge); volatility model: "
-        f"{volatility_model().meta.get('source', 'calibrated') if volatility_model() else 'none'}")
+        f"{volatility_model().meta.get('source', 'calibrated')}")
     t = time.time()
     crawl, collection = build(n, m)
     crawl_s, collection_s = build(small_n, m)

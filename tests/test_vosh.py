@@ -116,3 +116,17 @@ def test_flip_masks_many_rejects_bad_weights():
         flip_masks_many_c(model, W, 14, 3, 10)
     with pytest.raises(ValueError, match="shape"):
         flip_masks_many_c(model, np.zeros((2, 32)), 14, 3, 10)
+
+
+def test_the_default_model_is_the_shipped_calibration():
+    """Every index and the merge use the calibration in scrapy_simdup/data/,
+    never an uncalibrated stand-in (the file moved once and the default
+    silently became a Laplace model)."""
+    import json
+    from importlib.resources import files
+
+    shipped = json.loads((files("scrapy_simdup") / "data" / "volatility_default.json").read_text())
+    model = VolatilityModel.default()
+    assert model.meta == shipped["meta"]
+    assert model.meta["source"].startswith("benchmarks/calibrate_volatility.py")
+    assert model.to_dict()["survival"] == pytest.approx(shipped["survival"])

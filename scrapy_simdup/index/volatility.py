@@ -46,7 +46,9 @@ import numpy as np
 
 from scrapy_simdup._ext import psm
 
-_DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "volatility_default.json")
+# package data of scrapy_simdup (scrapy_simdup/data/), not of this subpackage
+_DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "data", "volatility_default.json")
 RECALL_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0)
 # flip probability assumed for every header bit when a query has no weights
 UNIFORM_P = 0.1
@@ -224,14 +226,12 @@ class VolatilityModel:
 
     @classmethod
     def default(cls) -> VolatilityModel:
-        """The model shipped with the package (calibrated on the benchmark
-        corpus); a Laplace model with unit scale if the file is missing."""
+        """The model shipped with the package (``scrapy_simdup/data/``,
+        calibrated on the benchmark corpus). It is part of every install: a
+        missing file is an error, not a silent fallback to an uncalibrated model."""
         global _DEFAULT
         if _DEFAULT is None:
-            if os.path.exists(_DEFAULT_PATH):
-                _DEFAULT = cls.load(_DEFAULT_PATH)
-            else:
-                _DEFAULT = cls.laplace(1.0)
+            _DEFAULT = cls.load(_DEFAULT_PATH)
         return _DEFAULT
 
     @classmethod

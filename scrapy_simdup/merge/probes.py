@@ -31,20 +31,15 @@ from scrapy_simdup.index.volatility import VolatilityModel
 from scrapy_simdup.storage.batchfile import CQ_SCALE
 
 
-def volatility_model():
-    """The index module's calibrated :class:`VolatilityModel`, or None if unavailable."""
-    try:
-        return VolatilityModel.default()
-    except Exception:  # noqa: BLE001 - a calibration that cannot be loaded: use the fallback
-        return None
+def volatility_model() -> VolatilityModel:
+    """The calibrated :class:`VolatilityModel` the online index uses."""
+    return VolatilityModel.default()
 
 
 def _model_log_odds():
     """The calibrated model's ``c -> log-odds`` function (the one the online
-    index's C code evaluates), or None if not importable."""
+    index's C code evaluates)."""
     model = volatility_model()
-    if model is None:
-        return None
     compiled = getattr(model, "_c", None)
     if compiled is not None and hasattr(compiled, "log_odds"):
         return compiled.log_odds
@@ -58,30 +53,14 @@ def _model_log_odds():
 def probes_for_recall(recall: float, t: int, distance: int) -> int | None:
     """Flipped probes per element (own header not counted) reaching ``recall``
     according to the model's calibration; None when it cannot tell."""
-    model = volatility_model()
-    if model is None:
-        return None
-    k = model.probes_for_recall(recall, t, distance)
+    k = volatility_model().probes_for_recall(recall, t, distance)
     return None if k is None else max(0, int(k) - 1)
-
-
-def _fallback_log_odds(c: np.ndarray) -> np.ndarray:
-    # Used only when the index's calibrated model is unavailable: a Laplace
-    # tail p = 0.5 exp(-c / 0.35) on the normalised weight.
-    p = np.clip(0.5 * np.exp(-c / 0.35), 1e-300, 0.5 - 1e-12)
-    return np.log(p) - np.log1p(-p)
 
 
 def log_odds_table() -> np.ndarray:
     """Log-odds of a flip for each stored ``cq`` code 0..255 (``c = cq / 32``)."""
     c = np.arange(256, dtype=np.float64) / CQ_SCALE
-    fn = _model_log_odds()
-    if fn is not None:
-        try:
-            return np.ascontiguousarray(np.asarray(fn(c), dtype=np.float64).reshape(256))
-        except Exception:  # noqa: BLE001
-            pass
-    return _fallback_log_odds(c)
+    return np.ascontiguousarray(np.asarray(_model_log_odds()(c), dtype=np.float64).reshape(256))
 
 
 def header_log_odds(cq: np.ndarray, t: int, table: np.ndarray | None = None) -> np.ndarray:
