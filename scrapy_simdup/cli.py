@@ -13,8 +13,8 @@ import sys
 from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.merge import MAX_MERGE_PROBES, crawl_distance, merge, stats
+from scrapy_simdup.merge.run import DEFAULT_CHUNK
 
-_DEFAULT_CHUNK = 1 << 20
 #: exit status when damaged batches were found: `stats` lists them, `merge
 #: --skip-damaged` merged the other batches and left them pending
 EXIT_DAMAGED = 3
@@ -69,15 +69,16 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
     probes.add_argument("--recall", type=_recall, metavar="R",
                         help="target recall; the probe count comes from the calibrated "
                         "volatility model")
-    parser.add_argument("--all", action="store_true",
+    search = parser.add_mutually_exclusive_group()
+    search.add_argument("--all", action="store_true",
                        help="report every earlier near-duplicate (PSM-A), not just the first "
                        "(PSM-F)")
-    parser.add_argument("--exact", action="store_true",
+    search.add_argument("--exact", action="store_true",
                        help="exact search (BPHS batch mode): every pair within the distance; "
                        "the reference for recall, slower")
-    parser.add_argument("--batch-size", type=_positive_int, default=_DEFAULT_CHUNK, metavar="M",
+    parser.add_argument("--batch-size", type=_positive_int, default=DEFAULT_CHUNK, metavar="M",
                        help=f"fingerprints per in-memory batch and per collection chunk "
-                       f"(memory is O(M); default {_DEFAULT_CHUNK})")
+                       f"(memory is O(M); default {DEFAULT_CHUNK})")
     parser.add_argument("--pairs", metavar="FILE",
                        help="write the duplicate pairs found by this merge as JSON Lines "
                        "({url, duplicate_of, distance})")

@@ -867,8 +867,8 @@ def test_a_key_prefix_holding_other_data_is_a_clear_error(redis_server):
 
 
 def test_passwords_never_appear_in_messages():
-    from scrapy_simdup.index.redis.backend import _safe_url
-    assert _safe_url("redis://user:pw@h:6379/0") == "redis://***@h:6379/0"
-    assert _safe_url("redis://:a@b@h/0") == "redis://***@h/0"
-    assert _safe_url("redis://h:6379/0?password=pw&db=2") == "redis://h:6379/0?password=***&db=2"
-    assert _safe_url("unix:///tmp/r.sock?db=1&Password=pw") == "unix:///tmp/r.sock?db=1&Password=***"
+    from scrapy_simdup.index.redis.backend import safe_url
+    assert safe_url("redis://user:pw@h:6379/0") == "redis://***@h:6379/0"
+    assert safe_url("redis://:a@b@h/0") == "redis://***@h/0"
+    assert safe_url("redis://h:6379/0?password=pw&db=2") == "redis://h:6379/0?password=***&db=2"
+    assert safe_url("unix:///tmp/r.sock?db=1&Password=pw") == "unix:///tmp/r.sock?db=1&Password=***"

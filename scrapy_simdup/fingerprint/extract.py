@@ -45,11 +45,9 @@ EXTRACTOR_VERSION = 3   # 2: block sizes count visible (non-space) characters
 # that also holds an author bio, a byline table or a comment section
 # otherwise wins or loses against the article's own element by a few hundred
 # characters, so a page and its copy with a comment block added could
-# extract different texts. Chosen on the tune half of
-# benchmarks/eval_quality.py (0.6, 0.7, 0.8, 0.9 and off compared): page
-# recall at h = 9 0.914 -> 0.925 there (held out: 0.923 -> 0.935); token F1
-# against the 181 reference article bodies median 0.962 -> 0.985, mean
-# 0.926 -> 0.944.
+# extract different texts. The share was chosen on the tune half of
+# benchmarks/eval_quality.py (page recall and token F1 against the reference
+# article bodies, also on the held-out half).
 TIGHT_SHARE_NUM, TIGHT_SHARE_DEN = 7, 10
 
 
@@ -59,8 +57,8 @@ INVISIBLE_TAGS = frozenset(
     "object embed applet svg math canvas video audio map area source track "
     "select option optgroup textarea input button datalist".split())
 # Skipped in "main" mode: navigation, headers, footers and asides do not hold
-# the main content (measured: same token F1 on the 311 reference pages, and
-# 40% less walking than flagging them).
+# the main content (skipping them extracts the same text as flagging them,
+# with less walking: benchmarks/eval_quality.py).
 MAIN_SKIP_TAGS = frozenset(("nav", "footer", "header", "aside"))
 _MAIN_INVISIBLE = INVISIBLE_TAGS | MAIN_SKIP_TAGS
 # Boilerplate regions: flagged in "main" mode (see BlockBuilder).
@@ -78,7 +76,6 @@ UNLIKELY = re.compile(
     r"taboola|skip-link|sr-only|visually-hidden|print-only)(?:$|[\s_-])", re.I)
 LIKELY = re.compile(r"article|content|main|story|entry|post-body|body|text", re.I)
 
-_WS = re.compile(r"\s+")
 _NEVER_UNLIKELY = frozenset(("html", "body", "article", "main"))
 
 

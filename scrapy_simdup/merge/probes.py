@@ -63,15 +63,6 @@ def log_odds_table() -> np.ndarray:
     return np.ascontiguousarray(np.asarray(_model_log_odds()(c), dtype=np.float64).reshape(256))
 
 
-def header_log_odds(cq: np.ndarray, t: int, table: np.ndarray | None = None) -> np.ndarray:
-    """Log-odds ``(m, t)`` that each header bit flips (column ``c`` = bit ``63 - c``),
-    from the batch files' ``cq`` field (one table lookup per bit)."""
-    if not 1 <= t <= cq.shape[1]:
-        raise ValueError(f"t must be in 1..{cq.shape[1]}, got {t}")
-    table = log_odds_table() if table is None else table
-    return np.ascontiguousarray(table[np.asarray(cq[:, :t], dtype=np.uint8)])
-
-
 def probe_masks(cq: np.ndarray, t: int, h: int, k: int, high32: bool = False, rows=None,
                 header16: bool = False, ordered: bool = True):
     """``(masks uint64 (m, k), nprobes int32 (m,))``: each element's ``k`` most
@@ -109,10 +100,8 @@ def header_bits(chunk_size: int) -> int:
     Fewer header bits need fewer probes for the same recall (k(t) grows with
     t) and put more chunk entries in each bucket, each one more comparison in
     the join's sweep. With SIMD, about 32 entries per bucket is best; the
-    scalar sweep, 4x slower per comparison, is best at about 8 (tuned on the
-    bench_batch workload at m = 1M, n = 10M, in-process timings not kept in
-    the results file: with AVX-512, t = 15 beat t = 17 and t = 13 by 20%
-    and 15%; scalar, t = 17 beat t = 15 by 35%). So which near-duplicates a merge
+    scalar sweep, slower per comparison, is best at about 8 (tuned on the
+    bench_batch workload). So which near-duplicates a merge
     finds (it is probabilistic) can differ between CPUs with and without
     AVX2; on one machine it is deterministic.
     """

@@ -56,10 +56,11 @@ def _damaged_batch(header: Path, exc: CorruptFileError, skip: bool) -> dict:
 def _stable_argsort(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(order, values[order])``: the sort order of uint64 ``values``, equal
     values in their original order. NumPy's stable sort of 64-bit keys is a
-    timsort (4x its SIMD quicksort), so the quicksort runs and only the runs
-    of equal values (exact duplicate pages) are put back in order."""
+    timsort (far slower than its SIMD quicksort), so the quicksort runs and
+    only the runs of equal values (exact duplicate pages) are put back in
+    order."""
     # contiguous first: a batch's value field is strided, and the sort and the
-    # gather below are twice as slow on it as the copy costs
+    # gather below lose more on it than the copy costs
     values = np.ascontiguousarray(values, dtype=np.uint64)
     order = np.argsort(values)
     ordered = values[order]
@@ -206,7 +207,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     if collection is None and not any(list_batches(d) for d in dirs) \
             and not (dirs[0] / "collection" / "collection.json").exists():
-        raise ValueError(f"no batch files in {', '.join(map(str, dirs))} (is it a SIMDUP_DIR?)")
+        raise ValueError(f"no batch files in {', '.join(map(str, dirs))} "
+                         "(is it a crawl directory with batch files?)")
     lock = Collection.lock_directory(cpath)
     try:
         coll = Collection(cpath, create=True)

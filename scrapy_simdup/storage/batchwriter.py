@@ -109,16 +109,6 @@ class BatchWriter:
             self.flush()
         return record_id
 
-    def append_many(self, values, W, urls) -> None:
-        """Append many records at once (``W`` is ``(n, 64)``)."""
-        values = np.asarray(values, dtype=np.uint64)
-        W = np.asarray(W)
-        urls = list(urls)
-        if not (len(values) == len(W) == len(urls)):
-            raise ValueError(f"values, W and urls differ in length: {len(values)}, {len(W)}, {len(urls)}")
-        for i in range(len(values)):
-            self.append(int(values[i]), W[i], urls[i])
-
     def flush(self) -> Path | None:
         """Write the pending records as one batch file; returns its header path (None if empty)."""
         if not self._values:

@@ -4,7 +4,7 @@ features (``tests.reference.features``) in place of the compiled ones.
 
 Decoding and parsing are the package's own (they have no compiled twin);
 the final weighted simhash is ``hashing.simhash_hashes``, the core that
-``tests/test_core.py`` checks against ``tests.reference.simhash``.
+``tests/test_hashing.py`` checks against ``tests.reference.simhash``.
 """
 from __future__ import annotations
 

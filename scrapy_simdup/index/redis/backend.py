@@ -3,8 +3,9 @@
 Two layers:
 
 ``RedisIndexStore``   the store: bucket layout, the pipelined snapshot read,
-                      the local Hamming check (compiled, ``_redis_scan``) and
-                      the atomic Lua check-and-insert (``_redis_lua``, which
+                      the local Hamming check (compiled,
+                      ``_ext.redisbuckets``) and the atomic Lua
+                      check-and-insert (``index.redis.lua``, which
                       documents the layout and proves the protocol). It takes
                       probe masks, not volatility: it knows nothing of PSM's
                       flip-set order.
@@ -56,11 +57,10 @@ from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT, SETTINGS_MI
 from scrapy_simdup.index.volatility import VolatilityModel
 
 __all__ = ["RedisIndexStore", "RedisBackend", "StoreMatch",
-           "DEFAULT_HEADER_BITS", "probes_for", "safe_url"]
+           "probes_for", "safe_url"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HEADER_BITS = DEFAULT_REDIS_HEADER_BITS
 _MASK64 = (1 << 64) - 1
 _HEXDIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
@@ -110,7 +110,7 @@ class RedisIndexStore:
     ``"header_bits"``, ``"distance"``, ``"params"``).
     """
 
-    def __init__(self, url: str, base: str, header_bits: int = DEFAULT_HEADER_BITS,
+    def __init__(self, url: str, base: str, header_bits: int = DEFAULT_REDIS_HEADER_BITS,
                  distance: int = 3, params: dict | None = None, fingerprint: str | None = None):
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ParameterError("url", f"the Redis URL must start with redis://, rediss:// "
@@ -177,7 +177,7 @@ class RedisIndexStore:
             return module.Redis.from_url(self.url, **params)
         except (ValueError, TypeError) as exc:
             raise ParameterError("url, params", f"the Redis URL or connection options are not "
-                                 f"usable: {_safe_url(self.url)}: {exc}") from None
+                                 f"usable: {safe_url(self.url)}: {exc}") from None
 
     def check_server(self):
         """Start-up check (blocking, once): reachable, script loaded, same layout.
@@ -198,7 +198,7 @@ class RedisIndexStore:
                 client.ping()
             except (TypeError, ValueError) as exc:  # a connection option redis-py refuses
                 raise ParameterError("params", f"the connection options are not usable for "
-                                               f"{_safe_url(self.url)}: {exc}") from None
+                                               f"{safe_url(self.url)}: {exc}") from None
             base = self.base
             pipe = client.pipeline(transaction=True)
             pipe.set(base + ":t", self.header_bits, nx=True)
@@ -213,13 +213,13 @@ class RedisIndexStore:
             self._keys_sha = client.script_load(KEYS_AT)
         except redis.ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
-                raise IndexUnavailableError(f"cannot use Redis at {_safe_url(self.url)}: "
+                raise IndexUnavailableError(f"cannot use Redis at {safe_url(self.url)}: "
                                             f"{exc}") from exc
             raise ParameterError("key_prefix", f"{self.base!r} already holds keys that are not "
                                  f"a scrapy-simdup index ({exc}); use another key prefix"
                                  ) from None
         except redis.RedisError as exc:
-            raise IndexUnavailableError(f"cannot use Redis at {_safe_url(self.url)}: "
+            raise IndexUnavailableError(f"cannot use Redis at {safe_url(self.url)}: "
                                         f"{exc}") from exc
         finally:
             client.close()
@@ -308,7 +308,7 @@ class RedisIndexStore:
         ``ahead`` chunks are read while this one is checked and its script
         runs, so the client and Redis work at the same time; the scripts run
         in order, one at a time, and a script sees every insertion made after
-        its snapshot (``_redis_lua``): the client flags the candidates that an
+        its snapshot (``index.redis.lua``): the client flags the candidates that an
         insertion of this call's own chunks not yet committed when their
         snapshot was sent may match.
         """
@@ -374,7 +374,7 @@ class RedisIndexStore:
         ``earlier``: ``(values, own headers)`` of those not committed when the
         snapshot was read) lands in one of its probed buckets *within distance
         h*: only then must the script re-check this call's own insertions for
-        it. Insertions of other writers are always re-checked (``_redis_lua``)."""
+        it. Insertions of other writers are always re-checked (``index.redis.lua``)."""
         earlier = [e for e in earlier if e[0].shape[0]]
         ev = np.concatenate([e[0] for e in earlier]) if earlier else np.zeros(0, np.uint64)
         eh = np.concatenate([e[1] for e in earlier]) if earlier else np.zeros(0, np.uint64)
@@ -507,7 +507,7 @@ class RedisIndexStore:
                 theirs = _short(str(exc).split(SETTINGS_MISMATCH + " ", 1)[1])
                 raise IndexConflictError(
                     "header_bits" if theirs.startswith("header bits") else "fingerprint",
-                    f"the index at {base!r} ({_safe_url(self.url)}) was re-created with other "
+                    f"the index at {base!r} ({safe_url(self.url)}) was re-created with other "
                     f"settings than this process's ({theirs}): its fingerprints cannot be "
                     f"compared with this process's; restart the crawls with the same "
                     f"settings") from exc
@@ -534,11 +534,11 @@ class RedisIndexStore:
         """The error for a Redis command that failed mid-crawl (another type of
         key under the prefix is named, like at start-up)."""
         if "WRONGTYPE" in str(exc):
-            return IndexConflictError("key_prefix", f"Redis index at {_safe_url(self.url)} "
+            return IndexConflictError("key_prefix", f"Redis index at {safe_url(self.url)} "
                                       f"failed: a key under the key prefix {self.base!r} was "
                                       f"replaced by a key of another type ({exc}); is the prefix "
                                       f"shared with something else?")
-        return IndexUnavailableError(f"Redis index at {_safe_url(self.url)} failed: {exc}")
+        return IndexUnavailableError(f"Redis index at {safe_url(self.url)} failed: {exc}")
 
     async def size(self) -> int:
         from redis.exceptions import RedisError  # noqa: PLC0415 (optional)
@@ -642,14 +642,11 @@ def safe_url(url: str) -> str:
     return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
 
 
-_safe_url = safe_url
-
-
 # -- the index backend ------------------------------------------------------------
 #: recall target that picks the probe budget when neither a probe budget nor a
-#: recall is given (the in-memory index probes every flip set by default;
-#: over the network each probe costs a bucket read, so the Redis index aims at
-#: the calibrated 98%: 14 probes with t = 14 and h = 3)
+#: recall is given (the crawl's in-memory index aims at ``_limits.DEFAULT_RECALL``;
+#: over the network each probe costs a bucket read, so the Redis index aims
+#: a little lower, by the calibrated volatility model)
 DEFAULT_REDIS_RECALL = 0.98
 #: probe budget when the volatility model has no calibration for the distance
 DEFAULT_REDIS_PROBES = 16
@@ -666,10 +663,7 @@ def probes_for(header_bits: int, distance: int, max_probes: int | None = None,
     if max_probes is not None:
         return int(max_probes)
     recall = recall if recall is not None else DEFAULT_REDIS_RECALL
-    try:
-        model = VolatilityModel.default()
-    except Exception:  # noqa: BLE001 (no shipped model: a fixed budget)
-        return DEFAULT_REDIS_PROBES
+    model = VolatilityModel.default()
     if not model.probes.get(int(distance)):
         return DEFAULT_REDIS_PROBES
     return model.probes_for_recall(recall, header_bits, distance)
@@ -706,7 +700,7 @@ class RedisBackend(IndexBackend):
         self._flushing = False
 
     @classmethod
-    def open(cls, url: str, key_prefix: str, header_bits: int = DEFAULT_HEADER_BITS,
+    def open(cls, url: str, key_prefix: str, header_bits: int = DEFAULT_REDIS_HEADER_BITS,
              distance: int = 3, max_probes: int | None = DEFAULT_REDIS_PROBES,
              params: dict | None = None, fingerprint: str | None = None) -> RedisBackend:
         """A backend on the index under ``key_prefix`` at ``url``, checked
@@ -740,11 +734,8 @@ class RedisBackend(IndexBackend):
         batch (what ``flip_masks`` checks per call), or None for a custom one."""
         if self._flip is not None:
             return None
-        try:
-            model = self.model if self.model is not None else VolatilityModel.default()
-            model_c = model._c
-        except AttributeError:
-            return None
+        model = self.model if self.model is not None else VolatilityModel.default()
+        model_c = model._c
         k = -1 if self.max_probes is None else int(self.max_probes)
         return psm.flip_masks_many_c, model_c, self.store.header_bits, self.store.distance, k
 
