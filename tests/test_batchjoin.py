@@ -1,4 +1,4 @@
-"""The compiled batch join (_ext/batchjoin.pyx) against the pure Python reference (tests/reference/batch.py)."""
+"""The compiled batch join (_ext/batchjoin.pyx) against its reference (tests/reference/batch.py)."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
