@@ -3,7 +3,7 @@
     /work/venv/bin/python benchmarks/bench_index_default.py [--n 1000000] [--distance 9]
 
 ``bench_index.py`` measures the PSM paper's setting, h = 3. The plugin's
-default is h = 9 (see the README's "Choosing SIMDUP_DISTANCE"), where block-
+default is h = 9 (see docs/usage.rst, "Choosing SIMDUP_DISTANCE"), where block-
 permuted search needs G >= 10 blocks: its leading block is 6 or 7 bits, so each
 of its tables scans a large range per query. Same workload as bench_index
 (real-simhash near-duplicates at distance 1..h planted among background

@@ -2,14 +2,15 @@
 the index, the Redis store, the ``simdup`` command): each range is defined
 here once (import-light: no NumPy, no compiled modules)."""
 
-# Largest Hamming threshold: the features' best page-level F1 lies at 10..16
-# (benchmarks/eval_quality.py); PSM flips at most 8 header bits per probe.
+# Largest Hamming threshold: it covers every threshold at which the features'
+# page-level F1 is worth having (benchmarks/eval_quality.py); PSM flips at
+# most 8 header bits per probe.
 MAX_DISTANCE = 16
 # The crawl default (SIMDUP_DISTANCE, `simdup merge --distance`), chosen on
 # the tune half by benchmarks/eval_quality.py: the best page F1 among the h
 # whose projected false matches stay below 0.01 per page in a crawl of a
 # million pages (unrelated pages' distances are about N(32, 4)). Smaller
-# crawls can afford more (README, "Choosing SIMDUP_DISTANCE").
+# crawls can afford more (docs/usage.rst, "Choosing SIMDUP_DISTANCE").
 DEFAULT_DISTANCE = 9
 # Target recall of the probe budget when neither recall nor max_probes is
 # given to the crawl's index: probing every flip set of up to 8 header bits

@@ -145,8 +145,8 @@ static inline int vosh_init(vosh_gen *g, const double *lw, const uint64_t *mask,
 
 /* The caller takes at most `k` more non-empty sets: the queue then keeps
  * only the k best nodes, as a sorted array when k <= VOSH_SORTED_BUDGET
- * (shorter inserts, no heap: 70 ns a set instead of 81 at k = 513, h = 9,
- * about even at k = 1000), and vosh_next stops after k sets. The sets and
+ * (shorter inserts, no heap: faster up to about that budget), and
+ * vosh_next stops after k sets. The sets and
  * their order are unchanged. Call it right after vosh_init (before or
  * after the empty set), while the queue holds only the roots. */
 #define VOSH_SORTED_BUDGET 1024

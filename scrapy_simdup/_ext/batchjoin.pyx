@@ -17,7 +17,7 @@ Within a bucket reached with ``i`` header bits flipped, ``popcount(x ^ y) <= h``
 is the paper's test "at most ``h - i`` differing bits in the other ``64 - t``".
 ``first_only`` is PSM-F: an element is reported once and then deactivated
 (``active[i] = 0``), so later chunks skip it. The pure NumPy reference is
-``tests/reference_batch.py``.
+``tests/reference/batch.py``.
 """
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.stdlib cimport malloc, realloc, free

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""Compiled fast path of ``scrapy_simdup.fingerprint.extract.scan_lxml_py``.
+"""Compiled block scan of an lxml tree (its pure Python reference is
+``scan_lxml_py`` in ``tests/reference/extract.py``).
 
 It walks the libxml2 nodes under an lxml element directly (through lxml's
 public C API, the ``_c_node`` of an element), instead of creating one Python

@@ -122,9 +122,9 @@ def long_tag_bytes(html, Py_ssize_t min_length) -> int:
     """The total length of the tags of ``html`` (str or bytes) that are at
     least ``min_length`` long, from ``<`` to the ``>`` ending the tag (not
     one in a quoted attribute value), outside script and style bodies and
-    comments. libxml2 parses a tag's attributes in quadratic time (one 2 MB
-    tag of 200 000 attributes takes minutes), so the fingerprinter does not
-    hand pages with much of it to libxml2 as they are."""
+    comments. libxml2 parses a tag's attributes in quadratic time, so the
+    fingerprinter does not hand pages with much of it to libxml2 as they
+    are."""
     cdef const unsigned char[::1] view
     if isinstance(html, str):
         if PyUnicode_KIND(html) == 1:        # Latin-1 storage: scan it in place

@@ -5,7 +5,7 @@ cdef inline int auto_header_bits(Py_ssize_t n) noexcept nogil:
     on average (one or two cache lines), offsets cost at most 1 byte per
     fingerprint. The paper's t = log2 n gives smaller buckets but needs more
     probes for the same recall; a probe costs a cache miss whatever its size,
-    and t = log2 n - 2 measured fastest at n = 10M (bench_index.py)."""
+    so slightly larger buckets are faster overall (bench_index.py)."""
     cdef int t = 0
     while (<Py_ssize_t>1 << (t + 1)) <= n:
         t += 1

@@ -139,8 +139,7 @@ def _html_parser():
         # parsel's settings (recover, utf-8, huge_tree), plus: no comments or
         # PIs and no id hash table. Comments hold no text and their tails
         # merge into the neighbouring text, so the extracted text is identical
-        # to that of parsel's tree (checked on all shared pages); parsing is
-        # about a quarter faster.
+        # to that of parsel's tree, and parsing does less work.
         parser = _local.parser = etree.HTMLParser(
             recover=True, encoding="utf-8", huge_tree=True, collect_ids=False,
             remove_comments=True, remove_pis=True)
@@ -238,16 +237,14 @@ def _check_option(name, value, allowed):
 # three that declare the encoding (charset, http-equiv, content), whose values
 # over 1 KiB are emptied too. None of it is visible text, so such a page is
 # fingerprinted whole when its text fits instead of by its first bytes (pages
-# sharing a 5 MB inline image, or 5 MB of small SVG paths, used to be cut to
-# that alone and dropped as copies), and no tag keeps the thousands of
-# attributes libxml2 parses in quadratic time (a 2 MB tag of 200 000 took
-# 140 s). A page is treated so when it is over max_bytes, or when its tags of
-# LONG_TAG characters or more add up to over HUGE_TAGS: that bounds what
-# libxml2 may spend on the attributes of a page handed to it as it is to
-# about 2 s (one 128 KiB tag of 25 000 attributes; a tag under LONG_TAG holds
-# at most some 800). Pages up to HUGE_TAGS long are not scanned, so the
-# median page (103 KiB) pays nothing. Of the 421 shared pages, the one with
-# the most has 62 KB of such tags (inline images).
+# sharing a huge inline image or mass of small SVG paths would otherwise be
+# cut to that alone and dropped as copies), and no tag keeps the thousands of
+# attributes libxml2 parses in quadratic time. A page is treated so when it
+# is over max_bytes, or when its tags of LONG_TAG characters or more add up
+# to over HUGE_TAGS: that bounds what libxml2 may spend on the attributes of
+# a page handed to it as it is (at most one HUGE_TAGS-long tag; a tag under
+# LONG_TAG holds at most some 800 attributes). Pages up to HUGE_TAGS long are
+# not scanned, so a typical page pays nothing.
 LONG_TAG = 1 << 12
 HUGE_TAGS = 1 << 17
 

@@ -17,7 +17,7 @@ What is kept (per namespace directory: ``SIMDUP_DIR`` for pages,
 
 ``idf-<pages>.bin``
     With ``SIMDUP_WEIGHTING = "idf"``: the IDF table the fingerprints were
-    weighed with (``_idf``), one file per state it was committed in. A new
+    weighed with (``fingerprint.idf``), one file per state it was committed in. A new
     table is saved at start-up (``idf-00000.bin``, so its id is on disk
     before any batch names it); while it learns, each snapshot saves the
     table first and ``index.json`` names it (``idf_file``), so the index and

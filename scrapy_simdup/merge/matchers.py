@@ -31,11 +31,9 @@ def probe_runs(t: int, distance: int) -> int:
 
     Worth it only where false candidates cost: random low bits pass an
     ``h``-bit filter with probability 1e-6 at h = 3 but 1e-3 at h = 7 and
-    1e-2 at h = 9 (there the runs make about 15x fewer of them, by these
-    pass rates and the mix of flip counts; a merge of 1M
-    against 2M went from 16.8 s to about 12 s), while more, shorter sweeps cost
-    about 5% at h = 3. One run below PROBE_RUNS_FROM, and when the offsets
-    would pass 2^24 entries (128 MiB)."""
+    1e-2 at h = 9, where the runs remove most of them, while at small ``h``
+    the more, shorter sweeps cost more than they save. One run below
+    PROBE_RUNS_FROM, and when the offsets would pass 2^24 entries (128 MiB)."""
     if distance < PROBE_RUNS_FROM:
         return 1
     runs = min(distance, 8) + 1

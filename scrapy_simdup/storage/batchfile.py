@@ -1,6 +1,8 @@
 """Batch file format (version 1): what a crawl flushes for the offline merge.
 
-A batch named ``B`` (``batch-<crawl>-<seq>``) is three files in ``SIMDUP_DIR``:
+A batch named ``B`` (``batch-<seq:08d>-<pid>``: the directory's batch
+sequence number and the id of the writing process, see
+:mod:`scrapy_simdup.storage.batchwriter`) is three files in ``SIMDUP_DIR``:
 
 ``B.npy``
     A plain NumPy ``.npy`` file (``np.load`` reads it) holding a structured
@@ -29,7 +31,12 @@ A batch named ``B`` (``batch-<crawl>-<seq>``) is three files in ``SIMDUP_DIR``:
     The header, written last (its presence commits the batch): ``format``
     (``"simdup-batch"``), ``version`` (1), ``count``, ``first_id``,
     ``header_bits`` (32), ``dtype`` (the NumPy descr), ``npy_bytes``,
-    ``npy_crc32``, ``urls_bytes``, ``urls_crc32``, ``created`` (Unix time).
+    ``npy_crc32``, ``urls_bytes``, ``urls_crc32``, ``created`` (Unix time)
+    and, when the writer gives them, ``fingerprint`` (the
+    ``Fingerprinter.version`` recipe the values were made with),
+    ``distance`` (the crawl's SIMDUP_DISTANCE) and ``online_duplicates``
+    (``{distance: count}`` of the records the crawl's online index found a
+    near-duplicate for; the keys are strings).
 
 Each file is written to a temporary name, fsynced and renamed into place, so
 a crash leaves either no batch or a complete one; a ``.npy``/``.urls`` without
