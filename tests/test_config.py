@@ -121,7 +121,7 @@ def test_revisit_and_start_request_settings():
 
 @pytest.mark.parametrize("name, value, argument", [
     ("SIMDUP_ON_TOO_LARGE", "explode", "on_too_large must be"),
-    ("SIMDUP_FEATURES", "words", "features: unknown feature set"),
+    ("SIMDUP_FEATURES", "words", "unknown feature set 'words'"),
     ("SIMDUP_CONTENT_XPATH", "//div[@", "content_xpath is not a valid XPath"),
     ("SIMDUP_PARSER", "regex", "parser must be one of"),
 ])

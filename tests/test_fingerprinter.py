@@ -582,3 +582,19 @@ def test_taming_a_page_keeps_its_fingerprint():
         assert f.fingerprint_html(strip_invisible_bulk(record.html)).value == value
         checked += 1
     assert checked > 400
+
+
+@pytest.mark.parametrize("options, parameter", [
+    ({"features": "words"}, "features"),
+    ({"shingle_size": 0}, "shingle_size"),
+    ({"parser": "regex"}, "parser"),
+    ({"content_xpath": "//div[@"}, "content_xpath"),
+    ({"content_xpath": "//p", "content_css": "p"}, "content_xpath,content_css"),
+    ({"max_bytes": 10}, "max_bytes"),
+])
+def test_option_errors_name_the_option_not_a_setting(options, parameter):
+    from scrapy_simdup.exceptions import ParameterError
+    with pytest.raises(ParameterError) as info:
+        Fingerprinter(**options)
+    assert info.value.parameter == parameter
+    assert isinstance(info.value, ValueError) and "SIMDUP_" not in str(info.value)

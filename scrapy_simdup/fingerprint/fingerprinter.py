@@ -29,7 +29,7 @@ from w3lib.encoding import (
 )
 
 from scrapy_simdup._ext import hashing, htmlscan, textfeat
-from scrapy_simdup.exceptions import SkippedPage
+from scrapy_simdup.exceptions import ParameterError, SkippedPage
 from scrapy_simdup.fingerprint.extract import EXTRACTOR_VERSION, extract_lxml
 from scrapy_simdup.fingerprint.features import (
     FEATURE_SETS,
@@ -227,7 +227,7 @@ def _last_branch_depth(root) -> int:
 
 def _check_option(name, value, allowed):
     if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        raise ParameterError(name, f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
 # What a page over max_bytes (or with too much in long tags, below) loses
@@ -330,66 +330,76 @@ class Fingerprinter:
                  max_tokens: int = DEFAULT_MAX_TOKENS, idf_pages: int = DEFAULT_LEARN_PAGES,
                  idf: IdfTable | None = None):
         if not isinstance(features, str) or not features:
-            raise ValueError(f"features must be a non-empty str such as 'shingles', got {features!r}")
+            raise ParameterError("features",
+                                 f"features must be a non-empty str such as 'shingles', got {features!r}")
         sets = tuple(s.strip() for s in features.split("+"))
         for s in sets:
             if s not in FEATURE_SETS:
-                raise ValueError(f"features: unknown feature set {s!r} "
-                                 f"(choose from {', '.join(FEATURE_SETS)}, joined with '+')")
+                raise ParameterError("features",
+                                     f"unknown feature set {s!r} in features "
+                                     f"(choose from {', '.join(FEATURE_SETS)}, joined with '+')")
             if sets.count(s) > 1:
-                raise ValueError(f"features names {s!r} twice: {features!r}")
+                raise ParameterError("features", f"features names {s!r} twice: {features!r}")
         if isinstance(shingle_size, bool) or not isinstance(shingle_size, int) or not 1 <= shingle_size <= 16:
-            raise ValueError(f"shingle_size must be an int in 1..16, got {shingle_size!r}")
+            raise ParameterError("shingle_size",
+                                 f"shingle_size must be an int in 1..16, got {shingle_size!r}")
         _check_option("weighting", weighting, WEIGHTINGS)
         if weighting == "idf":
             if isinstance(idf_pages, bool) or not isinstance(idf_pages, int) \
                     or not 1 <= idf_pages <= MAX_LEARN_PAGES:
-                raise ValueError(f"idf_pages must be an int in 1..{MAX_LEARN_PAGES}, "
-                                 f"got {idf_pages!r}")
+                raise ParameterError("idf_pages",
+                                     f"idf_pages must be an int in 1..{MAX_LEARN_PAGES}, got {idf_pages!r}")
             if idf is None:
                 idf = IdfTable(idf_pages)
             elif idf.learn_pages != idf_pages:
-                raise ValueError(f"idf_pages is {idf_pages}, but the saved IDF table learns from "
-                                 f"{idf.learn_pages} pages (set it back, or start a new table)")
+                raise ParameterError("idf_pages",
+                                     f"idf_pages is {idf_pages}, but the saved IDF table learns from "
+                                     f"{idf.learn_pages} pages (set it back, or start a new table)")
         elif idf is not None:
-            raise ValueError(f"an IDF table needs weighting='idf', got weighting={weighting!r}")
+            raise ParameterError("weighting",
+                                 f"an IDF table needs weighting='idf', got weighting={weighting!r}")
         _check_option("extract", extract, EXTRACT_MODES)
         _check_option("parser", parser, PARSERS)
         _check_option("on_too_large", on_too_large, ("truncate", "skip"))
         if content_xpath is not None and content_css is not None:
-            raise ValueError("content_xpath and content_css are exclusive: give one of them")
+            raise ParameterError("content_xpath,content_css",
+                                 "content_xpath and content_css are exclusive: give one of them")
         self._content = None
         if content_css is not None:
             if not isinstance(content_css, str) or not content_css.strip():
-                raise ValueError(f"content_css must be a non-empty CSS selector, got {content_css!r}")
+                raise ParameterError("content_css",
+                                     f"content_css must be a non-empty CSS selector, got {content_css!r}")
             # cssselect (parsel's CSS translator) is only needed for content_css
             from cssselect import HTMLTranslator  # noqa: PLC0415
             from cssselect.parser import SelectorError  # noqa: PLC0415
             try:
                 xpath = HTMLTranslator().css_to_xpath(content_css)
             except SelectorError as exc:
-                raise ValueError(f"content_css is not a valid CSS selector: {exc}") from None
+                raise ParameterError("content_css",
+                                     f"content_css is not a valid CSS selector: {exc}") from None
             self._content = etree.XPath(xpath)
         elif content_xpath is not None:
             if not isinstance(content_xpath, str) or not content_xpath.strip():
-                raise ValueError(f"content_xpath must be a non-empty XPath, got {content_xpath!r}")
+                raise ParameterError("content_xpath",
+                                     f"content_xpath must be a non-empty XPath, got {content_xpath!r}")
             try:
                 self._content = etree.XPath(content_xpath)
             except etree.XPathSyntaxError as exc:
-                raise ValueError(f"content_xpath is not a valid XPath: {exc}") from None
+                raise ParameterError("content_xpath", f"content_xpath is not a valid XPath: {exc}") from None
             # evaluated once now: an expression that cannot select nodes
             # (count(), an unknown $variable or prefix) would fail on every page
             try:
                 probe = self._content(etree.fromstring("<html><body><p>x</p></body></html>"))
             except etree.XPathError as exc:
-                raise ValueError(f"content_xpath cannot be evaluated: {exc}") from None
+                raise ParameterError("content_xpath", f"content_xpath cannot be evaluated: {exc}") from None
             if not isinstance(probe, list):
-                raise ValueError(f"content_xpath must select elements, but {content_xpath!r} "
-                                 f"gives a {type(probe).__name__}")
+                raise ParameterError("content_xpath",
+                                     f"content_xpath must select elements, but {content_xpath!r} "
+                                     f"gives a {type(probe).__name__}")
         for name, value, low in (("min_features", min_features, 1), ("max_bytes", max_bytes, 1024),
                                  ("max_tokens", max_tokens, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+                raise ParameterError(name, f"{name} must be an int >= {low}, got {value!r}")
         self.features = "+".join(sets)
         self.feature_sets = frozenset(sets)
         self.shingle_size = shingle_size

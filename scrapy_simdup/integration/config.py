@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import re
 import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -28,6 +27,7 @@ from scrapy_simdup._limits import (
     MIN_PROBES,
     MIN_REDIS_HEADER_BITS,
 )
+from scrapy_simdup.exceptions import ParameterError
 from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter
 
 __all__ = ["SimdupConfig", "SETTINGS_DEFAULTS"]
@@ -399,18 +399,15 @@ class SimdupConfig:
         """Build the :class:`scrapy_simdup.Fingerprinter` for these settings
         (``idf``: a saved IdfTable to go on with, for ``weighting="idf"``).
 
-        The Fingerprinter validates its options; its ``ValueError`` is re-raised
-        naming the ``SIMDUP_*`` setting it concerns.
+        The Fingerprinter validates its options; its ``ParameterError`` names
+        the option, and is re-raised naming the ``SIMDUP_*`` setting.
         """
         try:
             return Fingerprinter(**self.feature_options, idf=idf)
-        except (TypeError, ValueError) as exc:
-            message = str(exc)
-            for name, kwarg in FEATURE_SETTINGS.items():
-                if re.search(rf"(?<!\w){kwarg}(?!\w)", message) and kwarg in self.feature_options:
-                    raise ValueError(f"{name}: {message}") from exc
-            names = ", ".join(n for n, k in FEATURE_SETTINGS.items() if k in self.feature_options)
-            raise ValueError(f"invalid feature settings ({names or 'defaults'}): {message}") from exc
+        except ParameterError as exc:
+            setting_of = {kwarg: name for name, kwarg in FEATURE_SETTINGS.items()}
+            names = " / ".join(setting_of.get(p, p) for p in exc.parameter.split(","))
+            raise ValueError(f"{names}: {exc}") from None
 
     def redis_key_for(self, spider_name: str) -> str:
         return self.redis_key % {"spider": spider_name}
