@@ -308,3 +308,18 @@ def test_the_start_up_line_says_what_was_restored(tmp_path):
     assert middleware.logstats.setup("news").startswith(
         f"Simdup: drop near-duplicate pages and items within 9 bits (PSM, recall 0.99), "
         f"memory index, SIMDUP_DIR={d}: restored 1,234 fingerprints and 0 items; ")
+
+
+def test_summary_says_why_no_item_was_checked_and_counts_in_words():
+    crawler = _crawler({"SIMDUP_ENABLED": True})
+    stats = crawler.stats
+    logstats = SimdupLogStats(crawler, SimdupConfig.from_crawler(crawler))
+    stats.set_value("simdup/checked", 3)
+    stats.set_value("simdup/duplicates", 1)
+    stats.set_value("simdup/revisits", 1)
+    stats.set_value("simdup/items/skipped/no_text", 4)
+    summary = logstats.summary()
+    assert "pages: checked 3, 1 near-duplicate (33.3%" in summary
+    assert "1 revisit," in summary
+    assert ("items: none checked, skipped 4 (no_text 4): no item has a field of "
+            "SIMDUP_ITEM_FIELDS ['text']") in summary

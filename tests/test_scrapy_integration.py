@@ -211,6 +211,15 @@ def test_non_html_and_dont_simdup_are_skipped(site, tmp_path):
     assert len(result["responses"]) == 6  # everything reached the spider
 
 
+def test_robots_txt_is_not_a_page_of_the_crawl(site, tmp_path):
+    """Scrapy's own robots.txt request (a 404 here) is neither checked nor counted."""
+    result = run_crawl(tmp_path, {**ADDON, "ROBOTSTXT_OBEY": True},
+                       [{"url": site.url("/page/a0v0")}])
+    stats = result["stats"]
+    assert stats["simdup/checked"] == 1
+    assert not [k for k in stats if k.startswith("simdup/skipped/")], stats
+
+
 def test_huge_malformed_and_empty_pages(site, tmp_path):
     names = ("huge", "malformed", "empty", "scriptonly", "binaryhtml")
     requests = [{"url": site.url(f"/raw/{n}")} for n in names]

@@ -166,23 +166,35 @@ class SimdupLogStats:
             skipped = _skipped(self.stats, prefix + "skipped/")
             if not checked and not skipped:     # e.g. the pipeline alone: no pages part
                 continue
+            reasons = ", ".join(f"{k.rsplit('/', 1)[1]} {v}" for k, v in sorted(skipped.items()))
+            if not checked:
+                part = f"{kind}: none checked, skipped {sum(skipped.values())} ({reasons})"
+                if kind == "items" and set(skipped) == {prefix + "skipped/no_text"}:
+                    # the add-on enables the pipeline: say how to point it at the text
+                    part += (f": no item has a field of SIMDUP_ITEM_FIELDS "
+                             f"{list(self.config.item_fields)}")
+                parts.append(part)
+                continue
             duplicates = get(prefix + "duplicates", 0)
             mean_probes, lookup_us, fp_us = self._means(kind)
-            reasons = ", ".join(f"{k.rsplit('/', 1)[1]} {v}" for k, v in sorted(skipped.items()))
             revisits = get(prefix + "revisits", 0)
             kept_start = get(prefix + "start_requests_kept", 0)
             parts.append(
-                f"{kind}: checked {checked}, {duplicates} near-duplicates "
+                f"{kind}: checked {checked}, {_plural(duplicates, 'near-duplicate')} "
                 f"({_share(duplicates, checked)}; dropped {get(prefix + 'dropped', 0)}, "
                 f"tagged {get(prefix + 'tagged', 0)}), "
-                + (f"{revisits} revisits, " if revisits else "")
-                + (f"{kept_start} start pages kept, " if kept_start else "")
+                + (f"{_plural(revisits, 'revisit')}, " if revisits else "")
+                + (f"{_plural(kept_start, 'start page')} kept, " if kept_start else "")
                 + f"skipped {sum(skipped.values())}"
                 + (f" ({reasons})" if reasons else "")
                 + f", errors {get(prefix + 'errors', 0)}, index size {get(prefix + 'index_size', 0)}, "
                 f"{_fmt(mean_probes)} probes, {lookup_us:.0f} us per lookup, "
                 f"{fp_us:.0f} us per fingerprint")
         return "Simdup summary: " + "; ".join(parts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _skipped(stats, prefix: str) -> dict:

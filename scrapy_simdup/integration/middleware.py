@@ -50,6 +50,8 @@ class SimdupDownloaderMiddleware(SimdupComponent):
         url = response.url
         if self.refused:     # the crawl is being stopped: no page goes through unchecked
             raise IgnoreRequest(f"scrapy-simdup refused to check pages ({self.refused})")
+        if request.meta.get("dont_obey_robotstxt") and url.endswith("/robots.txt"):
+            return response     # Scrapy's own robots.txt request: not a page of the crawl
         if request.meta.get("dont_simdup"):
             verdict = self.skip("dont_simdup", url)
         elif not isinstance(response, HtmlResponse):
