@@ -130,3 +130,18 @@ def test_the_default_model_is_the_shipped_calibration():
     assert model.meta == shipped["meta"]
     assert model.meta["source"].startswith("benchmarks/calibrate_volatility.py")
     assert model.to_dict()["survival"] == pytest.approx(shipped["survival"])
+
+
+def test_a_model_survives_json_and_a_file(tmp_path):
+    model = VolatilityModel.default()
+    again = VolatilityModel.from_json(model.to_json())
+    assert again.to_dict() == model.to_dict()
+    model.save(tmp_path / "model.json")
+    loaded = VolatilityModel.load(tmp_path / "model.json")
+    assert loaded.to_dict() == model.to_dict()
+    rng = np.random.default_rng(3)
+    W = rng.normal(size=(5, 64))
+    for w in W:
+        masks, flipped = flip_masks(w, 14, 3, model=loaded)
+        want_masks, want_flipped = flip_masks(w, 14, 3, model=model)
+        assert masks.tolist() == want_masks.tolist() and flipped.tolist() == want_flipped.tolist()
