@@ -46,7 +46,8 @@ sys.path.insert(0, str(HERE))
 from _workload import background, query_set
 
 from scrapy_simdup import SimdupConfig
-from scrapy_simdup.index.redis.backend import RedisBackend, RedisIndexStore
+from scrapy_simdup.index.redis.backend import RedisBackend
+from scrapy_simdup.index.redis.store import RedisIndexStore
 from scrapy_simdup.integration.backends import probe_budget
 
 H = 3

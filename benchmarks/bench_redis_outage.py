@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from redis_server import RedisServer
 
 from scrapy_simdup.exceptions import IndexUnavailableError
-from scrapy_simdup.index.redis.backend import RedisIndexStore
+from scrapy_simdup.index.redis.store import RedisIndexStore
 
 ONE = [np.zeros(1, np.uint64)]
 

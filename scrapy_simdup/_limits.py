@@ -16,6 +16,9 @@ DEFAULT_DISTANCE = 9
 # given to the crawl's index: probing every flip set of up to 8 header bits
 # is ~10^5 probes per look-up at a million pages.
 DEFAULT_RECALL = 0.99
+# ... and of the shared Redis index's: over the network each probe costs a
+# bucket read, so it aims a little lower, by the calibrated volatility model.
+DEFAULT_REDIS_RECALL = 0.98
 # A probe budget (buckets probed per look-up) is at least 1: the own bucket.
 MIN_PROBES = 1
 # Header bits t of the shared Redis index (2**t bucket keys), fixed when the

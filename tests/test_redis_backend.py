@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrapy_simdup.exceptions import IndexUnavailableError, ParameterError
-from scrapy_simdup.index.redis.backend import RedisIndexStore, StoreMatch
+from scrapy_simdup.index.redis.store import RedisIndexStore, StoreMatch
 from scrapy_simdup.integration.backends import setting_message
 from tests.data_root import DATA_ROOT
 
@@ -867,7 +867,7 @@ def test_a_key_prefix_holding_other_data_is_a_clear_error(redis_server):
 
 
 def test_passwords_never_appear_in_messages():
-    from scrapy_simdup.index.redis.backend import safe_url
+    from scrapy_simdup.index.redis.store import safe_url
     assert safe_url("redis://user:pw@h:6379/0") == "redis://***@h:6379/0"
     assert safe_url("redis://:a@b@h/0") == "redis://***@h/0"
     assert safe_url("redis://h:6379/0?password=pw&db=2") == "redis://h:6379/0?password=***&db=2"

@@ -12,8 +12,8 @@ import time
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_simdup._limits import DEFAULT_RECALL
-from scrapy_simdup.index.redis.backend import DEFAULT_REDIS_RECALL, safe_url
+from scrapy_simdup._limits import DEFAULT_RECALL, DEFAULT_REDIS_RECALL
+from scrapy_simdup.index.redis.store import safe_url
 from scrapy_simdup.integration.config import SimdupConfig
 
 try:  # Scrapy >= 2.13: asyncio-native looping call when the asyncio reactor runs
