@@ -140,7 +140,7 @@ def flip_masks(W, header_bits: int, distance: int, max_probes=None, model=None):
     model = VolatilityModel.default() if model is None else model
     if not isinstance(model, VolatilityModel):
         raise TypeError(f"model must be a VolatilityModel, got {type(model).__name__}")
-    return psm.flip_masks_c(model._c, _as_W1(W), header_bits, distance,
+    return psm.flip_masks_c(model.compiled, _as_W1(W), header_bits, distance,
                              -1 if max_probes is None else int(max_probes))
 
 
@@ -185,7 +185,7 @@ class PSMIndex(psm.PSMCore):
             raise TypeError(f"model must be a VolatilityModel, got {type(model).__name__}")
         self.model = model
         self.recall = recall
-        self._core_init(distance, header_bits or 0, model._c)
+        self._core_init(distance, header_bits or 0, model.compiled)
         self.max_probes = max_probes
         self._on_rebuild()
 

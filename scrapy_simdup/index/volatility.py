@@ -98,6 +98,11 @@ class VolatilityModel:
         uniform = math.log(UNIFORM_P / (1 - UNIFORM_P))
         self._c = psm._Model(self.dc, lw, -self.tail_rate, uniform)
 
+    @property
+    def compiled(self):
+        """The compiled form the PSM table, VOSH and the batch join evaluate."""
+        return self._c
+
     # -- evaluation ------------------------------------------------------
     def p(self, c) -> np.ndarray:
         """Flip probability for normalised weights ``c``."""

@@ -39,15 +39,7 @@ def volatility_model() -> VolatilityModel:
 def _model_log_odds():
     """The calibrated model's ``c -> log-odds`` function (the one the online
     index's C code evaluates)."""
-    model = volatility_model()
-    compiled = getattr(model, "_c", None)
-    if compiled is not None and hasattr(compiled, "log_odds"):
-        return compiled.log_odds
-
-    def from_p(c):
-        p = np.clip(model.p(c), 1e-300, 0.5 - 1e-9)
-        return np.log(p) - np.log1p(-p)
-    return from_p
+    return volatility_model().compiled.log_odds
 
 
 def probes_for_recall(recall: float, t: int, distance: int) -> int | None:

@@ -115,7 +115,7 @@ class RedisBackend(IndexBackend):
         if self._flip is not None:
             return None
         model = self.model if self.model is not None else VolatilityModel.default()
-        model_c = model._c
+        model_c = model.compiled
         k = -1 if self.max_probes is None else int(self.max_probes)
         return psm.flip_masks_many_c, model_c, self.store.header_bits, self.store.distance, k
 
