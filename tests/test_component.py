@@ -20,7 +20,8 @@ from scrapy_simdup import SimdupConfig, SimdupDownloaderMiddleware, SimdupPipeli
 from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError
 from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
 from scrapy_simdup.index.memory import PSMIndex
-from scrapy_simdup.index.persist import IndexStore, PersistentBatchWriter, load_idf, restore
+from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, restore
+from scrapy_simdup.index.snapshot import IndexStore
 from scrapy_simdup.integration.logstats import SimdupLogStats
 from scrapy_simdup.integration.pipeline import NearDuplicateItem
 from scrapy_simdup.storage import batchwriter
@@ -249,7 +250,7 @@ def test_any_os_error_reading_the_saved_state_is_corruption(tmp_path, monkeypatc
 
     def read_json(path, kind="file"):
         raise error
-    monkeypatch.setattr("scrapy_simdup.index.persist.read_json", read_json)
+    monkeypatch.setattr("scrapy_simdup.storage.atomic.open_regular", read_json)
     with pytest.raises(CorruptFileError, match="index.json") as err:
         restore(MemoryBackend(PSMIndex(distance=3)), tmp_path, on_error="stop")
     assert err.value.path == str(tmp_path / "index.json")

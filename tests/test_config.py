@@ -308,7 +308,7 @@ def test_a_component_that_fails_to_open_frees_its_simdup_dir(tmp_path):
     """The directory lock is taken before the index is opened; when opening
     fails (here a Redis index that cannot be reached), the lock is released,
     so another crawler of this process can use the directory."""
-    from scrapy_simdup.index.persist import lock_crawl_directory
+    from scrapy_simdup.index.crawldir import lock_crawl_directory
     d = tmp_path / "simdup"
     settings = {"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d),
                 "SIMDUP_INDEX": "redis://127.0.0.1:1/0"}

@@ -112,6 +112,22 @@ def test_read_json_names_what_stands_in_for_the_file(tmp_path):
         read_json(tmp_path / "index.json", "index snapshot header")
 
 
+@pytest.mark.parametrize("error", [PermissionError(13, "Permission denied"),
+                                   OSError(5, "Input/output error")])
+def test_read_json_names_any_os_error(tmp_path, monkeypatch, error):
+    """What open_regular does not name (a failed read, ...) is corrupt too."""
+    path = tmp_path / "index.json"
+    path.write_text("{}")
+
+    def open_regular(path, kind="file"):
+        raise error
+    monkeypatch.setattr("scrapy_simdup.storage.atomic.open_regular", open_regular)
+    with pytest.raises(CorruptFileError, match=f"index snapshot header cannot be read "
+                                               f"\\({error.strerror}\\)") as err:
+        read_json(path, "index snapshot header")
+    assert err.value.path == str(path)
+
+
 @pytest.mark.parametrize("suffix", [".json", ".npy"])
 def test_merge_of_a_batch_replaced_by_a_directory_is_one_named_line(crawl, capsys, suffix):
     header = list_batches(crawl)[1]

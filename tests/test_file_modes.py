@@ -8,7 +8,7 @@ import pytest
 
 from scrapy_simdup import simhash
 from scrapy_simdup.fingerprint.idf import IdfTable
-from scrapy_simdup.index.persist import IndexStore
+from scrapy_simdup.index.snapshot import IndexStore
 from scrapy_simdup.merge import merge
 from scrapy_simdup.storage import atomic
 from scrapy_simdup.storage.batchwriter import BatchWriter

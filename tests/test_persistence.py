@@ -17,7 +17,7 @@ import pytest
 
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.idf import IdfTable
-from scrapy_simdup.index.persist import IndexStore
+from scrapy_simdup.index.snapshot import IndexStore
 from scrapy_simdup.storage.batchfile import list_batches, read_batch
 from tests.data_root import DATA_ROOT
 from tests.http_server import PageServer
@@ -256,7 +256,7 @@ def test_corrupt_index_with_stop_ends_the_crawl_without_a_traceback(site, tmp_pa
 
 
 def test_simdup_dir_that_cannot_be_a_directory(tmp_path):
-    from scrapy_simdup.index.persist import prepare_directory
+    from scrapy_simdup.index.crawldir import prepare_directory
     a_file = tmp_path / "settings.py"
     a_file.write_text("")
     with pytest.raises(ValueError, match="settings.py' is not a directory") as err:
@@ -280,7 +280,7 @@ def test_a_simdup_dir_in_use_by_another_crawl_is_refused_at_start_up(site, tmp_p
     """Two crawls writing one SIMDUP_DIR would interleave record ids and index
     snapshots: the second one stops at start-up, naming the setting and the
     process holding the directory; once it is free, a crawl uses it."""
-    from scrapy_simdup.index.persist import lock_crawl_directory
+    from scrapy_simdup.index.crawldir import lock_crawl_directory
     d = tmp_path / "simdup"
     held = lock_crawl_directory(d)            # another crawl, in this test's process
     try:
@@ -519,3 +519,27 @@ def test_load_idf_corrupt_table_stops_or_goes_aside_with_the_index(tmp_path):
     (aside,) = tmp_path.glob("corrupt-*")
     assert sorted(p.name for p in aside.iterdir()) == [
         "idf-00000.bin", "index.json", "index.keys", "index.values"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "directory", "read error"])
+def test_a_named_idf_table_that_cannot_be_read_is_corrupt(tmp_path, monkeypatch, damage):
+    from scrapy_simdup.index.persist import load_idf
+    path = tmp_path / "idf-00002.bin"
+    IndexStore(tmp_path).append(np.array([5, 6], dtype=np.uint64), ["a", "b"],
+                                {"idf_file": path.name})
+    if damage == "directory":
+        path.mkdir()
+    elif damage == "read error":
+        IdfTable(learn_pages=3, bits=10).save(path)
+
+        def load(cls, path):
+            raise OSError(5, "Input/output error")
+        monkeypatch.setattr(IdfTable, "load", classmethod(load))
+    problem = {"missing": "IDF table is missing", "directory": "is a directory",
+               "read error": r"IDF table cannot be read \(Input/output error\)"}[damage]
+    with pytest.raises(CorruptFileError, match=problem) as err:
+        load_idf(tmp_path, on_error="stop")
+    assert err.value.path == str(path)
+    stats = {}
+    assert load_idf(tmp_path, on_error="keep", on_stat=stats.__setitem__) is None
+    assert stats == {"index_corrupt": 1} and not IndexStore(tmp_path).exists()

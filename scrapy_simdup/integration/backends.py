@@ -19,8 +19,9 @@ from typing import Any
 from scrapy_simdup._limits import DEFAULT_RECALL
 from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError, ParameterError
 from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
+from scrapy_simdup.index.crawldir import namespace_dir
 from scrapy_simdup.index.memory import BPHSIndex, PSMIndex
-from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, namespace_dir, restore
+from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, restore
 from scrapy_simdup.index.redis.backend import RedisBackend, probes_for
 from scrapy_simdup.integration.config import SimdupConfig
 

@@ -16,7 +16,7 @@ from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_simdup.exceptions import CorruptFileError, SkippedPage
 from scrapy_simdup.index.backend import Match, MemoryBackend
-from scrapy_simdup.index.persist import lock_crawl_directory, namespace_dir, prepare_directory
+from scrapy_simdup.index.crawldir import lock_crawl_directory, namespace_dir, prepare_directory
 from scrapy_simdup.integration import logstats
 from scrapy_simdup.integration.backends import (
     load_idf_table,

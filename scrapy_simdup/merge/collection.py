@@ -43,8 +43,9 @@ from scrapy_simdup.storage.atomic import (
     crc32_file,
     file_type_name,
     fsync_dir,
+    is_count,
     lock_directory,
-    read_json,
+    read_header,
 )
 from scrapy_simdup.storage.batchfile import list_batches, read_meta
 
@@ -76,19 +77,11 @@ class Collection:
         self._check_lengths()
 
     def _load_meta(self) -> dict:
-        meta = read_json(self.meta_path, "collection header")
-        if meta.get("format") != FORMAT:
-            raise CorruptFileError(self.meta_path, f"not a {FORMAT} header")
-        if meta.get("version") != VERSION:
-            raise CorruptFileError(self.meta_path, f"collection version {meta.get('version')!r} "
-                                   f"is not supported (this scrapy-simdup reads {VERSION})")
-        for key in ("count", "urls_bytes", "pairs"):
-            if not isinstance(meta.get(key), int) or meta[key] < 0:
-                raise CorruptFileError(self.meta_path, f"field {key!r} is missing or invalid")
+        meta = read_header(self.meta_path, "collection header", FORMAT, VERSION,
+                           ("count", "urls_bytes", "pairs"))
         if not isinstance(meta.get("runs"), list) or not isinstance(meta.get("merged"), dict):
             raise CorruptFileError(self.meta_path, "fields 'runs'/'merged' are missing or invalid")
-        if not all(isinstance(r, dict) and isinstance(r.get("count"), int) and r["count"] >= 0
-                   for r in meta["runs"]):
+        if not all(isinstance(r, dict) and is_count(r.get("count")) for r in meta["runs"]):
             raise CorruptFileError(self.meta_path, "a run entry is missing or invalid")
         if sum(r["count"] for r in meta["runs"]) != meta["count"]:
             raise CorruptFileError(self.meta_path, "run lengths do not add up to the count")

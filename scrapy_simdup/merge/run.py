@@ -19,6 +19,7 @@ import numpy as np
 
 from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.index.snapshot import HEADER_FILE
 from scrapy_simdup.merge.collection import (
     H_DTYPE,
     PAIR_DTYPE,
@@ -145,7 +146,7 @@ def crawl_distance(dirs) -> int | None:
     snapshot); None when none says; a ValueError when they disagree."""
     found: dict[int, Path] = {}
     for d in map(Path, dirs):
-        sources = list(list_batches(d)) + [d / "index.json"]
+        sources = list(list_batches(d)) + [d / HEADER_FILE]
         for p in sources:
             try:
                 meta = read_json(p, "header") if p.exists() else {}

@@ -160,14 +160,15 @@ def atomic_write_json(path, obj) -> None:
 
 
 def read_json(path, kind: str = "file") -> dict:
-    """Read a JSON object; a missing, empty or unparsable file, or no file
-    (a directory, ...: :func:`open_regular`), is a CorruptFileError."""
+    """Read a JSON object; a missing, empty or unparsable file, no file (a
+    directory, ...: :func:`open_regular`) or any other OSError is a
+    CorruptFileError naming ``path``."""
     path = Path(path)
-    with open_regular(path, kind) as handle:
-        try:
+    try:
+        with open_regular(path, kind) as handle:
             data = handle.read()
-        except OSError as exc:
-            raise CorruptFileError(path, f"{kind} cannot be read ({exc.strerror or exc})") from None
+    except OSError as exc:      # what open_regular does not name: a read error, ...
+        raise CorruptFileError(path, f"{kind} cannot be read ({exc.strerror or exc})") from None
     try:
         obj = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -175,6 +176,27 @@ def read_json(path, kind: str = "file") -> dict:
     if not isinstance(obj, dict):
         raise CorruptFileError(path, f"{kind} is not a JSON object")
     return obj
+
+
+def is_count(value) -> bool:
+    """A JSON integer >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def read_header(path, kind: str, format: str, version: int, int_fields=()) -> dict:
+    """:func:`read_json` of a file header whose ``format`` and ``version`` must
+    match and whose ``int_fields`` must be integers >= 0; a CorruptFileError
+    naming ``path`` and what is wrong otherwise."""
+    meta = read_json(path, kind)
+    if meta.get("format") != format:
+        raise CorruptFileError(path, f"not a {format} header (format={meta.get('format')!r})")
+    if meta.get("version") != version:
+        raise CorruptFileError(path, f"{format} version {meta.get('version')!r} is not supported "
+                               f"(this scrapy-simdup reads version {version})")
+    for key in int_fields:
+        if not is_count(meta.get(key)):
+            raise CorruptFileError(path, f"{kind} field {key!r} is missing or invalid")
+    return meta
 
 
 def crc32_stream(handle, length: int | None = None, crc: int = 0, block: int = 1 << 22) -> int:

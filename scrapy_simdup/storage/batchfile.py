@@ -60,8 +60,9 @@ from scrapy_simdup.storage.atomic import (
     atomic_write_json,
     crc32_file,
     crc32_stream,
+    is_count,
     open_regular,
-    read_json,
+    read_header,
 )
 
 FORMAT = "simdup-batch"
@@ -175,26 +176,13 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
 def read_meta(json_path) -> dict:
     """Read and validate a batch header (not the data)."""
     json_path = Path(json_path)
-    meta = read_json(json_path, "batch header")
-    if meta.get("format") != FORMAT:
-        raise CorruptFileError(json_path, f"not a {FORMAT} header (format={meta.get('format')!r})")
-    if meta.get("version") != VERSION:
-        raise CorruptFileError(
-            json_path, f"batch format version {meta.get('version')!r} is not supported "
-            f"(this scrapy-simdup reads version {VERSION})")
-    for key in ("count", "npy_bytes", "npy_crc32", "urls_bytes", "urls_crc32"):
-        if not _count(meta.get(key)):
-            raise CorruptFileError(json_path, f"batch header field {key!r} is missing or invalid")
-    if "first_id" in meta and not _count(meta["first_id"]):
+    meta = read_header(json_path, "batch header", FORMAT, VERSION,
+                       ("count", "npy_bytes", "npy_crc32", "urls_bytes", "urls_crc32"))
+    if "first_id" in meta and not is_count(meta["first_id"]):
         raise CorruptFileError(json_path, "batch header field 'first_id' is invalid")
     if meta.get("fingerprint") is not None and not isinstance(meta["fingerprint"], str):
         raise CorruptFileError(json_path, "batch header field 'fingerprint' is invalid")
     return meta
-
-
-def _count(value) -> bool:
-    """A JSON integer >= 0 (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def read_batch(json_path, with_urls: bool = True, verify: bool = True, out=None) -> Batch:

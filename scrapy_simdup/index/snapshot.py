@@ -1,0 +1,149 @@
+"""The index snapshot: the on-disk copy of what an in-memory index stores.
+
+Per namespace directory (``SIMDUP_DIR`` for pages, ``SIMDUP_DIR/items`` for
+items):
+
+``index.values``
+    Raw ``<u8``: the fingerprints the index stored, in insertion order (index
+    id ``i`` is record ``i``). Append-only.
+``index.keys``
+    UTF-8, one key (URL or item id) per line, in the same order. Append-only.
+``index.json``
+    The commit record, replaced atomically after the appends are fsynced:
+    ``format`` (``"simdup-index"``), ``version``, ``count``, the byte length and
+    running CRC-32 of both files, the index settings (``search``,
+    ``distance``, ``fingerprint``: the Fingerprinter recipe, checked on
+    restore), ``saved``, and with IDF weighting ``idf_file``
+    (:mod:`scrapy_simdup.index.persist`).
+
+Bytes past the recorded lengths (an append cut short) are ignored and
+overwritten; a length or checksum mismatch inside them is a
+:class:`CorruptFileError` naming the file.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from zlib import crc32
+
+import numpy as np
+
+from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.storage.atomic import (
+    atomic_write_json,
+    fsync_dir,
+    open_regular,
+    read_header,
+    remove_stale_temporaries,
+)
+from scrapy_simdup.storage.batchfile import escape_url
+
+FORMAT = "simdup-index"
+VERSION = 1
+HEADER_FILE = "index.json"
+FILES_GLOB = "index.*"          # the snapshot's files
+_INT_FIELDS = ("count", "values_bytes", "values_crc32", "keys_bytes", "keys_crc32")
+
+
+def _empty_header() -> dict:
+    return {"format": FORMAT, "version": VERSION, **dict.fromkeys(_INT_FIELDS, 0)}
+
+
+class IndexStore:
+    """The append-only on-disk copy of what an in-memory index stores."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.directory)
+        self.meta_path = self.directory / HEADER_FILE
+        self.values_path = self.directory / "index.values"
+        self.keys_path = self.directory / "index.keys"
+        self.meta = _empty_header()
+        if self.meta_path.exists():
+            try:   # continue appending after what is committed (load() verifies it)
+                self.meta = self._read_header()
+            except CorruptFileError:
+                pass
+
+    def _read_header(self) -> dict:
+        return read_header(self.meta_path, "index snapshot header", FORMAT, VERSION, _INT_FIELDS)
+
+    def exists(self) -> bool:
+        """A snapshot is here (also a damaged one: data files without header)."""
+        return self.meta_path.exists() or any(
+            p.exists() and p.stat().st_size > 0 for p in (self.values_path, self.keys_path))
+
+    def load(self) -> tuple[np.ndarray, list[str]]:
+        """The stored ``(values, keys)``; raises CorruptFileError naming a bad file."""
+        meta = self._read_header()
+        if meta["values_bytes"] != 8 * meta["count"]:
+            raise CorruptFileError(self.meta_path, "values length does not match the count")
+        values_data = self._read_prefix(self.values_path, meta["values_bytes"], meta["values_crc32"])
+        keys_data = self._read_prefix(self.keys_path, meta["keys_bytes"], meta["keys_crc32"])
+        values = np.frombuffer(values_data, dtype="<u8").astype(np.uint64)
+        keys = keys_data.decode("utf-8", "surrogateescape").split("\n")
+        if keys and keys[-1] == "":
+            keys.pop()
+        if len(keys) != meta["count"]:
+            raise CorruptFileError(self.keys_path, f"{len(keys)} keys for {meta['count']} "
+                                   "fingerprints")
+        self.meta = meta
+        return values, keys
+
+    @staticmethod
+    def _read_prefix(path: Path, length: int, crc: int) -> bytes:
+        kind = "index snapshot file"
+        with open_regular(path, kind) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            try:
+                # a damaged header must not make us allocate what it claims
+                data = handle.read(length) if size >= length else b""
+            except OSError as exc:
+                raise CorruptFileError(path, f"{kind} cannot be read ({exc.strerror or exc})") \
+                    from None
+        if len(data) != length:
+            raise CorruptFileError(path, f"{kind} is {size} bytes, the header needs {length} "
+                                   "(truncated)")
+        if crc32(data) != crc:
+            raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
+        return data
+
+    def append(self, values: np.ndarray, keys: list[str], settings: dict | None = None) -> None:
+        """Append stored fingerprints and commit (fsync, then the header atomically)."""
+        values_data = np.ascontiguousarray(values, dtype="<u8").tobytes()
+        keys_data = "".join(escape_url(k) + "\n" for k in keys).encode("utf-8", "surrogateescape")
+        meta = dict(self.meta)
+        for path, offset, data, field in ((self.values_path, meta["values_bytes"], values_data,
+                                           "values"),
+                                          (self.keys_path, meta["keys_bytes"], keys_data, "keys")):
+            mode = "r+b" if path.exists() else "w+b"
+            with open(path, mode) as handle:
+                handle.seek(offset)
+                handle.write(data)
+                handle.truncate()
+                handle.flush()
+                os.fsync(handle.fileno())
+            meta[f"{field}_bytes"] = offset + len(data)
+            meta[f"{field}_crc32"] = crc32(data, meta[f"{field}_crc32"])
+        fsync_dir(self.directory)
+        meta["count"] = self.meta["count"] + len(values)
+        meta["saved"] = time.time()
+        if settings:
+            meta.update(settings)
+        atomic_write_json(self.meta_path, meta)
+        self.meta = meta
+
+    def move_aside(self) -> list[str]:
+        """Rename the (corrupt) snapshot files to ``*.corrupt-<time>``; returns the new names."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        moved = []
+        for path in (self.meta_path, self.values_path, self.keys_path):
+            if path.exists():
+                target = path.with_name(f"{path.name}.corrupt-{stamp}")
+                os.replace(path, target)
+                moved.append(str(target))
+        fsync_dir(self.directory)
+        self.meta = _empty_header()
+        return moved
