@@ -31,9 +31,9 @@ from _data import load_all
 
 from scrapy_simdup import Fingerprinter, SkippedPage
 from scrapy_simdup._ext import hashing
+from scrapy_simdup.fingerprint.decode import parse_html_text
 from scrapy_simdup.fingerprint.extract import scan_lxml
 from scrapy_simdup.fingerprint.features import features_from_token_hashes, text_token_hashes, weigh
-from scrapy_simdup.fingerprint.fingerprinter import parse_html_text
 
 
 def timed(fn, arg, repeat):

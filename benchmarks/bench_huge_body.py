@@ -232,7 +232,8 @@ def main() -> None:
 
     import scrapy
 
-    from scrapy_simdup.fingerprint.fingerprinter import DEFAULT_MAX_BYTES, LOOK_FACTOR
+    from scrapy_simdup.fingerprint.decode import LOOK_FACTOR
+    from scrapy_simdup.fingerprint.fingerprinter import DEFAULT_MAX_BYTES
 
     print(f"Python {platform.python_version()}, Scrapy {scrapy.__version__}, "
           f"{os.cpu_count()} CPUs; SIMDUP_MAX_BYTES {DEFAULT_MAX_BYTES} (default): the plugin "

@@ -12,9 +12,9 @@ from lxml import etree
 from benchmarks._data import decode_html, load_all, load_article_benchmark
 from scrapy_simdup._ext import htmlscan
 from scrapy_simdup.fingerprint import extract as _extract
+from scrapy_simdup.fingerprint.decode import parse_html_text
 from scrapy_simdup.fingerprint.extract import BlockBuilder, extract_lxml, scan_lxml
 from scrapy_simdup.fingerprint.extract_bs4 import extract_soup, parse_soup, walk_soup
-from scrapy_simdup.fingerprint.fingerprinter import parse_html_text
 from tests.data_root import DATA_ROOT
 from tests.reference.extract import main_text_py, scan_lxml_py, walk_lxml
 

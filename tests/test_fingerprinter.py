@@ -21,8 +21,9 @@ from scrapy_simdup import (
     hamming,
 )
 from scrapy_simdup._ext.htmlscan import long_tag_bytes
+from scrapy_simdup.fingerprint import decode as _decode
 from scrapy_simdup.fingerprint import fingerprinter as _fingerprinter
-from scrapy_simdup.fingerprint.fingerprinter import HUGE_TAGS, LONG_TAG, strip_invisible_bulk
+from scrapy_simdup.fingerprint.decode import HUGE_TAGS, LONG_TAG, strip_invisible_bulk
 from tests.data_root import CHECKOUT, DATA_ROOT
 from tests.reference.extract import long_tag_bytes_py
 from tests.reference.fingerprint import fingerprint_html_py
@@ -462,8 +463,8 @@ def test_utf8_shortcut_parses_the_same_tree():
             assert encoding != "cp1252"
             assert f._decode(record.html, encoding, need_text=False) == (None, False, utf8)
             assert utf8 == text.strip().replace("\x00", "").encode("utf-8"), record.id
-            assert etree.tostring(_fingerprinter.parse_html_text(text, utf8)) == etree.tostring(
-                _fingerprinter.parse_html_text(text)), record.id
+            assert etree.tostring(_decode.parse_html_text(text, utf8)) == etree.tostring(
+                _decode.parse_html_text(text)), record.id
     assert used >= 50
 
 
@@ -477,16 +478,16 @@ def test_utf8_shortcut_parses_the_same_tree():
     b"<?xml version='1.0' encoding='iso-8859-2'?><p>x</p>",
 ])
 def test_utf8_shortcut_is_not_taken_when_bytes_and_text_differ(raw):
-    assert _fingerprinter._utf8_parse_bytes(raw, None) is None
+    assert _decode._utf8_parse_bytes(raw, None) is None
     text, _, utf8 = Fingerprinter()._decode(raw, None, need_text=False)
     assert utf8 is None and text is not None
 
 
 def test_utf8_shortcut_follows_the_given_encoding():
     raw = "<meta charset=utf-8><p>caf\u00e9 \ufffd ok</p>".encode()
-    assert _fingerprinter._utf8_parse_bytes(raw, None) == raw
-    assert _fingerprinter._utf8_parse_bytes(raw, "UTF8") == raw
-    assert _fingerprinter._utf8_parse_bytes(raw, "latin-1") is None     # the header wins
+    assert _decode._utf8_parse_bytes(raw, None) == raw
+    assert _decode._utf8_parse_bytes(raw, "UTF8") == raw
+    assert _decode._utf8_parse_bytes(raw, "latin-1") is None     # the header wins
     page = raw + PAGE.encode()
     assert Fingerprinter().fingerprint_html(page) == Fingerprinter().fingerprint_html(page.decode())
 

@@ -12,7 +12,7 @@ import pytest
 from scrapy.http import HtmlResponse
 
 from scrapy_simdup import Fingerprinter, SkippedPage
-from scrapy_simdup.fingerprint.fingerprinter import LOOK_FACTOR
+from scrapy_simdup.fingerprint.decode import LOOK_FACTOR
 from tests.data_root import CHECKOUT
 
 MAX_BYTES = 16_384

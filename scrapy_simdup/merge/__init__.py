@@ -4,12 +4,13 @@
 commit), :mod:`~scrapy_simdup.merge.probes` sizes and computes the probes,
 :mod:`~scrapy_simdup.merge.matchers` holds the matchers (PSM-F, PSM-A,
 exact BPHS), :mod:`~scrapy_simdup.merge.run` the merge driver,
-:mod:`~scrapy_simdup.merge.report` the summary, the ``--pairs`` and
-``--clusters`` files and ``stats``, and :mod:`~scrapy_simdup.merge.output`
-how those files are written. Other layers use the names re-exported here.
+:mod:`~scrapy_simdup.merge.report` the summary and the ``--pairs`` and
+``--clusters`` files, :mod:`~scrapy_simdup.merge.output` how those files
+are written, and :mod:`~scrapy_simdup.merge.inspect` ``stats``. Other
+layers use the names re-exported here.
 """
+from scrapy_simdup.merge.inspect import stats
 from scrapy_simdup.merge.probes import MAX_MERGE_PROBES
-from scrapy_simdup.merge.report import stats
 from scrapy_simdup.merge.run import crawl_distance, merge
 
 __all__ = ["MAX_MERGE_PROBES", "crawl_distance", "merge", "stats"]

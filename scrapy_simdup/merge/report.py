@@ -1,19 +1,14 @@
 """What a batch merge reports: its summary, the ``--pairs`` and ``--clusters``
-files, the duplicate clusters (union-find), and ``simdup stats``."""
+files and the duplicate clusters (union-find)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup.merge.collection import Collection, check_collection_path, is_merged, merged_before
+from scrapy_simdup.merge.collection import Collection
 from scrapy_simdup.merge.output import open_output
-from scrapy_simdup.storage.atomic import read_json
-from scrapy_simdup.storage.batchfile import list_batches, read_meta, unfinished_batches, verify_batch
 
 
 def n_distinct(values: np.ndarray) -> int:
@@ -115,96 +110,3 @@ def write_clusters(coll: Collection, pairs: np.ndarray, target) -> int:
             handle.write(json.dumps({"representative": urls[0], "size": len(members),
                                      "urls": urls}, ensure_ascii=False) + "\n")
     return len(groups)
-
-
-def _add_damaged(entry: dict, header: Path, exc: CorruptFileError, file=None) -> None:
-    entry["corrupt"].append(str(exc))
-    entry["damaged"].append({"batch": str(header), "file": str(file or exc.path),
-                             "problem": exc.problem})
-
-
-def stats(dirs, collection=None, verify: bool = True) -> dict:
-    """What the directories and the collection hold (``simdup stats``).
-
-    With ``verify`` every pending batch is checked as a merge would read it
-    (lengths and checksums: one read of its files); each directory's
-    ``damaged`` lists those a merge would refuse (``{"batch", "file",
-    "problem"}``), left out of its batch counts. ``corrupt`` says, in one
-    line each, every damaged file (also a header damaged after its batch was
-    merged, and the index snapshot header)."""
-    dirs = [Path(d) for d in dirs]
-    out: dict = {"directories": [], "collection": None}
-    coll = None
-    cpath = Path(collection) if collection is not None else (dirs[0] / "collection" if dirs else None)
-    if cpath is not None:
-        check_collection_path(cpath, "--collection" if collection is not None else None)
-    if cpath is not None and os.path.lexists(cpath / "collection.json"):
-        coll = Collection(cpath)
-    for d in dirs:
-        if not d.is_dir():
-            raise ValueError(f"{d}: not a directory")
-        entry = {"path": str(d), "batches": 0, "fingerprints": 0, "pending_batches": 0,
-                 "pending_fingerprints": 0, "unfinished": [], "corrupt": [], "damaged": [],
-                 "online_duplicates": 0, "online_histogram": {},
-                 "bytes": sum(p.stat().st_size for p in d.rglob("*") if p.is_file())}
-        merged = coll.meta["merged"] if coll is not None else {}
-        for p in list_batches(d):
-            try:
-                meta = read_meta(p)
-            except CorruptFileError as exc:
-                if merged_before(p, merged):    # its data is in the collection
-                    entry["corrupt"].append(str(exc))
-                else:
-                    _add_damaged(entry, p, exc)
-                continue
-            pending = not is_merged(p, meta, merged)
-            missing = [q.name for q in (p.with_suffix(".npy"), p.with_suffix(".urls"))
-                       if not os.path.lexists(q)]
-            if missing:
-                exc = CorruptFileError(p, f"batch data missing ({', '.join(missing)})")
-                if pending:
-                    _add_damaged(entry, p, exc, p.with_name(missing[0]))
-                else:
-                    entry["corrupt"].append(str(exc))
-                continue
-            if pending and verify:
-                try:
-                    verify_batch(p)
-                except CorruptFileError as exc:
-                    _add_damaged(entry, p, exc)
-                    continue
-            entry["batches"] += 1
-            entry["fingerprints"] += meta["count"]
-            online = meta.get("online_duplicates")
-            if isinstance(online, dict):      # batches written before it was recorded: none
-                hist = entry["online_histogram"]
-                for dist, count in online.items():
-                    hist[str(dist)] = hist.get(str(dist), 0) + int(count)
-            if pending:
-                entry["pending_batches"] += 1
-                entry["pending_fingerprints"] += meta["count"]
-        entry["unfinished"] = [str(p) for p in unfinished_batches(d)]
-        index_meta = d / "index.json"
-        if os.path.lexists(index_meta):
-            try:
-                entry["index"] = read_json(index_meta, "index snapshot header")
-            except CorruptFileError as exc:
-                entry["corrupt"].append(str(exc))
-        entry["online_histogram"] = dict(sorted(entry["online_histogram"].items(),
-                                                key=lambda kv: int(kv[0])))
-        entry["online_duplicates"] = sum(entry["online_histogram"].values())
-        out["directories"].append(entry)
-    if coll is not None:
-        coll.verify_files(("pairs.bin",))
-        pairs = coll.pairs()
-        hist = np.bincount(pairs["distance"]) if len(pairs) else np.zeros(0, dtype=np.int64)
-        clusters = components(None, pairs["id"], pairs["duplicate_of"]) if len(pairs) else {}
-        out["collection"] = {
-            "path": str(coll.path), "count": coll.count, "runs": len(coll.meta["runs"]),
-            "merged_batches": len(coll.meta["merged"]),
-            "bytes": sum(p.stat().st_size for p in coll.path.iterdir() if p.is_file()),
-            "pairs": int(len(pairs)), "duplicates": n_distinct(pairs["id"]),
-            "clusters": len(clusters),
-            "distance_histogram": {str(i): int(c) for i, c in enumerate(hist) if c},
-        }
-    return out

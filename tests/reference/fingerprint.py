@@ -12,7 +12,8 @@ import numpy as np
 
 from scrapy_simdup._ext import hashing
 from scrapy_simdup.exceptions import SkippedPage
-from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter, parse_html_text
+from scrapy_simdup.fingerprint.decode import parse_html_text
+from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter
 from tests.reference.extract import extract_lxml_py
 from tests.reference.features import text_token_hashes_py, weighted_features_py
 
