@@ -13,7 +13,7 @@ from scrapy.exceptions import UsageError
 from scrapy.settings import SETTINGS_PRIORITIES
 
 from scrapy_simdup.cli import add_merge_options, dispatch
-from scrapy_simdup.integration.config import SimdupConfig
+from scrapy_simdup.integration.config import SimdupConfig, crawl_directory
 
 
 class Command(ScrapyCommand):
@@ -57,9 +57,10 @@ class Command(ScrapyCommand):
         if unknown:
             raise UsageError(f"unrecognized option(s): {' '.join(unknown)}")
         if not dirs:
-            directory = self.settings.get("SIMDUP_DIR") if self.settings else None
-            if not directory and self.settings and self.settings.get("JOBDIR"):
-                directory = os.path.join(self.settings.get("JOBDIR"), "simdup")
+            try:
+                directory, _ = crawl_directory(self.settings)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
             if not directory:
                 raise UsageError("no DIR given and the SIMDUP_DIR setting is not set")
             dirs = [os.fspath(directory)]

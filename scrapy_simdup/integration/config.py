@@ -64,6 +64,24 @@ FEATURE_SETTINGS = {
 }
 
 
+def crawl_directory(settings) -> tuple[str | None, bool]:
+    """``SIMDUP_DIR``, else ``JOBDIR/simdup``, else None; and whether it came
+    from ``JOBDIR``. Read alone by the ``scrapy simdup`` command, which must
+    not fail on an unrelated bad setting."""
+    directory = settings.get("SIMDUP_DIR") if settings is not None else None
+    if directory is None or directory == "":
+        jobdir = settings.get("JOBDIR") if settings is not None else None
+        directory = os.path.join(jobdir, "simdup") if jobdir else None
+        return directory, directory is not None
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r}")
+    directory = os.fspath(directory)
+    if "\x00" in str(directory):
+        raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r} "
+                         f"(a NUL character)")
+    return directory, False
+
+
 def _bool(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -348,19 +366,7 @@ class SimdupConfig:
                             f"has no effect with SIMDUP_SEARCH = 'exact' (it finds every "
                             f"match within SIMDUP_DISTANCE)")
 
-        directory = get("SIMDUP_DIR")
-        dir_from_jobdir = False
-        if directory is None or directory == "":
-            jobdir = settings.get("JOBDIR") if settings is not None else None
-            directory = os.path.join(jobdir, "simdup") if jobdir else None
-            dir_from_jobdir = directory is not None
-        elif not isinstance(directory, (str, os.PathLike)):
-            raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r}")
-        else:
-            directory = os.fspath(directory)
-            if "\x00" in str(directory):
-                raise ValueError(f"SIMDUP_DIR must be a directory path, got {directory!r} "
-                                 f"(a NUL character)")
+        directory, dir_from_jobdir = crawl_directory(settings)
 
         config = cls(
             enabled=_bool("SIMDUP_ENABLED", get("SIMDUP_ENABLED")),
