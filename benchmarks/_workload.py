@@ -6,7 +6,7 @@ between a page and its edited variant follow the volatile bits, as on the web.
 
 Documents
   * *real seeds*: the visible text (lxml ``text_content()``, scripts and styles
-    dropped) of the pages in ``/work/shared/data``, split into sentences;
+    dropped) of the pages in ``../shared/data``, split into sentences;
     ``split()`` of ``example_project/news/sitedata.py`` (``benchmarks._data``) decides the half (tune = calibration,
     report = benchmark).
   * *synthetic*: a site template (boilerplate sentences shared by all pages of

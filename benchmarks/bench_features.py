@@ -1,8 +1,8 @@
 """Per-page cost of page features: ours (lxml, bs4) vs trafilatura.extract.
 
-    /work/venv/bin/python benchmarks/bench_features.py [--quick] [--repeat N]
+    .venv/bin/python benchmarks/bench_features.py [--quick] [--repeat N]
 
-Every real page of /work/shared/data (421 pages; ``--quick``: 60) is given,
+Every real page of ../shared/data (421 pages; ``--quick``: 60) is given,
 as the raw HTML bytes, to each method in turn (interleaved page by page, so
 machine load hits all methods alike); each (page, method) is timed ``--repeat``
 times and the fastest run kept. Reported: median / mean / p90 ms per page and
@@ -115,7 +115,7 @@ def main(argv=None):
         for k, name in enumerate(stages):
             stages[name].append(best[k] * 1e3)
 
-    print(f"pages: {len(pages)} real pages from /work/shared/data "
+    print(f"pages: {len(pages)} real pages from the shared data "
           f"(median size {statistics.median(len(p) for p in pages) / 1024:.0f} KiB), "
           f"best of {args.repeat} runs per page, wall {time.time() - t0:.0f}s, "
           f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

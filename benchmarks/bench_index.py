@@ -1,7 +1,7 @@
 """Online index benchmark: PSM-F / PSM-A against BPHS, faiss, PyPI simhash, NumPy.
 
-    /work/venv/bin/python benchmarks/bench_index.py            # n = 1M and 10M
-    /work/venv/bin/python benchmarks/bench_index.py --quick    # n = 100k, small
+    .venv/bin/python benchmarks/bench_index.py            # n = 1M and 10M
+    .venv/bin/python benchmarks/bench_index.py --quick    # n = 100k, small
 
 Workload (``benchmarks/_workload.py``, cached in ``benchmarks/.cache/``): the
 stored fingerprints are simhashes of synthetic pages (Zipf vocabulary, site
@@ -299,7 +299,7 @@ def main(argv=None):
     sizes = [int(s) for s in (args.sizes or ("100000" if args.quick else
                                              "1000000,10000000")).split(",")]
     Q = args.queries or (20_000 if args.quick else 200_000)
-    print("command: /work/venv/bin/python benchmarks/bench_index.py " + " ".join(
+    print("command: .venv/bin/python benchmarks/bench_index.py " + " ".join(
         sys.argv[1:] if argv is None else argv))
     print(f"numpy {np.__version__}, {os.cpu_count()} cores (shared), one core used")
 

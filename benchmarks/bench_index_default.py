@@ -1,6 +1,6 @@
 """PSM against exact BPHS at the crawl's default distance (SIMDUP_DISTANCE = 9).
 
-    /work/venv/bin/python benchmarks/bench_index_default.py [--n 1000000] [--distance 9]
+    .venv/bin/python benchmarks/bench_index_default.py [--n 1000000] [--distance 9]
 
 ``bench_index.py`` measures the PSM paper's setting, h = 3. The plugin's
 default is h = 9 (see docs/usage.rst, "Choosing SIMDUP_DISTANCE"), where block-

@@ -1,6 +1,6 @@
 """How fast the shared index notices a lost Redis, and recovers when it returns.
 
-    /work/venv/bin/python benchmarks/bench_redis_outage.py [--checks N]
+    .venv/bin/python benchmarks/bench_redis_outage.py [--checks N]
 
 Starts a ``redis-server`` (Debian package) on a free loopback port, fills a
 small index, then for each client timeout (``SIMDUP_REDIS_PARAMS``

@@ -1,11 +1,11 @@
 """Fit the default bit-volatility model shipped with scrapy-simdup.
 
-    /work/venv/bin/python benchmarks/calibrate_volatility.py [--pairs 20000] [--out PATH]
+    .venv/bin/python benchmarks/calibrate_volatility.py [--pairs 20000] [--out PATH]
 
 writes ``scrapy_simdup/data/volatility_default.json`` (see ``scrapy_simdup/index/volatility.py`` for
 the model and how it is estimated). Data: near-duplicate pairs (page, edited
 variant) from ``benchmarks/_workload.py``: the *tune* half of the real pages
-in ``/work/shared/data`` (20% of pairs) and synthetic Zipf-vocabulary pages,
+in ``../shared/data`` (20% of pairs) and synthetic Zipf-vocabulary pages,
 fingerprinted with word 3-shingles, unit weight per occurrence. The benchmark
 (`bench_index.py`) uses the *report* half and other seeds.
 

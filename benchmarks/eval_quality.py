@@ -1,8 +1,8 @@
 """Near-duplicate quality of page fingerprints: ours vs PyPI simhash vs MinHashLSH.
 
-    /work/venv/bin/python benchmarks/eval_quality.py [--quick] [--seed N] [--orders K]
+    .venv/bin/python benchmarks/eval_quality.py [--quick] [--seed N] [--orders K]
 
-Data: the real pages of /work/shared/data split by a stable hash of their id
+Data: the real pages of ../shared/data split by a stable hash of their id
 (``_data.split``) into a *tune* and a *report* half; each half is turned into
 a labelled near-duplicate site by ``_data.build_near_duplicate_site`` (the
 same article in other pages' templates, re-headlined, trimmed, a paragraph

@@ -3,7 +3,7 @@
 Used by the example project's site (``site.py``), the quality evaluation, the
 benchmarks and the tests (which import it as ``benchmarks._data``).
 
-Datasets (``/work/shared/data``, override with ``SIMDUP_DATA``):
+Datasets (``shared/data`` beside the checkout, override with ``SIMDUP_DATA``):
 
 * ``article-extraction-benchmark``: 181 news pages (``html/<id>.html.gz``)
   with the article body and URL in ``ground-truth.json``.
@@ -44,7 +44,8 @@ import lxml.html
 from lxml import etree
 from w3lib.encoding import html_to_unicode
 
-DATA = Path(os.environ.get("SIMDUP_DATA", "/work/shared/data"))
+# the shared development data beside the checkout, unless SIMDUP_DATA names it
+DATA = Path(os.environ.get("SIMDUP_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 __all__ = [
     "DATA", "Record", "SitePage", "load_article_benchmark", "load_readability",
