@@ -81,11 +81,26 @@ def test_redis_backend_knows_its_keys_as_stored():
     assert not backend.same_key("http://a/", "http://a/b")
 
 
-def test_a_revisit_is_counted_apart_and_kept_by_default():
-    crawler = _crawler({"SIMDUP_ENABLED": True})
+def _carry_over(old, new) -> None:
+    """What a restore from SIMDUP_DIR gives a new crawl: the old one's entries."""
+    keys = [old.backend.keys[i] for i in sorted(old.backend.keys)]
+    new.backend.load([old.backend._value_of_key[k] for k in keys], keys)
+
+
+def _recrawl(settings, first_urls, seed=1):
+    """A middleware whose index holds what an earlier crawl stored for ``first_urls``."""
+    earlier = SimdupDownloaderMiddleware.from_crawler(_crawler(settings))
+    for url in first_urls:
+        _check(earlier, url, seed)
+    crawler = _crawler(settings)
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
-    assert _check(middleware, "http://a/", 1)["duplicate_of"] is None
-    tag = _check(middleware, "http://a/", 1)          # the same URL again (dont_filter)
+    _carry_over(earlier, middleware)
+    return crawler, middleware
+
+
+def test_a_revisit_is_counted_apart_and_kept_by_default():
+    crawler, middleware = _recrawl({"SIMDUP_ENABLED": True}, ["http://a/"])
+    tag = _check(middleware, "http://a/", 1)          # the page the last crawl stored
     assert tag == {"simhash": tag["simhash"], "duplicate_of": None, "distance": None}
     with pytest.raises(IgnoreRequest):                 # another URL: a near-duplicate
         _check(middleware, "http://b/", 1)
@@ -94,12 +109,41 @@ def test_a_revisit_is_counted_apart_and_kept_by_default():
     assert stats["simdup/dropped"] == 1 and stats["simdup/index_size"] == 1
 
 
-@pytest.mark.parametrize("on_revisit", ["tag", "drop"])
-def test_on_revisit_tag_and_drop(on_revisit):
-    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag",
-                        "SIMDUP_ON_REVISIT": on_revisit})
+def test_the_same_url_twice_in_one_crawl_is_a_copy_not_a_revisit():
+    crawler = _crawler({"SIMDUP_ENABLED": True})
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     _check(middleware, "http://a/", 1)
+    with pytest.raises(IgnoreRequest, match="near-duplicate of http://a/"):
+        _check(middleware, "http://a/", 1)            # dont_filter, or a second link
+    stats = crawler.stats.get_stats()
+    assert stats["simdup/duplicates"] == 1 and "simdup/revisits" not in stats
+
+
+def test_a_page_is_a_revisit_even_when_another_stored_page_is_found_first():
+    """PSM-F stops at its first hit: the page's own entry is looked up by key."""
+    rng = np.random.default_rng(5)
+    misses = 0
+    for _ in range(300):
+        a = int(rng.integers(0, 2**63, dtype=np.int64)) * 2 + 1
+        bits = rng.choice(64, 12, replace=False)
+        c = a
+        for b in bits:
+            c ^= 1 << int(b)
+        a2 = a
+        for b in bits[:4]:                            # 4 bits from A, 8 from C
+            a2 ^= 1 << int(b)
+        backend = MemoryBackend(PSMIndex(distance=9))
+        asyncio.run(backend.check_and_add(a, rng.normal(size=64), "A"))
+        asyncio.run(backend.check_and_add(c, rng.normal(size=64), "C"))
+        match = asyncio.run(backend.check_and_add(a2, rng.normal(size=64), "A"))
+        misses += match is None or match.duplicate_of != "A" or match.distance != 4
+    assert misses == 0
+
+
+@pytest.mark.parametrize("on_revisit", ["tag", "drop"])
+def test_on_revisit_tag_and_drop(on_revisit):
+    crawler, middleware = _recrawl({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag",
+                                    "SIMDUP_ON_REVISIT": on_revisit}, ["http://a/"])
     if on_revisit == "tag":
         tag = _check(middleware, "http://a/", 1)
         assert tag["revisit"] is True and tag["duplicate_of"] == "http://a/"
@@ -130,9 +174,11 @@ def test_start_requests_are_checked_but_not_dropped():
 def test_items_with_a_made_up_key_are_never_revisits():
     """``item-<n>`` numbers items that have no id: item-1 of another crawl is
     not this item-1."""
+    earlier = SimdupPipeline.from_crawler(_crawler({"SIMDUP_ENABLED": True}))
+    asyncio.run(earlier.process_item({"url": "u1", "text": _text(1)}))
     crawler = _crawler({"SIMDUP_ENABLED": True})
     pipeline = SimdupPipeline.from_crawler(crawler)
-    asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1)}))
+    _carry_over(earlier, pipeline)
     asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1)}))     # revisit: kept
     assert crawler.stats.get_value("simdup/items/revisits") == 1
     # a key that is the stored one only by numbering: a near-duplicate

@@ -103,7 +103,31 @@ class MemoryBackend(IndexBackend):
     def __init__(self, index, keys: dict[int, str] | None = None) -> None:
         self.index = index
         self.keys: dict[int, str] = {} if keys is None else keys
+        # key -> stored value: a page's own entry is found even when PSM's
+        # first hit is another page within the distance
+        self._value_of_key: dict[str, int] = {}
         self._probes = 0
+
+    def load(self, values, keys) -> None:
+        """Add entries saved by an earlier crawl (``keys`` as the snapshot stores them)."""
+        values = np.asarray(values, dtype=np.uint64)
+        if not len(values):
+            return
+        ids = self.index.add(values)
+        for i, value, key in zip(np.asarray(ids).tolist(), values.tolist(), keys):
+            self.keys[int(i)] = key
+            self._value_of_key[key] = int(value)
+
+    def _own_entry(self, value: int, key: str) -> Match | None:
+        """The entry stored under ``key`` (as given, or escaped as a snapshot
+        keeps it) when it is within the distance of ``value``."""
+        for stored_key in (key, _escaped(key)):
+            stored = self._value_of_key.get(stored_key) if stored_key is not None else None
+            if stored is not None:
+                distance = (stored ^ int(value)).bit_count()
+                if distance <= int(self.index.distance):
+                    return Match(stored_key, distance)
+        return None
 
     @property
     def probes(self) -> int | None:  # type: ignore[override]
@@ -121,6 +145,9 @@ class MemoryBackend(IndexBackend):
                            int(getattr(index, "distance", 0)), getattr(index, "max_probes", None))
 
     def _check_and_add(self, value: int, W, key: str) -> Match | None:
+        own = self._own_entry(value, key)
+        if own is not None:
+            return own
         self._probes += self._budget()
         hits = self.index.query(value, W, first=True)
         if hits:
@@ -128,6 +155,7 @@ class MemoryBackend(IndexBackend):
             return Match(self.keys.get(int(best_id), f"#{int(best_id)}"), int(distance))
         ids = self.index.add(np.array([value], dtype=np.uint64))
         self.keys[int(ids[0])] = key
+        self._value_of_key[key] = int(value)
         return None
 
     async def check_and_add(self, value: int, W, key: str) -> Match | None:
@@ -135,12 +163,7 @@ class MemoryBackend(IndexBackend):
 
     def same_key(self, stored: str, key: str) -> bool:
         # keys restored from a snapshot come back as index.keys stores them
-        if stored == key:
-            return True
-        try:
-            return stored == escape_url(key)
-        except TypeError:
-            return False
+        return stored == key or stored == _escaped(key)
 
     async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
         W = np.asarray(W, dtype=np.float64)
@@ -149,3 +172,11 @@ class MemoryBackend(IndexBackend):
 
     def __len__(self) -> int:
         return len(self.index)
+
+
+def _escaped(key: str) -> str | None:
+    """``key`` as a snapshot stores it, or None if it cannot be stored."""
+    try:
+        return escape_url(key)
+    except TypeError:
+        return None

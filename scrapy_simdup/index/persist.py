@@ -252,10 +252,7 @@ def restore(backend, directory, on_error: str = "keep", on_stat: StatCallback | 
     except CorruptFileError as exc:
         _saved_file_corrupt(exc, "index", on_error, on_stat, store.move_aside)
         return 0
-    if len(values):
-        ids = backend.index.add(values)
-        for i, key in zip(np.asarray(ids).tolist(), keys):
-            backend.keys[int(i)] = key
+    backend.load(values, keys)
     if on_stat is not None:
         on_stat("index_restored", len(values))
     return len(values)

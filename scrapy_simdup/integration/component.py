@@ -85,6 +85,8 @@ class SimdupComponent:
         #: the crawl's close reason when the component refuses to work (a
         #: corrupt saved index with SIMDUP_ON_ERROR = "stop", Redis unreachable)
         self.refused: str | None = None
+        #: keys checked in this crawl: a second match under one of them is a copy, not a revisit
+        self._checked_keys: set[str] = set()
         try:
             self._open(config, crawler, fingerprinter, backend)
         except (CorruptFileError, ConnectionError) as exc:
@@ -191,9 +193,12 @@ class SimdupComponent:
         except Exception:  # noqa: BLE001
             return self._failed(key, "index lookup", int(value))
         t2 = time.perf_counter()
-        # the page met again (a re-crawl with SIMDUP_DIR, a shared index), not a copy
-        revisit = match is not None and own_key and self.backend.same_key(match.duplicate_of,
-                                                                           key)
+        # the page met again (a re-crawl with SIMDUP_DIR, another process of a
+        # shared index), not a copy; the same key twice in this crawl is a copy
+        revisit = (match is not None and own_key and key not in self._checked_keys
+                   and self.backend.same_key(match.duplicate_of, key))
+        if own_key:
+            self._checked_keys.add(key)
         self.logstats.record(self.kind, t1 - t0, t2 - t1)
         stats = self.stats
         stats.inc_value(self.prefix + "checked")
