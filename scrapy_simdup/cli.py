@@ -203,7 +203,9 @@ def run_stats(args, out=None) -> int:
     out = out or sys.stdout
 
     info = stats(args.dirs, args.collection)
-    code = EXIT_DAMAGED if any(d["damaged"] for d in info["directories"]) else 0
+    # a damaged index snapshot is a corrupt file (2), whatever the batches say
+    code = 2 if any(d["index_damaged"] for d in info["directories"]) else \
+        EXIT_DAMAGED if any(d["damaged"] for d in info["directories"]) else 0
     if args.json:
         out.write(json.dumps(info, indent=1) + "\n")
         return code

@@ -17,6 +17,7 @@ import pytest
 from scrapy_simdup import simhash
 from scrapy_simdup.cli import EXIT_DAMAGED, build_parser, main
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.index.snapshot import IndexStore
 from scrapy_simdup.merge import merge, stats
 from scrapy_simdup.storage.atomic import read_json
 from scrapy_simdup.storage.batchfile import (
@@ -299,3 +300,113 @@ def test_collection_file_that_is_no_file_is_named(crawl, capsys, name, how):
         assert f"is {kind}, not a collection" in err and "Errno" not in err
         code, out, err = _cli(["stats", crawl], capsys)
         assert code == 2 and f"{path}: is {kind}" in err
+
+
+# ------------------------------------------- a header damaged after its merge
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_header_damaged_after_its_merge_is_only_reported(crawl, capsys, moved):
+    code, out, err = _cli(["merge", crawl], capsys)
+    assert code == 0, err
+    if moved:       # matched by name and data checksum, not by where it lay
+        crawl = crawl.rename(crawl.with_name("moved"))
+    header = list_batches(crawl)[0]
+    header.write_bytes(b"")
+    for extra in ([], ["--skip-damaged"]):
+        code, out, err = _cli(["merge", crawl, "--json", *extra], capsys)
+        assert code == 0, err
+        summary = json.loads(out)
+        assert summary["damaged"] == [] and summary["batches"] == 0
+    code, out, err = _cli(["stats", crawl, "--json"], capsys)
+    assert code == 0, out
+    entry = json.loads(out)["directories"][0]
+    assert entry["damaged"] == [] and entry["pending_batches"] == 0
+    assert any(str(header) in line for line in entry["corrupt"])
+    # a batch of another crawl with the same name but other data is not taken for it
+    other = crawl.with_name("other")
+    other.mkdir()
+    for suffix in (".json", ".npy", ".urls"):
+        shutil.copy(header.with_suffix(suffix), other / header.with_suffix(suffix).name)
+    _flip(other / header.with_suffix(".npy").name)
+    code, out, err = _cli(["merge", crawl, other, "--skip-damaged", "--json"], capsys)
+    assert code == EXIT_DAMAGED and [d["batch"] for d in json.loads(out)["damaged"]] == \
+        [str(other / header.name)]
+
+
+# ------------------------------------------------- outputs inside a crawl dir
+
+@pytest.mark.parametrize("option", ["--pairs", "--clusters"])
+def test_output_inside_a_crawl_directory_is_refused(crawl, tmp_path, capsys, option):
+    other = tmp_path / "other"
+    other.mkdir()
+    (crawl / "index.values").write_bytes(b"snapshot")
+    (tmp_path / "link").symlink_to(crawl)
+    npy = list_batches(crawl)[0].with_suffix(".npy")
+    before = {p: p.read_bytes() for p in crawl.iterdir()}
+    for target in (crawl / "index.values", npy, crawl / "new.jsonl",
+                   other / ".." / "crawl" / "x.jsonl", tmp_path / "link" / "x.jsonl"):
+        code, out, err = _cli(["merge", other, crawl, option, target], capsys)
+        assert code == 2 and f"inside the crawl directory {crawl}" in err, (target, err)
+    assert {p: p.read_bytes() for p in crawl.iterdir()} == before    # nothing merged or written
+    code, out, err = _cli(["merge", crawl, option, tmp_path / "out.jsonl"], capsys)
+    assert code == 0, err
+
+
+# ------------------------------------------- bad bytes in a collection file
+
+@pytest.mark.parametrize("name", ["H.bin", "urls.bin", "urls.idx", "pairs.bin"])
+def test_damaged_collection_stops_merge_and_stats_before_appending(crawl, capsys, name):
+    code, out, err = _cli(["merge", crawl], capsys)
+    assert code == 0, err
+    coll = crawl / "collection"
+    path = coll / name
+    with open(path, "r+b") as handle:
+        handle.seek(16)
+        handle.write(os.urandom(8) if name != "urls.bin" else b"\xff" * 8)
+    with BatchWriter(crawl, batch_size=10) as w:
+        value, W = simhash(["a", "new", "page"] * 20)
+        w.append(value, W, "https://example.com/new")
+    before = {p.name: p.read_bytes() for p in coll.iterdir() if p.is_file()}
+    # stats reads every file; a merge reads the URL files only for --pairs/--clusters
+    merges = [["merge", crawl], ["merge", crawl, "--skip-damaged"]]
+    if name.startswith("urls"):
+        merges = [["merge", crawl, "--clusters", str(crawl.parent / "clusters.jsonl")]]
+    for command in [["stats", crawl], *merges]:
+        code, out, err = _cli(command, capsys)
+        assert code == 2 and f"{path}: checksum mismatch" in err, (command, err)
+    assert {p.name: p.read_bytes() for p in coll.iterdir() if p.is_file()} == before
+
+
+# ----------------------------------------------------- a damaged index snapshot
+
+def _snapshot(crawl):
+    IndexStore(crawl).append(np.arange(1, 6, dtype=np.uint64),
+                             [f"https://example.com/{i}" for i in range(5)])
+
+
+@pytest.mark.parametrize("damage", ["header", "values-flip", "values-dir", "keys-short"])
+def test_stats_checks_the_index_snapshot_files(crawl, capsys, damage):
+    _snapshot(crawl)
+    code, out, err = _cli(["stats", crawl, "--json"], capsys)
+    assert code == 0, out
+    entry = json.loads(out)["directories"][0]
+    assert entry["index"]["count"] == 5 and entry["index_damaged"] is None
+    values, keys = crawl / "index.values", crawl / "index.keys"
+    if damage == "header":
+        (crawl / "index.json").write_text("{not json")
+        bad = crawl / "index.json"
+    elif damage == "values-flip":
+        _flip(values)
+        bad = values
+    elif damage == "values-dir":
+        _replace(values, "directory")
+        bad = values
+    else:
+        keys.write_bytes(keys.read_bytes()[:-5])
+        bad = keys
+    code, out, err = _cli(["stats", crawl], capsys)
+    assert code == 2 and f"CORRUPT: {bad}: " in out, out
+    code, out, err = _cli(["stats", crawl, "--json"], capsys)
+    assert code == 2 and json.loads(out)["directories"][0]["index_damaged"]["file"] == str(bad)
+    code, out, err = _cli(["merge", crawl], capsys)     # the batches are not affected
+    assert code == 0, err

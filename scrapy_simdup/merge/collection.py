@@ -41,10 +41,12 @@ from scrapy_simdup.storage.atomic import (
     atomic_write_json,
     check_regular,
     crc32_file,
+    crc32_stream,
     file_type_name,
     fsync_dir,
     is_count,
     lock_directory,
+    open_regular,
     read_header,
 )
 from scrapy_simdup.storage.batchfile import list_batches, read_meta
@@ -304,11 +306,25 @@ def check_collection_path(path, option: str | None = None) -> None:
 
 
 def merged_before(path: Path, merged: dict) -> bool:
-    """A batch whose header is damaged was merged before (the collection
-    remembers where it lay): its data is in the collection."""
-    resolved = str(Path(path).resolve())
-    return resolved in merged or any(isinstance(v, dict) and v.get("path") == resolved
-                                     for v in merged.values())
+    """A batch whose header is damaged was merged before: its data is in the
+    collection. The collection remembers where it lay and, in its key, its
+    file name and the CRC-32 of its data: a directory moved or copied after
+    the merge is matched by name, and by the data file when that can be read
+    (a data file that cannot be read was merged if the name was)."""
+    path = Path(path)
+    resolved = str(path.resolve())
+    if resolved in merged or any(isinstance(v, dict) and v.get("path") == resolved
+                                 for v in merged.values()):
+        return True
+    crcs = {key.split("|")[2] for key in merged
+            if key.count("|") == 3 and key.split("|", 1)[0] == path.name}
+    if not crcs:
+        return False
+    try:
+        with open_regular(path.with_suffix(".npy"), "batch data file", buffering=0) as handle:
+            return f"{crc32_stream(handle):08x}" in crcs
+    except (CorruptFileError, OSError):
+        return True
 
 
 def pending_batches(dirs, collection: Collection | None,

@@ -7,11 +7,49 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.index.snapshot import FORMAT as INDEX_FORMAT
 from scrapy_simdup.index.snapshot import HEADER_FILE
-from scrapy_simdup.merge.collection import Collection, check_collection_path, is_merged, merged_before
+from scrapy_simdup.index.snapshot import VERSION as INDEX_VERSION
+from scrapy_simdup.merge.collection import (
+    SIDE_FILES,
+    Collection,
+    check_collection_path,
+    is_merged,
+    merged_before,
+)
 from scrapy_simdup.merge.report import components, n_distinct
-from scrapy_simdup.storage.atomic import read_json
+from scrapy_simdup.storage.atomic import crc32_stream, open_regular, read_header, read_json
 from scrapy_simdup.storage.batchfile import list_batches, read_meta, unfinished_batches, verify_batch
+
+_VERIFY_CHUNK = 1 << 20     # records of H.bin read at a time by the check
+
+
+def check_index_snapshot(directory: Path) -> None:
+    """Check the index snapshot of ``directory`` as the crawl's restore reads
+    it (header, lengths, CRC-32s of ``index.values`` and ``index.keys``): a
+    CorruptFileError naming a bad file. Read only: an ``IndexStore`` would
+    also delete the directory's temporaries, which a running crawl may be
+    writing."""
+    header = directory / HEADER_FILE
+    meta = read_header(header, "index snapshot header", INDEX_FORMAT, INDEX_VERSION,
+                       ("count", "values_bytes", "values_crc32", "keys_bytes", "keys_crc32"))
+    if meta["values_bytes"] != 8 * meta["count"]:
+        raise CorruptFileError(header, "values length does not match the count")
+    kind = "index snapshot file"
+    for name, field in (("index.values", "values"), ("index.keys", "keys")):
+        path, length = directory / name, meta[f"{field}_bytes"]
+        with open_regular(path, kind, buffering=0) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < length:
+                raise CorruptFileError(path, f"{kind} is {size} bytes, the header needs "
+                                       f"{length} (truncated)")
+            try:
+                crc = crc32_stream(handle, length)
+            except OSError as exc:
+                raise CorruptFileError(path, f"{kind} cannot be read ({exc.strerror or exc})") \
+                    from None
+        if crc != meta[f"{field}_crc32"]:
+            raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
 
 
 def _add_damaged(entry: dict, header: Path, exc: CorruptFileError, file=None) -> None:
@@ -26,9 +64,12 @@ def stats(dirs, collection=None, verify: bool = True) -> dict:
     With ``verify`` every pending batch is checked as a merge would read it
     (lengths and checksums: one read of its files); each directory's
     ``damaged`` lists those a merge would refuse (``{"batch", "file",
-    "problem"}``), left out of its batch counts. ``corrupt`` says, in one
-    line each, every damaged file (also a header damaged after its batch was
-    merged, and the index snapshot header)."""
+    "problem"}``), left out of its batch counts, and the index snapshot is
+    checked as a crawl restores it (``index_damaged``: ``{"file",
+    "problem"}`` or None). ``corrupt`` says, in one line each, every damaged
+    file (also a header damaged after its batch was merged, which is not
+    counted as damaged). The collection's files are checked against the
+    checksums of its header: a CorruptFileError naming the file."""
     dirs = [Path(d) for d in dirs]
     out: dict = {"directories": [], "collection": None}
     coll = None
@@ -82,17 +123,26 @@ def stats(dirs, collection=None, verify: bool = True) -> dict:
                 entry["pending_fingerprints"] += meta["count"]
         entry["unfinished"] = [str(p) for p in unfinished_batches(d)]
         index_meta = d / HEADER_FILE
+        entry["index_damaged"] = None
         if os.path.lexists(index_meta):
             try:
                 entry["index"] = read_json(index_meta, "index snapshot header")
+                if verify:
+                    check_index_snapshot(d)
             except CorruptFileError as exc:
                 entry["corrupt"].append(str(exc))
+                entry["index_damaged"] = {"file": str(exc.path), "problem": exc.problem}
         entry["online_histogram"] = dict(sorted(entry["online_histogram"].items(),
                                                 key=lambda kv: int(kv[0])))
         entry["online_duplicates"] = sum(entry["online_histogram"].values())
         out["directories"].append(entry)
     if coll is not None:
-        coll.verify_files(("pairs.bin",))
+        # every collection file, as a merge would (H.bin run by run); the
+        # pairs, read below, always
+        coll.verify_files(SIDE_FILES if verify else ("pairs.bin",))
+        if verify:
+            for _ in coll.chunks(_VERIFY_CHUNK):
+                pass
         pairs = coll.pairs()
         hist = np.bincount(pairs["distance"]) if len(pairs) else np.zeros(0, dtype=np.int64)
         clusters = components(None, pairs["id"], pairs["duplicate_of"]) if len(pairs) else {}

@@ -83,12 +83,21 @@ def open_output(target):
             text.detach()
 
 
-def check_output_path(target, option: str, collection=None) -> None:
+def check_output_path(target, option: str, collection=None, dirs=()) -> None:
     """Fail before merging, not after, when an output file cannot be written
-    (or would land in the ``collection`` directory, over its own files)."""
+    (or would land in the ``collection`` directory, over its own files, or
+    inside one of the crawl directories ``dirs``, over a batch or the index
+    snapshot)."""
     if target is None or hasattr(target, "write"):
         return
     path = Path(target)
+    if _own_descriptor(target) is None:     # (stdout/stderr: written, never replaced)
+        resolved = path.resolve()
+        for d in dirs:
+            d = Path(d).resolve()
+            if resolved == d or d in resolved.parents:
+                raise ValueError(f"{option} {path}: inside the crawl directory {d} being "
+                                 f"merged, over its files; write it somewhere else")
     fd = _fd_number(target)
     if fd is not None:  # /dev/fd/N: only a descriptor open now (the shell's), not one we open later
         try:

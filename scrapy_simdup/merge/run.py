@@ -194,8 +194,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             raise ValueError(f"{d}: not a directory")
     cpath = Path(collection) if collection is not None else dirs[0] / "collection"
     check_collection_path(cpath, "--collection" if collection is not None else None)
-    check_output_path(pairs_out, "--pairs", cpath)
-    check_output_path(clusters_out, "--clusters", cpath)
+    check_output_path(pairs_out, "--pairs", cpath, dirs)
+    check_output_path(clusters_out, "--clusters", cpath, dirs)
     if isinstance(distance, bool) or not isinstance(distance, int) \
             or not 0 <= distance <= MAX_DISTANCE:
         raise ValueError(f"distance must be an int in 0..{MAX_DISTANCE}, got {distance!r}")
@@ -222,6 +222,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         if probes is None and not exact:
             probes = merge_probes(distance, t, recall)
         if verify:      # the pairs before appending; the URL files when they are read
+            # (a full read of the URL files per merge would cost more than the
+            # merge itself at scale: `simdup stats` verifies them)
             coll.verify_files(("pairs.bin",) if pairs_out is None and clusters_out is None
                               else SIDE_FILES)
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + (
