@@ -64,7 +64,7 @@ def file_type_name(mode: int) -> str:
 
 
 def _article(kind: str) -> str:
-    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
+    return f"an {kind}" if kind[:1].lower() in "aeiou" else f"a {kind}"
 
 
 def _missing(path: Path, kind: str) -> str:
