@@ -24,22 +24,6 @@ def _run(args, cwd=None):
     return subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=_env(), timeout=120)
 
 
-@pytest.fixture()
-def crawl(tmp_path):
-    """A SIMDUP_DIR with 60 pages in clusters of 3 (near-duplicates of each other)."""
-    rng = np.random.default_rng(3)
-    d = tmp_path / "crawl"
-    with BatchWriter(d, batch_size=25) as w:
-        for c in range(20):
-            base = [f"w{int(x)}" for x in rng.integers(0, 10_000, 300)]
-            for v in range(3):
-                doc = list(base)
-                doc[int(rng.integers(len(doc)))] = "changed"
-                value, W = simhash(doc)
-                w.append(value, W, f"https://example.com/{c}/{v}")
-    return d
-
-
 def _simdup():
     exe = BIN / "simdup"
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "scrapy_simdup.cli"]

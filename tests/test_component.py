@@ -9,12 +9,8 @@ import logging
 
 import numpy as np
 import pytest
-from scrapy import Spider
-from scrapy.crawler import Crawler
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse, Request
-from scrapy.statscollectors import MemoryStatsCollector
-from scrapy.utils.test import get_crawler
 
 from scrapy_simdup import SimdupConfig, SimdupDownloaderMiddleware, SimdupPipeline
 from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError
@@ -25,15 +21,7 @@ from scrapy_simdup.index.snapshot import IndexStore
 from scrapy_simdup.integration.logstats import SimdupLogStats
 from scrapy_simdup.integration.pipeline import NearDuplicateItem
 from scrapy_simdup.storage import batchwriter
-
-
-def _crawler(settings):
-    try:
-        return get_crawler(settings_dict=settings)
-    except RuntimeError:  # Scrapy 2.13's get_crawler wants an installed reactor; we need none
-        crawler = Crawler(Spider, settings)
-        crawler.stats = MemoryStatsCollector(crawler)
-        return crawler
+from tests.scrapy_crawler import make_crawler
 
 
 def _text(seed: int, n: int = 120) -> str:
@@ -89,10 +77,10 @@ def _carry_over(old, new) -> None:
 
 def _recrawl(settings, first_urls, seed=1):
     """A middleware whose index holds what an earlier crawl stored for ``first_urls``."""
-    earlier = SimdupDownloaderMiddleware.from_crawler(_crawler(settings))
+    earlier = SimdupDownloaderMiddleware.from_crawler(make_crawler(settings))
     for url in first_urls:
         _check(earlier, url, seed)
-    crawler = _crawler(settings)
+    crawler = make_crawler(settings)
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     _carry_over(earlier, middleware)
     return crawler, middleware
@@ -110,7 +98,7 @@ def test_a_revisit_is_counted_apart_and_kept_by_default():
 
 
 def test_the_same_url_twice_in_one_crawl_is_a_copy_not_a_revisit():
-    crawler = _crawler({"SIMDUP_ENABLED": True})
+    crawler = make_crawler({"SIMDUP_ENABLED": True})
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     _check(middleware, "http://a/", 1)
     with pytest.raises(IgnoreRequest, match="near-duplicate of http://a/"):
@@ -157,14 +145,14 @@ def test_on_revisit_tag_and_drop(on_revisit):
 
 
 def test_start_requests_are_checked_but_not_dropped():
-    crawler = _crawler({"SIMDUP_ENABLED": True})
+    crawler = make_crawler({"SIMDUP_ENABLED": True})
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     _check(middleware, "http://a/", 1)
     tag = _check(middleware, "http://b/", 1, meta={"is_start_request": True})
     assert tag["duplicate_of"] == "http://a/" and tag["distance"] == 0
     assert crawler.stats.get_value("simdup/duplicates") == 1
     assert crawler.stats.get_value("simdup/start_requests_kept") == 1
-    strict = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DROP_START_REQUESTS": True})
+    strict = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_DROP_START_REQUESTS": True})
     middleware = SimdupDownloaderMiddleware.from_crawler(strict)
     _check(middleware, "http://a/", 1)
     with pytest.raises(IgnoreRequest):
@@ -174,9 +162,9 @@ def test_start_requests_are_checked_but_not_dropped():
 def test_items_with_a_made_up_key_are_never_revisits():
     """``item-<n>`` numbers items that have no id: item-1 of another crawl is
     not this item-1."""
-    earlier = SimdupPipeline.from_crawler(_crawler({"SIMDUP_ENABLED": True}))
+    earlier = SimdupPipeline.from_crawler(make_crawler({"SIMDUP_ENABLED": True}))
     asyncio.run(earlier.process_item({"url": "u1", "text": _text(1)}))
-    crawler = _crawler({"SIMDUP_ENABLED": True})
+    crawler = make_crawler({"SIMDUP_ENABLED": True})
     pipeline = SimdupPipeline.from_crawler(crawler)
     _carry_over(earlier, pipeline)
     asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1)}))     # revisit: kept
@@ -191,7 +179,7 @@ def test_items_with_a_made_up_key_are_never_revisits():
 # -- failed checks ----------------------------------------------------------------
 
 def test_a_page_whose_check_failed_carries_the_error():
-    crawler = _crawler({"SIMDUP_ENABLED": True})
+    crawler = make_crawler({"SIMDUP_ENABLED": True})
     config = SimdupConfig.from_crawler(crawler)
     middleware = SimdupDownloaderMiddleware(crawler, config, backend=_DownBackend())
     tag = _check(middleware, "http://a/", 1)
@@ -203,7 +191,7 @@ def test_a_page_whose_check_failed_carries_the_error():
 
 
 def test_with_on_error_stop_a_failed_page_does_not_reach_the_spider():
-    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_ON_ERROR": "stop"})
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ON_ERROR": "stop"})
     config = SimdupConfig.from_crawler(crawler)
     middleware = SimdupDownloaderMiddleware(crawler, config, backend=_DownBackend())
     closed = []
@@ -220,7 +208,7 @@ def test_with_on_error_stop_a_failed_page_does_not_reach_the_spider():
 
 
 def test_an_item_whose_check_failed_is_tagged_with_the_error():
-    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag"})
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag"})
     config = SimdupConfig.from_crawler(crawler)
     pipeline = SimdupPipeline(crawler, config, backend=_DownBackend())
     item = asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1)}))
@@ -230,7 +218,7 @@ def test_an_item_whose_check_failed_is_tagged_with_the_error():
 # -- tag field in use ---------------------------------------------------------------
 
 def test_tag_mode_warns_once_when_it_replaces_a_value_of_the_item(caplog):
-    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag"})
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag"})
     pipeline = SimdupPipeline.from_crawler(crawler)
     caplog.set_level(logging.WARNING, "scrapy_simdup")
     plain = asyncio.run(pipeline.process_item({"url": "u0", "text": _text(0)}))
@@ -254,7 +242,7 @@ def _full_disk(*args, **kwargs):
 
 def test_fingerprints_not_written_at_close_are_reported_lost(tmp_path, monkeypatch, caplog):
     d = tmp_path / "simdup"
-    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d), "SIMDUP_BATCH_SIZE": 2})
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d), "SIMDUP_BATCH_SIZE": 2})
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     monkeypatch.setattr(batchwriter, "write_batch", _full_disk)
     caplog.set_level(logging.INFO, "scrapy_simdup")
@@ -311,7 +299,7 @@ def test_any_os_error_reading_the_saved_state_is_corruption(tmp_path, monkeypatc
 def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
     d = tmp_path / "simdup"
     (d / "index.json").mkdir(parents=True)
-    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d),
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d),
                         "SIMDUP_ON_ERROR": on_error})
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     assert crawler.stats.get_value("simdup/index_corrupt") == 1
@@ -339,7 +327,7 @@ def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
     ({"SIMDUP_INDEX": "redis://h:6379/0"}, "(PSM, recall 0.98), Redis index"),
 ])
 def test_the_start_up_line_gives_the_effective_setup(settings, expected):
-    crawler = _crawler({"SIMDUP_ENABLED": True, **settings})
+    crawler = make_crawler({"SIMDUP_ENABLED": True, **settings})
     logstats = SimdupLogStats.from_crawler(crawler)
     logstats.register("pages")
     assert expected in logstats.setup("news")
@@ -349,7 +337,7 @@ def test_the_start_up_line_says_what_was_restored(tmp_path):
     d = tmp_path / "simdup"
     store = IndexStore(d)
     store.append(np.arange(1, 1235, dtype=np.uint64), [f"http://p/{i}" for i in range(1234)])
-    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d)})
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d)})
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     SimdupPipeline.from_crawler(crawler)
     assert middleware.logstats.setup("news").startswith(
@@ -358,7 +346,7 @@ def test_the_start_up_line_says_what_was_restored(tmp_path):
 
 
 def test_summary_says_why_no_item_was_checked_and_counts_in_words():
-    crawler = _crawler({"SIMDUP_ENABLED": True})
+    crawler = make_crawler({"SIMDUP_ENABLED": True})
     stats = crawler.stats
     logstats = SimdupLogStats(crawler, SimdupConfig.from_crawler(crawler))
     stats.set_value("simdup/checked", 3)

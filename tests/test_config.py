@@ -8,7 +8,6 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
-from scrapy.utils.test import get_crawler
 
 from scrapy_simdup import (
     Addon,
@@ -20,6 +19,7 @@ from scrapy_simdup import (
 from scrapy_simdup.integration.addon import MIDDLEWARE_PRIORITY, PIPELINE_PRIORITY
 from scrapy_simdup.integration.backends import make_backend
 from scrapy_simdup.integration.config import SETTINGS_DEFAULTS
+from tests.scrapy_crawler import make_crawler
 
 
 def test_defaults():
@@ -133,7 +133,7 @@ def test_fingerprinter_errors_name_the_setting(name, value, argument):
         SimdupConfig.from_settings(settings)
     for component in COMPONENTS:
         with pytest.raises(ValueError, match=rf"^{name}: {argument}"):
-            component.from_crawler(_crawler({"SIMDUP_ENABLED": True, name: value}))
+            component.from_crawler(make_crawler({"SIMDUP_ENABLED": True, name: value}))
     # turned off, the value is not used: not refused
     config = SimdupConfig.from_settings(Settings({name: value}))
     with pytest.raises(ValueError, match=rf"^{name}: {argument}"):
@@ -149,12 +149,12 @@ def test_exclusive_settings():
 
 
 def test_unknown_setting_is_reported_once_per_crawl(caplog):
-    crawler = _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DISTANSE": 4})
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_DISTANSE": 4})
     for component in COMPONENTS:    # the middleware, the pipeline and the log extension
         component.from_crawler(crawler)
     assert caplog.text.count("SIMDUP_DISTANSE") == 1
     SimdupDownloaderMiddleware.from_crawler(                            # another crawl
-        _crawler({"SIMDUP_ENABLED": True, "SIMDUP_DISTANSE": 4}))
+        make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_DISTANSE": 4}))
     assert caplog.text.count("SIMDUP_DISTANSE") == 2
 
 
@@ -163,7 +163,7 @@ def test_the_config_is_built_once_per_crawler(caplog):
     settings once (a warning about them logged once); another crawler its own."""
     settings = {"SIMDUP_ENABLED": True, "SIMDUP_SEARCH": "exact", "SIMDUP_RECALL": 0.5,
                 "SIMDUP_REDIS_HEADER_BITS": "12", "JOBDIR": "/tmp/simdup-job-unused"}
-    crawler = _crawler(settings)
+    crawler = make_crawler(settings)
     config = SimdupConfig.from_crawler(crawler)
     assert SimdupConfig.from_crawler(crawler) is config
     logstats = SimdupLogStats.from_crawler(crawler)
@@ -173,14 +173,14 @@ def test_the_config_is_built_once_per_crawler(caplog):
     assert config.redis_header_bits == 12
     assert config.dir == "/tmp/simdup-job-unused/simdup" and config.dir_from_jobdir
     assert config.dir_setting == "SIMDUP_DIR (JOBDIR/simdup)"
-    other = _crawler(settings)
+    other = make_crawler(settings)
     assert SimdupConfig.from_crawler(other) is not config
     assert SimdupConfig.from_crawler(other) == config
     assert caplog.text.count("SIMDUP_RECALL has no effect") == 2
 
 
 def test_components_of_one_crawler_share_the_config():
-    crawler = _crawler({"SIMDUP_ENABLED": True})
+    crawler = make_crawler({"SIMDUP_ENABLED": True})
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     pipeline = SimdupPipeline.from_crawler(crawler)
     assert middleware.config is pipeline.config is SimdupConfig.from_crawler(crawler)
@@ -197,13 +197,6 @@ def test_search_settings_that_cannot_apply(caplog):
     assert "SIMDUP_RECALL has no effect with SIMDUP_SEARCH = 'exact'" in caplog.text
 
 
-def _crawler(settings):
-    try:
-        return get_crawler(settings_dict=settings)
-    except RuntimeError:  # Scrapy 2.13's get_crawler wants an installed reactor; we need none
-        crawler = Crawler(Spider, settings)
-        crawler.stats = MemoryStatsCollector(crawler)
-        return crawler
 
 
 COMPONENTS = (SimdupDownloaderMiddleware, SimdupPipeline, SimdupLogStats)
@@ -212,15 +205,15 @@ COMPONENTS = (SimdupDownloaderMiddleware, SimdupPipeline, SimdupLogStats)
 @pytest.mark.parametrize("component", COMPONENTS)
 def test_disabled_means_not_configured(component):
     with pytest.raises(NotConfigured):
-        component.from_crawler(_crawler({}))
+        component.from_crawler(make_crawler({}))
     with pytest.raises(NotConfigured):
-        component.from_crawler(_crawler({"SIMDUP_ENABLED": False}))
+        component.from_crawler(make_crawler({"SIMDUP_ENABLED": False}))
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
 def test_bad_value_fails_at_start_up(component):
     with pytest.raises(ValueError, match="SIMDUP_ACTION"):
-        component.from_crawler(_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "nuke"}))
+        component.from_crawler(make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "nuke"}))
 
 
 @pytest.mark.parametrize("settings, name", [
@@ -238,7 +231,7 @@ def test_bad_value_fails_at_start_up(component):
 ])
 def test_options_checked_by_the_fingerprinter_and_index_name_the_setting(settings, name):
     with pytest.raises(ValueError, match=name):
-        SimdupDownloaderMiddleware.from_crawler(_crawler({"SIMDUP_ENABLED": True, **settings}))
+        SimdupDownloaderMiddleware.from_crawler(make_crawler({"SIMDUP_ENABLED": True, **settings}))
 
 
 @pytest.mark.parametrize("search", ["psm", "exact"])
@@ -301,7 +294,7 @@ def test_unusable_simdup_dir_fails_at_start_up(tmp_path, make_bad):
                 "file_parent": {"SIMDUP_DIR": str(a_file / "simdup")},
                 "jobdir_file": {"JOBDIR": str(a_file)}}[make_bad]
     with pytest.raises(ValueError, match="SIMDUP_DIR"):
-        SimdupDownloaderMiddleware.from_crawler(_crawler({"SIMDUP_ENABLED": True, **settings}))
+        SimdupDownloaderMiddleware.from_crawler(make_crawler({"SIMDUP_ENABLED": True, **settings}))
 
 
 def test_a_component_that_fails_to_open_frees_its_simdup_dir(tmp_path):
@@ -312,6 +305,6 @@ def test_a_component_that_fails_to_open_frees_its_simdup_dir(tmp_path):
     d = tmp_path / "simdup"
     settings = {"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d),
                 "SIMDUP_INDEX": "redis://127.0.0.1:1/0"}
-    component = SimdupDownloaderMiddleware.from_crawler(_crawler(settings))
+    component = SimdupDownloaderMiddleware.from_crawler(make_crawler(settings))
     assert component.refused == "simdup_index_unavailable"
     lock_crawl_directory(d).close()     # free again (it said "another crawler" before)

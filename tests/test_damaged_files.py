@@ -31,22 +31,6 @@ from scrapy_simdup.storage.batchwriter import BatchWriter
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture()
-def crawl(tmp_path):
-    """A SIMDUP_DIR of 3 batches (25, 25, 10 pages) in clusters of 3."""
-    rng = np.random.default_rng(3)
-    d = tmp_path / "crawl"
-    with BatchWriter(d, batch_size=25) as w:
-        for c in range(20):
-            base = [f"w{int(x)}" for x in rng.integers(0, 10_000, 300)]
-            for v in range(3):
-                doc = list(base)
-                doc[int(rng.integers(len(doc)))] = "changed"
-                value, W = simhash(doc)
-                w.append(value, W, f"https://example.com/{c}/{v}")
-    return d
-
-
 @pytest.fixture(autouse=True)
 def no_hang():
     """A FIFO read with a blocking open would hang: fail instead."""
