@@ -2,16 +2,21 @@
 the index, the Redis store, the ``simdup`` command): each range is defined
 here once (import-light: no NumPy, no compiled modules)."""
 
-# Largest Hamming threshold: it covers every threshold at which the features'
-# page-level F1 is worth having (benchmarks/eval_quality.py); PSM flips at
-# most 8 header bits per probe.
-MAX_DISTANCE = 16
-# The crawl default (SIMDUP_DISTANCE, `simdup merge --distance`), chosen on
-# the tune half by benchmarks/eval_quality.py: the best page F1 among the h
-# whose projected false matches stay below 0.01 per page in a crawl of a
-# million pages (unrelated pages' distances are about N(32, 4)). Smaller
-# crawls can afford more (docs/usage.rst, "Choosing SIMDUP_DISTANCE").
-DEFAULT_DISTANCE = 9
+# Largest search radius (Hamming distance of a key): beyond 24 bits an
+# unrelated page is a candidate more often than one time in 30, and the
+# candidates, not the probes, become the cost. PSM flips at most 8 header bits
+# per probe.
+MAX_DISTANCE = 24
+# The search radius of each key (SIMDUP_DISTANCE, `simdup merge --distance`)
+# and the estimated Jaccard similarity a candidate needs
+# (SIMDUP_MIN_SIMILARITY), chosen on spotsigs-dev + distractors by
+# benchmarks/eval_quality.py (docs/algorithms.rst, "Choosing the defaults").
+DEFAULT_DISTANCE = 22
+DEFAULT_MIN_SIMILARITY = 0.15
+# Buckets probed per key and look-up by the verified index: the recall of
+# loose near-duplicates at a million pages (t = 17) is measured, not taken
+# from the volatility model, which is calibrated up to distance 16.
+DEFAULT_PROBES_PER_KEY = 2048
 # Target recall of the probe budget when neither recall nor max_probes is
 # given to the crawl's index: probing every flip set of up to 8 header bits
 # is ~10^5 probes per look-up at a million pages.

@@ -19,6 +19,7 @@ from cpython.ref cimport PyObject
 from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch
 from scrapy_simdup._ext.murmur3 cimport simdup_murmur3_64
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
+from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch, simdup_sketch_matches
 # Compact ASCII strings are their own UTF-8: hash the buffer in place.
 from scrapy_simdup._ext.pyapi cimport (PyBytes_Check, PyUnicode_Check, PyUnicode_DATA,
                                        PyUnicode_GET_LENGTH, PyUnicode_IS_COMPACT_ASCII)
@@ -313,4 +314,32 @@ def hamming_pairs(const uint64_t[::1] a, const uint64_t[::1] b):
     with nogil:
         for i in range(n):
             o[i] = <uint8_t>simdup_popcount64(a[i] ^ b[i])
+    return out
+
+
+# ------------------------------------------------------------ verification sketch
+
+def sketch_hashes(const uint64_t[::1] hashes):
+    """The verification sketch (``_sketch.h``) of a page's feature hashes: bytes."""
+    cdef bytes out = bytes(SIMDUP_SKETCH_BINS)
+    cdef Py_ssize_t n = hashes.shape[0]
+    cdef uint8_t *dest = <uint8_t *>PyBytes_AS_STRING(out)
+    with nogil:
+        simdup_sketch(&hashes[0] if n > 0 else NULL, n, dest)
+    return out
+
+
+def sketch_matches(const uint8_t[::1] query, const uint8_t[:, ::1] stored, const int64_t[::1] rows):
+    """Bins of ``query`` that each ``stored[rows[i]]`` agrees with: uint8[len(rows)].
+
+    The caller guarantees ``0 <= rows[i] < len(stored)``."""
+    if query.shape[0] != SIMDUP_SKETCH_BINS or stored.shape[1] != SIMDUP_SKETCH_BINS:
+        raise ValueError(f"sketches must be {SIMDUP_SKETCH_BINS} bytes")
+    cdef Py_ssize_t n = rows.shape[0], i
+    out = np.empty(n, dtype=np.uint8)
+    cdef uint8_t[::1] o = out
+    if n:
+        with nogil:
+            for i in range(n):
+                o[i] = <uint8_t>simdup_sketch_matches(&query[0], &stored[rows[i], 0])
     return out

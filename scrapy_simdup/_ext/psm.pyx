@@ -24,6 +24,7 @@ from libc.math cimport fabs, sqrt, log, isfinite
 from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
 from scrapy_simdup._ext.resvec cimport res_free, res_push, resvec
+from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
 from scrapy_simdup._ext.vosh cimport (vosh_gen, vosh_init, vosh_limit, vosh_next, vosh_node,
                                       vosh_total)
 

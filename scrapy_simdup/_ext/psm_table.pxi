@@ -36,6 +36,13 @@ cdef class PSMCore:
     cdef int32_t *bnext
     cdef int32_t *bhead
     cdef Py_ssize_t n_buf, buf_cap
+    # verification (index/verified.py): sketch rows indexed by id, the bins a
+    # candidate must agree in, and the sketch of the query being searched
+    cdef object _vsk_arr
+    cdef const uint8_t *vsk
+    cdef Py_ssize_t vsk_rows
+    cdef int vneed
+    cdef const uint8_t *qsk
 
     def __cinit__(self, *args, **kwargs):
         self.n_main = 0
@@ -45,6 +52,9 @@ cdef class PSMCore:
         self.t = 4
         self.tb = 0
         self.fixed_t = 0
+        self.vsk = NULL
+        self.vsk_rows = 0
+        self.qsk = NULL
 
     # -- state --------------------------------------------------------
     def _core_init(self, int distance, int header_bits, _Model model):
@@ -262,7 +272,7 @@ cdef class PSMCore:
             for i in range(nb):
                 for j in range(lo[i], hi[i]):
                     d = simdup_popcount64(vals[j] ^ x)
-                    if d <= h:
+                    if d <= h and self._verified(self.ids[j]):
                         if res_push(res, qi, self.ids[j], d) < 0:
                             return -2
                         found += 1
@@ -275,7 +285,7 @@ cdef class PSMCore:
                         v = self.bvals[c]
                         if (v >> shift) == hdr:
                             d = simdup_popcount64(v ^ x)
-                            if d <= h:
+                            if d <= h and self._verified(self.bids[c]):
                                 if res_push(res, qi, self.bids[c], d) < 0:
                                     return -2
                                 found += 1
@@ -388,6 +398,65 @@ cdef class PSMCore:
                     live[g] = False
                 start[g] = nk[g]
         return 0
+
+    cdef inline bint _verified(self, int64_t row) noexcept nogil:
+        """Whether the candidate stored as ``row`` passes the verification
+        (always, outside a verified query)."""
+        if self.qsk == NULL:
+            return True
+        if row < 0 or row >= self.vsk_rows:
+            return False
+        return simdup_sketch_matches(self.qsk, self.vsk + SIMDUP_SKETCH_BINS * row) >= self.vneed
+
+    def _set_sketches(self, const uint8_t[:, ::1] sketches, Py_ssize_t rows, int needed):
+        """Verify candidates against ``sketches[id]`` (the first ``rows`` rows):
+        ids are rows of that array."""
+        if sketches.shape[1] != SIMDUP_SKETCH_BINS or rows > sketches.shape[0]:
+            raise ValueError("bad sketch array")
+        self._vsk_arr = sketches
+        self.vsk = &sketches[0, 0] if sketches.shape[0] else NULL
+        self.vsk_rows = rows
+        self.vneed = needed
+
+    def _query_verified(self, value, W, const uint8_t[::1] sketch):
+        """PSM-A of one value keeping only the candidates whose sketch agrees
+        in the needed bins: ``(ids int64[k], distances int8[k])``."""
+        cdef uint64_t x = value
+        cdef const double *wp = NULL
+        cdef const double[::1] wv
+        if sketch.shape[0] != SIMDUP_SKETCH_BINS:
+            raise ValueError(f"a sketch is {SIMDUP_SKETCH_BINS} bytes")
+        if W is not None:
+            wv = _check_W1(W)
+            if wv.shape[0] != 64:
+                raise ValueError(f"W must have shape (64,), got ({wv.shape[0]},)")
+            wp = &wv[0]
+        cdef long maxk = self._probes()
+        cdef resvec res
+        res.n = 0; res.cap = 0; res.q = NULL; res.ids = NULL; res.d = NULL
+        cdef long heapcap = self.distance + maxk + 2
+        cdef vosh_node *heap = <vosh_node *>malloc(heapcap * sizeof(vosh_node))
+        cdef int rc
+        if heap == NULL:
+            raise MemoryError()
+        try:
+            self.qsk = &sketch[0]
+            with nogil:
+                rc = self._search(x, wp, False, maxk, 0, &res, heap, heapcap)
+            if rc == -1:
+                raise ValueError("W must be finite (no NaN or infinity)")
+            if rc == -2:
+                raise MemoryError()
+            ids = np.empty(res.n, dtype=np.int64)
+            dist = np.empty(res.n, dtype=np.int8)
+            for i in range(res.n):
+                ids[i] = res.ids[i]
+                dist[i] = res.d[i]
+            return ids, dist
+        finally:
+            self.qsk = NULL
+            free(heap)
+            res_free(&res)
 
     cdef long _probes(self):
         cdef long total = vosh_total(self.t, self.distance)

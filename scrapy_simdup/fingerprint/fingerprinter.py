@@ -44,6 +44,7 @@ from scrapy_simdup.fingerprint.features import (
     weighted_features,
 )
 from scrapy_simdup.fingerprint.idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
+from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, SKETCH_VERSION, page_sketch, second_key
 from scrapy_simdup.fingerprint.tokens import TOKENIZER_VERSION
 
 __all__ = ["Fingerprint", "Fingerprinter", "SkippedPage", "fingerprint_html",
@@ -74,16 +75,23 @@ class Fingerprint:
     (main-content block found, or the visible-text fallback was used),
     ``truncated`` (the page was cut at ``max_bytes``/``max_tokens``),
     ``features`` (the distinct feature hashes, kept only with
-    ``weighting="idf"`` for ``Fingerprinter.learn``).
+    ``weighting="idf"`` for ``Fingerprinter.learn``); what an index verifies a
+    match with (``fingerprint/sketch.py``): ``value2`` and ``W2`` (the second
+    key and its weights) and ``sketch`` (``SKETCH_BYTES`` bytes of MinHash).
     """
 
-    __slots__ = ("value", "W", "n_features", "main_found", "truncated", "features")
+    __slots__ = ("value", "W", "n_features", "main_found", "truncated", "features",
+                 "value2", "W2", "sketch")
 
     def __init__(self, value: int, W: np.ndarray, n_features: int,
                  main_found: bool = False, truncated: bool = False,
-                 features: np.ndarray | None = None):
+                 features: np.ndarray | None = None, value2: int = 0,
+                 W2: np.ndarray | None = None, sketch: bytes = bytes(SKETCH_BYTES)):
         self.value = value
         self.W = W
+        self.value2 = value2
+        self.W2 = W2
+        self.sketch = sketch
         self.n_features = n_features
         self.main_found = main_found
         self.truncated = truncated
@@ -102,7 +110,8 @@ class Fingerprint:
     def __eq__(self, other):
         if not isinstance(other, Fingerprint):
             return NotImplemented
-        return self.value == other.value and np.array_equal(self.W, other.W)
+        return (self.value == other.value and np.array_equal(self.W, other.W)
+                and self.value2 == other.value2 and self.sketch == other.sketch)
 
     __hash__ = None
 
@@ -265,6 +274,7 @@ class Fingerprinter:
         if self.idf is not None:     # each table learns its own weights
             weighting += f"{self.idf.learn_pages}-{self.idf.table_id:016x}"
         return (f"simdup-fp/t{TOKENIZER_VERSION}.x{EXTRACTOR_VERSION}.f{FEATURES_VERSION}"
+                f".s{SKETCH_VERSION}"
                 f":{self.features}:k{self.shingle_size}:{weighting}:{self.extract}"
                 f":{self.content_xpath or ''}:{self.content_css or ''}:{self.parser}")
 
@@ -343,8 +353,10 @@ class Fingerprinter:
         if n < self.min_features:
             raise SkippedPage("too_few_features", f"{n} < {self.min_features}")
         value, W = hashing.simhash_hashes(hashes, weights)
+        value2, W2 = second_key(hashes, weights)
         return Fingerprint(int(value), W, n, main_found, truncated,
-                           hashes if self.idf is not None else None)
+                           hashes if self.idf is not None else None,
+                           value2, W2, page_sketch(hashes))
 
     def learn(self, fingerprint: Fingerprint) -> bool:
         """Let ``weighting="idf"`` learn from a page the crawl keeps (not a

@@ -1,0 +1,230 @@
+"""The verified index: wide PSM search on two keys, MinHash verification.
+
+A page is stored as its two 64-bit keys and its sketch
+(:mod:`scrapy_simdup.fingerprint.sketch`). A look-up searches one PSM table
+per key at radius ``distance`` (the VOSH probe order of the shipped volatility
+model, at most ``max_probes`` buckets per key), and every stored page found
+within ``distance`` of either key is a *candidate*. A candidate is a *match*
+when its sketch agrees with the query's in at least
+``matches_needed(min_similarity)`` bins; the best match is the one with the
+most agreeing bins (then the smaller key distance, then the earlier page).
+
+The radius is wide (22 by default, where a plain 64-bit key would flag one
+unrelated page in about 120) because the verification, not the radius, keeps
+chance matches out: docs/algorithms.rst gives the numbers.
+
+Memory: each key table keeps the key and the row (16 bytes), and the sketch
+takes ``SKETCH_BYTES``: 64 bytes a page at the defaults, plus 8 when the
+caller gives its own ids.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from scrapy_simdup._ext import hashing
+from scrapy_simdup._limits import (
+    DEFAULT_DISTANCE,
+    DEFAULT_MIN_SIMILARITY,
+    DEFAULT_PROBES_PER_KEY,
+)
+from scrapy_simdup.fingerprint.sketch import (
+    SKETCH_BYTES,
+    check_min_similarity,
+    matches_needed,
+    similarity,
+)
+from scrapy_simdup.index.memory import PSMIndex, _as_ids, _as_values, _check_distance
+
+__all__ = ["VerifiedIndex", "VerifiedMatch"]
+
+
+class VerifiedMatch(tuple):
+    """``(id, similarity, distance)`` of a verified match: the stored id, the
+    estimated Jaccard similarity of the two feature sets, and the smaller
+    Hamming distance of the two keys."""
+
+    __slots__ = ()
+
+    def __new__(cls, id: int, similarity: float, distance: int):
+        return super().__new__(cls, (id, similarity, distance))
+
+    id = property(lambda self: self[0])
+    similarity = property(lambda self: self[1])
+    distance = property(lambda self: self[2])
+
+    def __repr__(self) -> str:
+        return f"VerifiedMatch(id={self[0]}, similarity={self[1]:.3f}, distance={self[2]})"
+
+
+def _as_sketches(sketches, n: int) -> np.ndarray:
+    """bytes / sequence of bytes / uint8 array -> uint8[n, SKETCH_BYTES]."""
+    if isinstance(sketches, (bytes, bytearray, memoryview)):
+        sketches = [bytes(sketches)]
+    if isinstance(sketches, np.ndarray):
+        arr = sketches
+    else:
+        try:
+            items = [bytes(s) for s in sketches]
+        except TypeError:
+            raise TypeError("sketches must be bytes or a sequence of bytes") from None
+        if any(len(s) != SKETCH_BYTES for s in items):
+            raise ValueError(f"each sketch must be {SKETCH_BYTES} bytes")
+        arr = np.frombuffer(b"".join(items), dtype=np.uint8).reshape(len(items), SKETCH_BYTES)
+    if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != SKETCH_BYTES:
+        raise ValueError(f"sketches must have shape (n, {SKETCH_BYTES}) and dtype uint8")
+    if arr.shape[0] != n:
+        raise ValueError(f"sketches must have one entry per value ({n}), got {arr.shape[0]}")
+    return np.ascontiguousarray(arr)
+
+
+def _as_value(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not 0 <= int(value) < 1 << 64:
+        raise ValueError(f"a key must be an int in [0, 2**64), got {value!r}")
+    return int(value)
+
+
+class VerifiedIndex:
+    """Near-duplicate index that searches wide and verifies each candidate.
+
+    ``distance``: search radius of each key (0..``MAX_DISTANCE``).
+    ``min_similarity``: estimated Jaccard similarity a candidate needs (0: the
+    keys alone decide). ``max_probes``: buckets probed per key and look-up (None:
+    every flip set of up to 8 header bits). ``header_bits``: fix the header
+    size ``t`` (default: ``floor(log2 n) - 2``, growing). ``model``: a
+    :class:`VolatilityModel` (default: the shipped one).
+    """
+
+    def __init__(self, distance: int = DEFAULT_DISTANCE,
+                 min_similarity: float = DEFAULT_MIN_SIMILARITY,
+                 max_probes: int | None = DEFAULT_PROBES_PER_KEY,
+                 header_bits: int | None = None, model=None):
+        self.distance = _check_distance(distance)
+        self.min_similarity = check_min_similarity(min_similarity)
+        self.needed = matches_needed(self.min_similarity)
+        self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
+                                     header_bits=header_bits, model=model) for _ in range(2))
+        self._n = 0
+        self._sketches = np.zeros((0, SKETCH_BYTES), np.uint8)
+        self._ids: np.ndarray | None = None      # None while every id equals its row
+        for table in self.tables:
+            table._set_sketches(self._sketches, 0, self.needed)
+
+    # -- state ------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def header_bits(self) -> int:
+        return self.tables[0].header_bits
+
+    @property
+    def max_probes(self):
+        return self.tables[0].max_probes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the tables, sketches and ids."""
+        total = sum(t.nbytes for t in self.tables) + self._n * SKETCH_BYTES
+        return total + (self._ids.nbytes if self._ids is not None else 0)
+
+    def __repr__(self) -> str:
+        return (f"VerifiedIndex(n={self._n}, distance={self.distance}, "
+                f"min_similarity={self.min_similarity}, header_bits={self.header_bits}, "
+                f"max_probes={self.max_probes})")
+
+    def _reserve(self, extra: int) -> None:
+        need = self._n + extra
+        if need > self._sketches.shape[0]:
+            cap = max(need, 2 * self._sketches.shape[0], 64)
+            grown = np.zeros((cap, SKETCH_BYTES), np.uint8)
+            grown[: self._n] = self._sketches[: self._n]
+            self._sketches = grown
+            if self._ids is not None:
+                ids = np.zeros(cap, np.int64)
+                ids[: self._n] = self._ids[: self._n]
+                self._ids = ids
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(values, values2, sketches, ids)`` of every stored page, in row order."""
+        values = np.zeros(self._n, np.uint64)
+        values2 = np.zeros(self._n, np.uint64)
+        for table, out in zip(self.tables, (values, values2)):
+            vals, rows = table._arrays()[:2]
+            out[np.asarray(rows)] = np.asarray(vals)
+        return values, values2, self._sketches[: self._n].copy(), self._row_ids()
+
+    def _row_ids(self) -> np.ndarray:
+        if self._ids is None:
+            return np.arange(self._n, dtype=np.int64)
+        return self._ids[: self._n].copy()
+
+    # -- add --------------------------------------------------------------
+    def add(self, values, values2, sketches, ids=None) -> np.ndarray:
+        """Store pages by their two keys and sketches; returns their int64 ids
+        (``ids``, or the next rows when None)."""
+        v1 = _as_values(values, "values")
+        v2 = _as_values(values2, "values2")
+        n = v1.shape[0]
+        if v2.shape[0] != n:
+            raise ValueError(f"values2 must have one entry per value ({n}), got {v2.shape[0]}")
+        sk = _as_sketches(sketches, n)
+        id_arr = _as_ids(ids, n, self._n)
+        rows = np.arange(self._n, self._n + n, dtype=np.int64)
+        self._reserve(n)
+        if self._ids is None and not np.array_equal(id_arr, rows):
+            self._ids = np.zeros(self._sketches.shape[0], np.int64)
+            self._ids[: self._n] = np.arange(self._n, dtype=np.int64)
+        self.tables[0].add(v1, rows)
+        self.tables[1].add(v2, rows)
+        self._sketches[self._n: self._n + n] = sk
+        if self._ids is not None:
+            self._ids[self._n: self._n + n] = id_arr
+        self._n += n
+        for table in self.tables:
+            table._set_sketches(self._sketches, self._n, self.needed)
+        return id_arr
+
+    def add_fingerprint(self, fingerprint, id=None) -> int:
+        """Store a :class:`Fingerprint`; returns its id."""
+        ids = None if id is None else [id]
+        return int(self.add(fingerprint.value, fingerprint.value2, fingerprint.sketch, ids)[0])
+
+    # -- query ------------------------------------------------------------
+    def query(self, value: int, value2: int, sketch: bytes, W=None, W2=None,
+              first: bool = True):
+        """Verified matches of one page.
+
+        ``first=True``: the best :class:`VerifiedMatch` or None. ``first=False``:
+        every verified match, best first."""
+        q = _as_sketches(sketch, 1)[0]
+        parts_rows, parts_dist = [], []
+        for table, v, w in zip(self.tables, (value, value2), (W, W2)):
+            rows, dist = table._query_verified(_as_value(v), w, q)
+            parts_rows.append(rows)
+            parts_dist.append(dist)
+        rows = np.concatenate(parts_rows)
+        if not rows.shape[0]:
+            return None if first else []
+        dist = np.concatenate(parts_dist).astype(np.int16)
+        agree = hashing.sketch_matches(q, self._sketches, rows).astype(np.int16)
+        # best first: most agreeing bins, then the smaller distance, then the earlier row
+        order = np.lexsort((rows, dist, -agree))
+        if first:
+            order = order[:1]
+        else:   # a page found by both keys once, at its smaller distance
+            _, once = np.unique(rows[order], return_index=True)
+            order = order[np.sort(once)]
+        ids = rows if self._ids is None else self._ids[rows]
+        est = similarity(agree)
+        found = [VerifiedMatch(int(ids[i]), float(est[i]), int(dist[i])) for i in order]
+        return found[0] if first else found
+
+    def query_fingerprint(self, fingerprint, first: bool = True):
+        """:meth:`query` with a :class:`Fingerprint`'s keys, weights and sketch."""
+        return self.query(fingerprint.value, fingerprint.value2, fingerprint.sketch,
+                          fingerprint.W, fingerprint.W2, first=first)
+
+    @property
+    def probes(self) -> int | None:
+        return None
