@@ -11,11 +11,13 @@ from scrapy_simdup.exceptions import CorruptFileError, CorruptIndexError, Simdup
 from scrapy_simdup.fingerprint.fingerprinter import (
     Fingerprint,
     Fingerprinter,
+    fingerprint_features,
     fingerprint_html,
     fingerprint_response,
 )
 from scrapy_simdup.fingerprint.simhash import SimhashResult, hamming, simhash, simhash_many
 from scrapy_simdup.index.memory import BPHSIndex, PSMIndex, flip_masks
+from scrapy_simdup.index.verified import VerifiedIndex, VerifiedMatch
 from scrapy_simdup.index.volatility import VolatilityModel
 from scrapy_simdup.integration.config import SimdupConfig
 from scrapy_simdup.merge import merge as merge_batches
@@ -51,6 +53,8 @@ __all__ = [
     "simhash_many",
     "PSMIndex",
     "BPHSIndex",
+    "VerifiedIndex",
+    "VerifiedMatch",
     "VolatilityModel",
     "CorruptIndexError",
     "SimdupError",
@@ -59,6 +63,7 @@ __all__ = [
     "Fingerprint",
     "Fingerprinter",
     "SkippedPage",
+    "fingerprint_features",
     "fingerprint_html",
     "fingerprint_response",
     "CorruptFileError",

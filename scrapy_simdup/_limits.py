@@ -17,6 +17,9 @@ DEFAULT_MIN_SIMILARITY = 0.15
 # loose near-duplicates at a million pages (t = 17) is measured, not taken
 # from the volatility model, which is calibrated up to distance 16.
 DEFAULT_PROBES_PER_KEY = 2048
+# The shipped volatility model gives probe budgets for a target recall up to
+# this distance (SIMDUP_RECALL); wider radii take a budget (SIMDUP_MAX_PROBES).
+MAX_CALIBRATED_DISTANCE = 16
 # Target recall of the probe budget when neither recall nor max_probes is
 # given to the crawl's index: probing every flip set of up to 8 header bits
 # is ~10^5 probes per look-up at a million pages.

@@ -25,7 +25,8 @@ from tests.scrapy_crawler import make_crawler
 def test_defaults():
     config = SimdupConfig.from_settings(Settings())
     assert config == SimdupConfig()
-    assert config.enabled is False and config.action == "drop" and config.distance == 9
+    assert config.enabled is False and config.action == "drop" and config.distance == 22
+    assert config.min_similarity == 0.15
     assert config.search == "psm" and config.index == "memory" and config.dir is None
     assert config.batch_size == 100_000 and config.on_error == "keep"
     assert config.redis_key == "simdup:%(spider)s" and config.redis_params == {}
@@ -161,14 +162,14 @@ def test_unknown_setting_is_reported_once_per_crawl(caplog):
 def test_the_config_is_built_once_per_crawler(caplog):
     """Every component of a crawler gets the same SimdupConfig, parsed from the
     settings once (a warning about them logged once); another crawler its own."""
-    settings = {"SIMDUP_ENABLED": True, "SIMDUP_SEARCH": "exact", "SIMDUP_RECALL": 0.5,
+    settings = {"SIMDUP_ENABLED": True, "SIMDUP_SEARCH": "exact", "SIMDUP_MAX_PROBES": 5,
                 "SIMDUP_REDIS_HEADER_BITS": "12", "JOBDIR": "/tmp/simdup-job-unused"}
     crawler = make_crawler(settings)
     config = SimdupConfig.from_crawler(crawler)
     assert SimdupConfig.from_crawler(crawler) is config
     logstats = SimdupLogStats.from_crawler(crawler)
     assert logstats.interval == config.log_interval
-    assert caplog.text.count("SIMDUP_RECALL has no effect") == 1
+    assert caplog.text.count("SIMDUP_MAX_PROBES has no effect") == 1
     # the values the layers below need are in the config, not read again
     assert config.redis_header_bits == 12
     assert config.dir == "/tmp/simdup-job-unused/simdup" and config.dir_from_jobdir
@@ -176,7 +177,7 @@ def test_the_config_is_built_once_per_crawler(caplog):
     other = make_crawler(settings)
     assert SimdupConfig.from_crawler(other) is not config
     assert SimdupConfig.from_crawler(other) == config
-    assert caplog.text.count("SIMDUP_RECALL has no effect") == 2
+    assert caplog.text.count("SIMDUP_MAX_PROBES has no effect") == 2
 
 
 def test_components_of_one_crawler_share_the_config():
@@ -192,9 +193,23 @@ def test_search_settings_that_cannot_apply(caplog):
         SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": "exact",
                                              "SIMDUP_INDEX": "redis://localhost:6379/0"}))
     config = SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": "exact",
-                                                  "SIMDUP_RECALL": 0.5}))
+                                                  "SIMDUP_RECALL": 0.5, "SIMDUP_DISTANCE": 12}))
     assert config.search == "exact"
     assert "SIMDUP_RECALL has no effect with SIMDUP_SEARCH = 'exact'" in caplog.text
+
+
+def test_recall_is_calibrated_up_to_distance_16():
+    with pytest.raises(ValueError, match="SIMDUP_RECALL is calibrated for SIMDUP_DISTANCE <= 16 "
+                                         r"\(got 22\): set a probe budget"):
+        SimdupConfig.from_settings(Settings({"SIMDUP_RECALL": 0.9}))
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_RECALL": 0.9, "SIMDUP_DISTANCE": 12}))
+    assert make_backend(config, None).index.max_probes >= 1
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, "many", True])
+def test_bad_min_similarity(value):
+    with pytest.raises(ValueError, match="SIMDUP_MIN_SIMILARITY"):
+        SimdupConfig.from_settings(Settings({"SIMDUP_MIN_SIMILARITY": value}))
 
 
 
@@ -238,28 +253,26 @@ def test_options_checked_by_the_fingerprinter_and_index_name_the_setting(setting
 def test_memory_backend_check_and_add(search):
     import asyncio
 
-    import numpy as np
-
-    from scrapy_simdup import simhash
+    from scrapy_simdup import fingerprint_features
     config = SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": search}))
     backend = make_backend(config, None)
     words = [f"w{i}" for i in range(200)]
-    a = simhash(words)
-    b = simhash(words[:-1] + ["other"])  # one feature of 200 changed
-    c = simhash([f"x{i}" for i in range(200)])
+    a = fingerprint_features(words)
+    b = fingerprint_features(words[:-1] + ["other"])  # one feature of 200 changed
+    c = fingerprint_features([f"x{i}" for i in range(200)])
 
     async def run():
-        first = await backend.check_and_add(a.value, a.W, "a")
-        second = await backend.check_and_add(b.value, b.W, "b")
-        batch = await backend.check_and_add_many(
-            np.array([c.value, c.value], dtype=np.uint64), np.stack([c.W, c.W]), ["c1", "c2"])
+        first = await backend.check_and_add(a, "a")
+        second = await backend.check_and_add(b, "b")
+        batch = await backend.check_and_add_many([c, c], ["c1", "c2"])
         await backend.close()
         return first, second, batch
 
     first, second, batch = asyncio.run(run())
     assert first is None
     assert second is not None and second.duplicate_of == "a" and second.distance <= 3
-    assert batch[0] is None and batch[1] == ("c1", 0)  # within a batch too
+    assert second.similarity > 0.8
+    assert batch[0] is None and batch[1] == ("c1", 0, 1.0)  # within a batch too
     assert len(backend) == backend.size == 2
     assert backend.probes and backend.probes > 0
 

@@ -223,7 +223,7 @@ def test_damaged_bucket_offsets_are_refused_even_without_verify(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, word", [
-    (dict(distance=-1), "distance"), (dict(distance=17), "distance"),
+    (dict(distance=-1), "distance"), (dict(distance=25), "distance"),
     (dict(header_bits=0), "header_bits"), (dict(header_bits=31), "header_bits"),
     (dict(max_probes=0), "max_probes"), (dict(recall=0.0), "recall"),
     (dict(recall=1.5), "recall"), (dict(recall=0.9, max_probes=3), "recall"),

@@ -44,6 +44,7 @@ from scrapy_simdup.fingerprint.features import (
     weighted_features,
 )
 from scrapy_simdup.fingerprint.idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
+from scrapy_simdup.fingerprint.simhash import _check_features, _check_weights
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, SKETCH_VERSION, page_sketch, second_key
 from scrapy_simdup.fingerprint.tokens import TOKENIZER_VERSION
 
@@ -145,6 +146,19 @@ def has_text_features(features: str) -> bool:
     """Whether a ``features`` option (``"shingles+structure"``, ...) has a
     feature set made of the text (items and ``fingerprint_text`` need one)."""
     return bool({s.strip() for s in features.split("+")} - {"structure"})
+
+
+def fingerprint_features(features, weights=None) -> Fingerprint:
+    """A :class:`Fingerprint` (both keys and the sketch) of your own features:
+    a sequence of ``str``/``bytes``, each occurrence weighted 1 unless
+    ``weights`` gives one number per feature (as :func:`simhash`)."""
+    features = _check_features(features)
+    hashes = hashing.hash_features(features)
+    w = None if weights is None else _check_weights(weights, len(features))
+    value, W = hashing.simhash_hashes(hashes, w)
+    value2, W2 = second_key(hashes, w)
+    return Fingerprint(int(value), W, int(np.unique(hashes).shape[0]), value2=value2, W2=W2,
+                       sketch=page_sketch(hashes))
 
 
 class Fingerprinter:

@@ -4,17 +4,22 @@ A backend keeps the fingerprints of the pages (or items) kept so far, and the
 mapping between the index's integer ids and the caller's keys (the page URL,
 or the item id). It exposes::
 
-    async def check_and_add(value, W, key) -> Match | None
-        Look ``value`` (a 64-bit simhash, int) up with its bit weights ``W``
-        (float64[64]); if a stored fingerprint is within the distance, return
-        ``Match(duplicate_of=<its key>, distance=<int>)`` and store nothing;
-        otherwise store ``value`` under ``key`` and return None. Within one
-        process this is atomic: two concurrent copies never both get None.
+    async def check_and_add(page, key) -> Match | None
+        Look ``page`` up: any object with the attributes of a
+        :class:`~scrapy_simdup.Fingerprint` that an index uses (``value``,
+        ``W``, ``value2``, ``W2``, ``sketch``: the two 64-bit keys, their bit
+        weights and the verification sketch; :class:`Page` builds one from
+        plain values). If a stored page is a verified match (within the
+        distance of either key, its sketch agreeing enough), return
+        ``Match(duplicate_of=<its key>, distance=<int>, similarity=<float>)``
+        and store nothing; otherwise store the page under ``key`` and return
+        None. Within one process this is atomic: two concurrent copies never
+        both get None.
 
-    async def check_and_add_many(values, W, keys) -> list[Match | None]
-        The same for a batch (``W`` of shape (n, 64)), in order: a later
-        element of the batch is matched against the earlier ones too. One call
-        per batch, so a networked backend can pipeline it.
+    async def check_and_add_many(pages, keys) -> list[Match | None]
+        The same for a batch, in order: a later element of the batch is
+        matched against the earlier ones too. One call per batch, so a
+        networked backend can pipeline it.
 
     same_key(stored, key)      whether ``stored`` (a ``Match.duplicate_of``) is
                                ``key`` as the backend stores it: the page met
@@ -32,16 +37,14 @@ a caller can say where the value came from.
 from __future__ import annotations
 
 import abc
-import functools
 from collections.abc import Callable
-from math import comb
 from typing import NamedTuple
 
 import numpy as np
 
 from scrapy_simdup.storage.batchfile import escape_url
 
-__all__ = ["Match", "IndexBackend", "MemoryBackend", "StatCallback"]
+__all__ = ["Match", "Page", "IndexBackend", "MemoryBackend", "StatCallback"]
 
 #: ``on_stat(name, value)``: set a counter (``"index_restored"``, ...); the
 #: caller decides where it goes (the Scrapy integration: its stats collector).
@@ -49,10 +52,25 @@ StatCallback = Callable[[str, int], None]
 
 
 class Match(NamedTuple):
-    """The stored page a fingerprint duplicates, and the Hamming distance."""
+    """The stored page a page duplicates: its key, the smaller Hamming
+    distance of the two keys, and the estimated similarity of the pages'
+    feature sets (``fingerprint.sketch.similarity``)."""
 
     duplicate_of: str
     distance: int
+    similarity: float = 1.0
+
+
+class Page(NamedTuple):
+    """What an index looks a page up by (a :class:`Fingerprint` has the same
+    attributes): the two keys, their bit weights (float64[64] or None) and the
+    ``SKETCH_BYTES``-byte sketch."""
+
+    value: int
+    W: object
+    value2: int
+    W2: object
+    sketch: bytes
 
 
 class IndexBackend(abc.ABC):
@@ -62,11 +80,11 @@ class IndexBackend(abc.ABC):
     probes: int | None = None
 
     @abc.abstractmethod
-    async def check_and_add(self, value: int, W, key: str) -> Match | None:
+    async def check_and_add(self, page, key: str) -> Match | None:
         ...
 
-    async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
-        return [await self.check_and_add(int(v), w, k) for v, w, k in zip(values, W, keys)]
+    async def check_and_add_many(self, pages, keys) -> list[Match | None]:
+        return [await self.check_and_add(page, k) for page, k in zip(pages, keys)]
 
     def same_key(self, stored: str, key: str) -> bool:
         """Whether ``stored``, the key of a match, is ``key`` as this backend
@@ -85,15 +103,8 @@ class IndexBackend(abc.ABC):
         pass
 
 
-@functools.lru_cache(maxsize=256)
-def _psm_budget(t: int, h: int, cap) -> int:
-    # flip sets of at most 8 header bits (_vosh.h VOSH_MAX_H), own header included
-    total = sum(comb(t, i) for i in range(min(h, t, 8) + 1))
-    return min(int(cap), total) if cap is not None else total
-
-
 class MemoryBackend(IndexBackend):
-    """In-process backend over a :class:`PSMIndex` or :class:`BPHSIndex`.
+    """In-process backend over a :class:`VerifiedIndex`.
 
     ``keys`` maps the index's ids to the callers' keys (restored ones, or
     None). ``check_and_add`` never awaits between the query and the add, so
@@ -103,72 +114,57 @@ class MemoryBackend(IndexBackend):
     def __init__(self, index, keys: dict[int, str] | None = None) -> None:
         self.index = index
         self.keys: dict[int, str] = {} if keys is None else keys
-        # key -> stored value: a page's own entry is found even when PSM's
-        # first hit is another page within the distance
-        self._value_of_key: dict[str, int] = {}
-        self._probes = 0
+        # key -> (id, value, value2): a page's own entry is found even when
+        # another page is the best match
+        self._entry_of_key: dict[str, tuple[int, int, int]] = {}
 
-    def load(self, values, keys) -> None:
+    def load(self, values, values2, sketches, keys) -> None:
         """Add entries saved by an earlier crawl (``keys`` as the snapshot stores them)."""
-        values = np.asarray(values, dtype=np.uint64)
-        if not len(values):
+        if not len(keys):
             return
-        ids = self.index.add(values)
-        for i, value, key in zip(np.asarray(ids).tolist(), values.tolist(), keys):
+        ids = self.index.add(values, values2, sketches)
+        for i, v1, v2, key in zip(np.asarray(ids).tolist(), np.asarray(values).tolist(),
+                                  np.asarray(values2).tolist(), keys):
             self.keys[int(i)] = key
-            self._value_of_key[key] = int(value)
+            self._entry_of_key[key] = (int(i), int(v1), int(v2))
 
-    def _own_entry(self, value: int, key: str) -> Match | None:
+    def _own_entry(self, page, key: str) -> Match | None:
         """The entry stored under ``key`` (as given, or escaped as a snapshot
-        keeps it) when it is within the distance of ``value``."""
+        keeps it) when it is a verified match of ``page``."""
         for stored_key in (key, _escaped(key)):
-            stored = self._value_of_key.get(stored_key) if stored_key is not None else None
-            if stored is not None:
-                distance = (stored ^ int(value)).bit_count()
-                if distance <= int(self.index.distance):
-                    return Match(stored_key, distance)
+            entry = self._entry_of_key.get(stored_key) if stored_key is not None else None
+            if entry is not None:
+                found = self.index.verify(page, entry[1:], entry[0])
+                if found is not None:
+                    return Match(stored_key, found.distance, found.similarity)
         return None
 
     @property
     def probes(self) -> int | None:  # type: ignore[override]
-        """Buckets probed so far: the index's own counter when it has one, else
-        the sum of the per-lookup probe budgets (an upper bound: PSM-F stops at
-        the first match). BPHS probes one range per table."""
-        value = getattr(self.index, "probes", None)
-        return int(value) if isinstance(value, (int, np.integer)) else self._probes
+        """Buckets probed so far by the index's look-ups."""
+        return int(self.index.probes)
 
-    def _budget(self) -> int:
-        index = self.index
-        if hasattr(index, "tables"):  # BPHS: one range lookup per table
-            return int(index.tables)
-        return _psm_budget(int(getattr(index, "header_bits", 0)),
-                           int(getattr(index, "distance", 0)), getattr(index, "max_probes", None))
-
-    def _check_and_add(self, value: int, W, key: str) -> Match | None:
-        own = self._own_entry(value, key)
+    def _check_and_add(self, page, key: str) -> Match | None:
+        own = self._own_entry(page, key)
         if own is not None:
             return own
-        self._probes += self._budget()
-        hits = self.index.query(value, W, first=True)
-        if hits:
-            best_id, distance = min(hits, key=lambda hit: hit[1])
-            return Match(self.keys.get(int(best_id), f"#{int(best_id)}"), int(distance))
-        ids = self.index.add(np.array([value], dtype=np.uint64))
-        self.keys[int(ids[0])] = key
-        self._value_of_key[key] = int(value)
+        best = self.index.query(page.value, page.value2, page.sketch, page.W, page.W2)
+        if best is not None:
+            return Match(self.keys.get(best.id, f"#{best.id}"), best.distance, best.similarity)
+        row = int(self.index.add(page.value, page.value2, page.sketch)[0])
+        self.keys[row] = key
+        self._entry_of_key[key] = (row, int(page.value), int(page.value2))
         return None
 
-    async def check_and_add(self, value: int, W, key: str) -> Match | None:
-        return self._check_and_add(value, W, key)
+    async def check_and_add(self, page, key: str) -> Match | None:
+        return self._check_and_add(page, key)
 
     def same_key(self, stored: str, key: str) -> bool:
         # keys restored from a snapshot come back as index.keys stores them
         return stored == key or stored == _escaped(key)
 
-    async def check_and_add_many(self, values, W, keys) -> list[Match | None]:
-        W = np.asarray(W, dtype=np.float64)
-        return [self._check_and_add(int(v), W[i], k)
-                for i, (v, k) in enumerate(zip(values, keys))]
+    async def check_and_add_many(self, pages, keys) -> list[Match | None]:
+        return [self._check_and_add(page, k) for page, k in zip(pages, keys)]
 
     def __len__(self) -> int:
         return len(self.index)

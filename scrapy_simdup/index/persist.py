@@ -30,7 +30,7 @@ from scrapy_simdup.exceptions import BatchWriteError, CorruptFileError, Paramete
 from scrapy_simdup.fingerprint.idf import IdfTable
 from scrapy_simdup.index.backend import StatCallback
 from scrapy_simdup.index.crawldir import move_state_aside
-from scrapy_simdup.index.snapshot import FILES_GLOB, HEADER_FILE, IndexStore
+from scrapy_simdup.index.snapshot import FILES_GLOB, HEADER_FILE, RECORD, IndexStore
 from scrapy_simdup.storage.atomic import read_json
 from scrapy_simdup.storage.batchwriter import BatchWriter
 
@@ -78,22 +78,22 @@ class PersistentBatchWriter:
             self.index_meta = {**self.index_meta, "idf_file": name}
         self.on_stat = on_stat
         self.store = IndexStore(self.directory) if backend is not None else None
-        self._stored_values: list[int] = []
+        self._stored_values: list[tuple] = []
         self._stored_keys: list[str] = []
         self.lost = 0
         self.batches = BatchWriter(self.directory, batch_size, on_flush=[self._on_flush],
                                    fingerprint=self.index_meta.get("fingerprint"),
                                    distance=self.index_meta.get("distance"))
 
-    def add(self, value, W, key, match, revisit: bool = False) -> None:
-        """One checked fingerprint; ``match``: what the backend found (None:
-        it stored the fingerprint). A ``revisit`` (``match`` is the page
+    def add(self, page, key, match, revisit: bool = False) -> None:
+        """One checked page (a Fingerprint); ``match``: what the backend found
+        (None: it stored the page). A ``revisit`` (``match`` is the page
         itself, stored before) goes to the batch as no near-duplicate."""
         if self.store is not None and match is None:   # the backend stored it
-            self._stored_values.append(int(value))
+            self._stored_values.append((int(page.value), int(page.value2), page.sketch))
             self._stored_keys.append(str(key))
-        self.batches.append(value, W, key,             # may flush (and snapshot)
-                            match.distance if match is not None and not revisit else None)
+        self.batches.append(page, key,                 # may flush (and snapshot)
+                            match if match is not None and not revisit else None)
 
     def _on_flush(self, path) -> None:
         self.snapshot()
@@ -111,8 +111,10 @@ class PersistentBatchWriter:
         if changed:
             self.idf.save(self.directory / name)
             self.index_meta = {**self.index_meta, "idf_file": name}
-        self.store.append(np.array(self._stored_values, dtype=np.uint64), self._stored_keys,
-                          self.index_meta)
+        records = np.zeros(len(self._stored_values), dtype=RECORD)
+        for i, (value, value2, sketch) in enumerate(self._stored_values):
+            records[i] = (value, value2, np.frombuffer(sketch, dtype=np.uint8))
+        self.store.append(records, self._stored_keys, self.index_meta)
         if changed:
             _remove_idf_files(self.directory, keep=name)
         self._stored_values, self._stored_keys = [], []
@@ -242,6 +244,12 @@ def restore(backend, directory, on_error: str = "keep", on_stat: StatCallback | 
     store = IndexStore(directory)
     if not store.exists():
         return 0
+    if store.outdated is not None:
+        raise ParameterError("dir", f"the index in {store.directory} was saved by an older "
+                             f"scrapy-simdup (index format {store.outdated}: fingerprints "
+                             f"without the verification sketch this version matches with); "
+                             f"its pages cannot be re-fingerprinted from it. Use a new "
+                             f"directory, or move {store.directory} away to start over")
     saved = store.meta.get("fingerprint")
     if fingerprint and saved and saved != fingerprint:
         raise ParameterError("fingerprint", f"the index in {store.meta_path.parent} holds "
@@ -252,7 +260,7 @@ def restore(backend, directory, on_error: str = "keep", on_stat: StatCallback | 
     except CorruptFileError as exc:
         _saved_file_corrupt(exc, "index", on_error, on_stat, store.move_aside)
         return 0
-    backend.load(values, keys)
+    backend.load(values["value"], values["value2"], values["sketch"], keys)
     if on_stat is not None:
         on_stat("index_restored", len(values))
     return len(values)

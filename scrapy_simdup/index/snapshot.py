@@ -4,8 +4,9 @@ Per namespace directory (``SIMDUP_DIR`` for pages, ``SIMDUP_DIR/items`` for
 items):
 
 ``index.values``
-    Raw ``<u8``: the fingerprints the index stored, in insertion order (index
-    id ``i`` is record ``i``). Append-only.
+    The pages the index stored, in insertion order (index id ``i`` is record
+    ``i``), ``RECORD_BYTES`` each: key 1 and key 2 (``<u8``), then the
+    ``SKETCH_BYTES``-byte sketch. Append-only.
 ``index.keys``
     UTF-8, one key (URL or item id) per line, in the same order. Append-only.
 ``index.json``
@@ -16,6 +17,8 @@ items):
     restore), ``saved``, and with IDF weighting ``idf_file``
     (:mod:`scrapy_simdup.index.persist`).
 
+A snapshot of an older format (version 1 kept key 1 alone) is refused by
+``restore`` with what to do: its pages cannot be verified.
 Bytes past the recorded lengths (an append cut short) are ignored and
 overwritten; a length or checksum mismatch inside them is a
 :class:`CorruptFileError` naming the file.
@@ -30,17 +33,22 @@ from zlib import crc32
 import numpy as np
 
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 from scrapy_simdup.storage.atomic import (
     atomic_write_json,
     fsync_dir,
     open_regular,
     read_header,
+    read_json,
     remove_stale_temporaries,
 )
 from scrapy_simdup.storage.batchfile import escape_url
 
 FORMAT = "simdup-index"
-VERSION = 1
+VERSION = 2
+#: one record of ``index.values``: key 1, key 2, sketch
+RECORD = np.dtype([("value", "<u8"), ("value2", "<u8"), ("sketch", "u1", (SKETCH_BYTES,))])
+RECORD_BYTES = RECORD.itemsize
 HEADER_FILE = "index.json"
 FILES_GLOB = "index.*"          # the snapshot's files
 _INT_FIELDS = ("count", "values_bytes", "values_crc32", "keys_bytes", "keys_crc32")
@@ -61,11 +69,13 @@ class IndexStore:
         self.values_path = self.directory / "index.values"
         self.keys_path = self.directory / "index.keys"
         self.meta = _empty_header()
+        #: the format version of a snapshot this version cannot read, or None
+        self.outdated: int | None = None
         if self.meta_path.exists():
             try:   # continue appending after what is committed (load() verifies it)
                 self.meta = self._read_header()
             except CorruptFileError:
-                pass
+                self.outdated = _older_version(self.meta_path)
 
     def _read_header(self) -> dict:
         return read_header(self.meta_path, "index snapshot header", FORMAT, VERSION, _INT_FIELDS)
@@ -76,13 +86,14 @@ class IndexStore:
             p.exists() and p.stat().st_size > 0 for p in (self.values_path, self.keys_path))
 
     def load(self) -> tuple[np.ndarray, list[str]]:
-        """The stored ``(values, keys)``; raises CorruptFileError naming a bad file."""
+        """The stored records (``RECORD`` array: value, value2, sketch) and
+        keys; raises CorruptFileError naming a bad file."""
         meta = self._read_header()
-        if meta["values_bytes"] != 8 * meta["count"]:
+        if meta["values_bytes"] != RECORD_BYTES * meta["count"]:
             raise CorruptFileError(self.meta_path, "values length does not match the count")
         values_data = self._read_prefix(self.values_path, meta["values_bytes"], meta["values_crc32"])
         keys_data = self._read_prefix(self.keys_path, meta["keys_bytes"], meta["keys_crc32"])
-        values = np.frombuffer(values_data, dtype="<u8").astype(np.uint64)
+        values = np.frombuffer(values_data, dtype=RECORD)
         keys = keys_data.decode("utf-8", "surrogateescape").split("\n")
         if keys and keys[-1] == "":
             keys.pop()
@@ -111,8 +122,9 @@ class IndexStore:
         return data
 
     def append(self, values: np.ndarray, keys: list[str], settings: dict | None = None) -> None:
-        """Append stored fingerprints and commit (fsync, then the header atomically)."""
-        values_data = np.ascontiguousarray(values, dtype="<u8").tobytes()
+        """Append stored pages (a ``RECORD`` array) and commit (fsync, then the
+        header atomically)."""
+        values_data = np.ascontiguousarray(values, dtype=RECORD).tobytes()
         keys_data = "".join(escape_url(k) + "\n" for k in keys).encode("utf-8", "surrogateescape")
         meta = dict(self.meta)
         for path, offset, data, field in ((self.values_path, meta["values_bytes"], values_data,
@@ -147,3 +159,15 @@ class IndexStore:
         fsync_dir(self.directory)
         self.meta = _empty_header()
         return moved
+
+
+def _older_version(path: Path) -> int | None:
+    """The version of a snapshot header of an older format, else None."""
+    try:
+        meta = read_json(path, "index snapshot header")
+    except CorruptFileError:
+        return None
+    version = meta.get("version")
+    if meta.get("format") == FORMAT and isinstance(version, int) and 0 < version < VERSION:
+        return version
+    return None

@@ -19,6 +19,9 @@ caller gives its own ids.
 """
 from __future__ import annotations
 
+import functools
+from math import comb
+
 import numpy as np
 
 from scrapy_simdup._ext import hashing
@@ -26,6 +29,7 @@ from scrapy_simdup._limits import (
     DEFAULT_DISTANCE,
     DEFAULT_MIN_SIMILARITY,
     DEFAULT_PROBES_PER_KEY,
+    MAX_CALIBRATED_DISTANCE,
 )
 from scrapy_simdup.fingerprint.sketch import (
     SKETCH_BYTES,
@@ -77,6 +81,14 @@ def _as_sketches(sketches, n: int) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+@functools.lru_cache(maxsize=256)
+def _probe_budget(t: int, h: int, cap) -> int:
+    """Buckets a look-up probes in one table: flip sets of at most 8 header
+    bits (``_vosh.h`` VOSH_MAX_H), the own header included, up to ``cap``."""
+    total = sum(comb(t, i) for i in range(min(h, t, 8) + 1))
+    return min(int(cap), total) if cap is not None else total
+
+
 def _as_value(value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
             or not 0 <= int(value) < 1 << 64:
@@ -92,19 +104,28 @@ class VerifiedIndex:
     keys alone decide). ``max_probes``: buckets probed per key and look-up (None:
     every flip set of up to 8 header bits). ``header_bits``: fix the header
     size ``t`` (default: ``floor(log2 n) - 2``, growing). ``model``: a
-    :class:`VolatilityModel` (default: the shipped one).
+    :class:`VolatilityModel` (default: the shipped one). ``recall``: instead of
+    ``max_probes``, the budget the model gives for that recall at the current
+    header size (calibrated for ``distance`` <= 16).
     """
 
     def __init__(self, distance: int = DEFAULT_DISTANCE,
                  min_similarity: float = DEFAULT_MIN_SIMILARITY,
                  max_probes: int | None = DEFAULT_PROBES_PER_KEY,
-                 header_bits: int | None = None, model=None):
+                 header_bits: int | None = None, model=None, recall: float | None = None):
         self.distance = _check_distance(distance)
         self.min_similarity = check_min_similarity(min_similarity)
         self.needed = matches_needed(self.min_similarity)
+        if recall is not None:
+            if self.distance > MAX_CALIBRATED_DISTANCE:
+                raise ValueError(f"recall is calibrated for distance <= {MAX_CALIBRATED_DISTANCE}, "
+                                 f"got distance {self.distance}: give max_probes instead")
+            max_probes = None
         self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
-                                     header_bits=header_bits, model=model) for _ in range(2))
+                                     recall=recall, header_bits=header_bits, model=model)
+                            for _ in range(2))
         self._n = 0
+        self._probes = 0
         self._sketches = np.zeros((0, SKETCH_BYTES), np.uint8)
         self._ids: np.ndarray | None = None      # None while every id equals its row
         for table in self.tables:
@@ -198,6 +219,7 @@ class VerifiedIndex:
         ``first=True``: the best :class:`VerifiedMatch` or None. ``first=False``:
         every verified match, best first."""
         q = _as_sketches(sketch, 1)[0]
+        self._probes += 2 * _probe_budget(self.header_bits, self.distance, self.max_probes)
         parts_rows, parts_dist = [], []
         for table, v, w in zip(self.tables, (value, value2), (W, W2)):
             rows, dist = table._query_verified(_as_value(v), w, q)
@@ -225,6 +247,23 @@ class VerifiedIndex:
         return self.query(fingerprint.value, fingerprint.value2, fingerprint.sketch,
                           fingerprint.W, fingerprint.W2, first=first)
 
+    def verify(self, page, stored, row: int):
+        """:class:`VerifiedMatch` of ``page`` against the page stored as
+        ``row`` (whose keys the caller gives in ``stored``: ``(value, value2)``)
+        when it passes: within ``distance`` of either key, its sketch agreeing
+        enough. Else None."""
+        q = _as_sketches(page.sketch, 1)[0]
+        if not 0 <= row < self._n:
+            raise IndexError(f"row {row} is not stored")
+        dist = min((int(stored[0]) ^ _as_value(page.value)).bit_count(),
+                   (int(stored[1]) ^ _as_value(page.value2)).bit_count())
+        agree = int(hashing.sketch_matches(q, self._sketches, np.array([row], np.int64))[0])
+        if dist > self.distance or agree < self.needed:
+            return None
+        rid = row if self._ids is None else int(self._ids[row])
+        return VerifiedMatch(rid, similarity(agree), dist)
+
     @property
-    def probes(self) -> int | None:
-        return None
+    def probes(self) -> int:
+        """Buckets probed by the look-ups so far (both keys)."""
+        return self._probes

@@ -16,13 +16,12 @@ import logging
 import re
 from typing import Any
 
-from scrapy_simdup._limits import DEFAULT_RECALL
 from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError, ParameterError
 from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
 from scrapy_simdup.index.crawldir import namespace_dir
-from scrapy_simdup.index.memory import BPHSIndex, PSMIndex
 from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, restore
 from scrapy_simdup.index.redis.backend import RedisBackend, probes_for
+from scrapy_simdup.index.verified import VerifiedIndex
 from scrapy_simdup.integration.config import SimdupConfig
 
 __all__ = ["make_backend", "make_index", "make_batch_writer", "load_idf_table", "probe_budget",
@@ -37,6 +36,7 @@ PARAMETER_SETTINGS = {
     "header_bits": "SIMDUP_REDIS_HEADER_BITS",
     "params": "SIMDUP_REDIS_PARAMS",
     "distance": "SIMDUP_DISTANCE",
+    "min_similarity": "SIMDUP_MIN_SIMILARITY",
     "recall": "SIMDUP_RECALL",
     "max_probes": "SIMDUP_MAX_PROBES",
     "fingerprint": "SIMDUP_INDEX",
@@ -84,9 +84,9 @@ def _corrupt_and_stopping(what: str, exc: CorruptFileError) -> None:
     logger.error("Simdup: the saved %s is corrupt: %s (SIMDUP_ON_ERROR=stop)", what, exc)
 
 
-# Settings the index constructors take, for error messages naming the setting.
-_INDEX_OPTIONS = {"distance": "SIMDUP_DISTANCE", "recall": "SIMDUP_RECALL",
-                  "max_probes": "SIMDUP_MAX_PROBES"}
+# Settings the index constructor takes, for error messages naming the setting.
+_INDEX_OPTIONS = {"distance": "SIMDUP_DISTANCE", "min_similarity": "SIMDUP_MIN_SIMILARITY",
+                  "recall": "SIMDUP_RECALL", "max_probes": "SIMDUP_MAX_PROBES"}
 
 
 def _index_error(exc: Exception, options: dict) -> ValueError:
@@ -95,22 +95,23 @@ def _index_error(exc: Exception, options: dict) -> ValueError:
         if re.search(rf"(?<!\w){option}(?!\w)", message) and options.get(option) is not None:
             return ValueError(f"{setting}: {message}")
     return ValueError(f"invalid index settings (SIMDUP_SEARCH, SIMDUP_DISTANCE, "
-                      f"SIMDUP_RECALL, SIMDUP_MAX_PROBES): {message}")
+                      f"SIMDUP_MIN_SIMILARITY, SIMDUP_RECALL, SIMDUP_MAX_PROBES): {message}")
 
 
-def make_index(config: SimdupConfig):
-    """A fresh in-memory index for ``config`` (PSMIndex, or BPHSIndex when exact)."""
+def make_index(config: SimdupConfig) -> VerifiedIndex:
+    """A fresh in-memory index for ``config``: SIMDUP_MAX_PROBES buckets per key
+    (default ``DEFAULT_PROBES_PER_KEY``), the budget of SIMDUP_RECALL, or every
+    flip set with SIMDUP_SEARCH = "exact"."""
+    options: dict[str, Any] = {"distance": config.distance,
+                               "min_similarity": config.min_similarity}
     if config.search == "exact":
-        options: dict[str, Any] = {"distance": config.distance}
-    else:
-        recall = config.recall
-        if recall is None and config.max_probes is None:
-            recall = DEFAULT_RECALL
-        options = {"distance": config.distance, "recall": recall,
-                   "max_probes": config.max_probes}
-    cls = BPHSIndex if config.search == "exact" else PSMIndex
+        options["max_probes"] = None
+    elif config.recall is not None:
+        options["recall"] = config.recall
+    elif config.max_probes is not None:
+        options["max_probes"] = config.max_probes
     try:
-        return cls(**options)
+        return VerifiedIndex(**options)
     except (TypeError, ValueError) as exc:
         raise _index_error(exc, options) from exc
 
@@ -138,7 +139,9 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
             except CorruptFileError as exc:
                 _corrupt_and_stopping("index", exc)
                 raise
-            except ParameterError as exc:   # saved with another fingerprint recipe
+            except ParameterError as exc:   # another fingerprint recipe, an older format
+                if exc.parameter != "fingerprint":
+                    raise ValueError(f"{config.dir_setting}: {exc}") from exc
                 raise ValueError(f"SIMDUP_DIR: {exc}. Use a new SIMDUP_DIR, or the feature "
                                  f"settings (SIMDUP_FEATURES, SIMDUP_SHINGLE_SIZE, ...) that "
                                  f"index was built with.") from exc
@@ -165,7 +168,7 @@ def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "page
                       backend=None, fingerprint: str | None = None, idf=None):
     """The writer fed every checked fingerprint (``SIMDUP_DIR``), or None.
 
-    The middleware calls ``writer.add(value, W, key, match, revisit=...)`` for
+    The middleware calls ``writer.add(page, key, match, revisit=...)`` for
     every page checked and ``await writer.close()`` at the end. With a memory
     ``backend`` the writer also snapshots its index at every batch flush.
     ``fingerprint`` (``Fingerprinter.version``) is recorded with the snapshot,
@@ -177,7 +180,7 @@ def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "page
         namespace_dir(config.dir, namespace), config.batch_size,
         backend=backend if isinstance(backend, MemoryBackend) else None,
         index_meta={"search": config.search, "distance": config.distance,
-                    "fingerprint": fingerprint},
+                    "min_similarity": config.min_similarity, "fingerprint": fingerprint},
         on_stat=_on_stat(crawler, namespace), idf=idf)
 
 

@@ -57,7 +57,8 @@ class Verdict:
         match = self.match if with_match else None
         tag = {"simhash": self.simhash,
                "duplicate_of": match.duplicate_of if match else None,
-               "distance": match.distance if match else None}
+               "distance": match.distance if match else None,
+               "similarity": round(match.similarity, 3) if match else None}
         if match is not None and self.revisit:
             tag["revisit"] = True
         if self.skipped is not None:
@@ -68,7 +69,8 @@ class Verdict:
 
 
 #: keys of the dicts ``Verdict.as_tag`` makes (to tell them from a user's value)
-TAG_KEYS = frozenset(("simhash", "duplicate_of", "distance", "revisit", "skipped", "error"))
+TAG_KEYS = frozenset(("simhash", "duplicate_of", "distance", "similarity", "revisit", "skipped",
+                      "error"))
 
 
 class SimdupComponent:
@@ -186,10 +188,10 @@ class SimdupComponent:
             return self.skip(getattr(exc, "reason", None) or "other", key)
         except Exception:  # noqa: BLE001 (any failure: count, log, keep or stop)
             return self._failed(key, "fingerprinting")
-        value, W = fp
+        value = fp.value
         t1 = time.perf_counter()
         try:
-            match = await self.backend.check_and_add(value, W, key)
+            match = await self.backend.check_and_add(fp, key)
         except Exception:  # noqa: BLE001
             return self._failed(key, "index lookup", int(value))
         t2 = time.perf_counter()
@@ -214,7 +216,7 @@ class SimdupComponent:
             self.fingerprinter.learn(fp)
         if self.writer is not None:
             try:
-                self.writer.add(value, W, key, match, revisit=revisit)
+                self.writer.add(fp, key, match, revisit=revisit)
             except Exception:  # noqa: BLE001 (disk full, SIMDUP_DIR gone: the page goes on)
                 self.error(key, "writing to SIMDUP_DIR")
         if revisit:
@@ -224,7 +226,8 @@ class SimdupComponent:
         if self.config.debug:
             logger.debug("Simdup checked %s %s: simhash %016x, %s", self.kind[:-1], key, value,
                          f"revisit (stored before, distance {match.distance})" if revisit else
-                         f"duplicate of {match.duplicate_of} at distance {match.distance}"
+                         f"duplicate of {match.duplicate_of} at distance {match.distance}, "
+                         f"similarity {match.similarity:.2f}"
                          if match else "new", extra={"spider": self.crawler.spider})
         return Verdict(int(value), match, revisit=revisit)
 

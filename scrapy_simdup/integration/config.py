@@ -20,7 +20,9 @@ from typing import Any
 from scrapy_simdup._limits import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DISTANCE,
+    DEFAULT_MIN_SIMILARITY,
     DEFAULT_REDIS_HEADER_BITS,
+    MAX_CALIBRATED_DISTANCE,
     MAX_DISTANCE,
     MAX_REDIS_HEADER_BITS,
     MIN_BATCH_SIZE,
@@ -215,6 +217,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_ENABLED": False,
     "SIMDUP_ACTION": "drop",
     "SIMDUP_DISTANCE": DEFAULT_DISTANCE,
+    "SIMDUP_MIN_SIMILARITY": DEFAULT_MIN_SIMILARITY,
     "SIMDUP_RECALL": None,
     "SIMDUP_MAX_PROBES": None,
     "SIMDUP_SEARCH": "psm",
@@ -253,10 +256,11 @@ class SimdupConfig:
 
     enabled: bool = False
     action: str = "drop"                  # "drop" | "tag"
-    distance: int = DEFAULT_DISTANCE      # Hamming distance threshold h
-    recall: float | None = None           # PSM target recall in (0, 1]
-    max_probes: int | None = None         # PSM probe budget (flip sets per query)
-    search: str = "psm"                   # "psm" | "exact" (BPHS)
+    distance: int = DEFAULT_DISTANCE      # search radius h of each 64-bit key
+    min_similarity: float = DEFAULT_MIN_SIMILARITY   # verification: estimated Jaccard
+    recall: float | None = None           # PSM target recall in (0, 1] (distance <= 16)
+    max_probes: int | None = None         # PSM probe budget per key (flip sets per query)
+    search: str = "psm"                   # "psm" | "exact" (every flip set)
     #: keyword arguments for Fingerprinter (only the settings the user set)
     feature_options: dict = field(default_factory=dict)
     item_fields: tuple[str, ...] = ("text",)
@@ -310,6 +314,11 @@ class SimdupConfig:
         if recall is not None and max_probes is not None:
             raise ValueError("SIMDUP_RECALL and SIMDUP_MAX_PROBES are exclusive: set only one "
                              "of them (a target recall, or a probe budget per lookup)")
+        distance = _int("SIMDUP_DISTANCE", get("SIMDUP_DISTANCE"), lo=0, hi=MAX_DISTANCE)
+        if recall is not None and distance > MAX_CALIBRATED_DISTANCE:
+            raise ValueError(f"SIMDUP_RECALL is calibrated for SIMDUP_DISTANCE <= "
+                             f"{MAX_CALIBRATED_DISTANCE} (got {distance}): set a probe budget "
+                             f"per key with SIMDUP_MAX_PROBES instead")
 
         feature_options = {}
         for name, kwarg in FEATURE_SETTINGS.items():
@@ -371,7 +380,9 @@ class SimdupConfig:
         config = cls(
             enabled=_bool("SIMDUP_ENABLED", get("SIMDUP_ENABLED")),
             action=_choice("SIMDUP_ACTION", get("SIMDUP_ACTION"), _ACTIONS),
-            distance=_int("SIMDUP_DISTANCE", get("SIMDUP_DISTANCE"), lo=0, hi=MAX_DISTANCE),
+            distance=distance,
+            min_similarity=_float("SIMDUP_MIN_SIMILARITY", get("SIMDUP_MIN_SIMILARITY"),
+                                  lo=0.0, hi=1.0),
             recall=recall,
             max_probes=max_probes,
             search=search,
