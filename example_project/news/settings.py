@@ -7,15 +7,11 @@ NEWSPIDER_MODULE = "news.spiders"
 ADDONS = {"scrapy_simdup.Addon": 0}
 
 # A few settings spelled out (every setting and its default: docs/usage.rst,
-# "Settings"). SIMDUP_ACTION and SIMDUP_SEARCH are the defaults;
-# SIMDUP_DISTANCE and SIMDUP_LOG_INTERVAL are not.
+# "Settings"). All but SIMDUP_LOG_INTERVAL are the defaults.
 SIMDUP_ACTION = "drop"        # or "tag": pass duplicates on with response.meta["simdup"]
-# Hamming distance threshold. The default, 9, keeps chance matches rare up to
-# about a million pages; a crawl of at most 10,000 pages like this one can use
-# 12 (the table in docs/usage.rst, "Choosing SIMDUP_DISTANCE", set by
-# benchmarks/eval_quality.py on the tune half of the data).
-SIMDUP_DISTANCE = 12
-SIMDUP_SEARCH = "psm"         # Probabilistic Simhash Matching ("exact": block-permuted search)
+SIMDUP_DISTANCE = 22          # search radius of each 64-bit key (candidates)
+SIMDUP_MIN_SIMILARITY = 0.15  # estimated Jaccard a candidate needs to be a near-duplicate
+SIMDUP_SEARCH = "psm"         # Probabilistic Simhash Matching ("exact": every flip set)
 SIMDUP_LOG_INTERVAL = 10.0    # the periodic "Simdup: ..." line, seconds (default 60)
 
 # A local site: no politeness delays needed, no robots.txt.

@@ -93,7 +93,7 @@ class PersistentBatchWriter:
             self._stored_values.append((int(page.value), int(page.value2), page.sketch))
             self._stored_keys.append(str(key))
         self.batches.append(page, key,                 # may flush (and snapshot)
-                            match if match is not None and not revisit else None)
+                            match.distance if match is not None and not revisit else None)
 
     def _on_flush(self, path) -> None:
         self.snapshot()

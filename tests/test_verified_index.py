@@ -1,0 +1,190 @@
+"""The verification sketch and the verified index against pure references,
+on real pages (spotsigs-dev stories and unrelated pages)."""
+from __future__ import annotations
+
+import gzip
+import random
+
+import numpy as np
+import pytest
+
+from scrapy_simdup import Fingerprinter, SkippedPage, VerifiedIndex, fingerprint_features
+from scrapy_simdup._ext import hashing
+from scrapy_simdup.fingerprint.features import fmix64
+from scrapy_simdup.fingerprint.sketch import (
+    SKETCH_BYTES,
+    chance_pass,
+    matches_needed,
+    page_sketch,
+    second_key,
+    similarity,
+)
+from tests.reference import sketch as ref
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 31, 32, 100, 5000])
+def test_sketch_equals_the_reference(n):
+    rng = np.random.default_rng(n)
+    hashes = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64) * np.uint64(2)
+    assert page_sketch(hashes) == ref.sketch(hashes.tolist())
+    assert len(page_sketch(hashes)) == SKETCH_BYTES
+
+
+def test_sketch_is_a_set_function_and_estimates_jaccard():
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 2**63, 4000, dtype=np.int64).astype(np.uint64)
+    assert page_sketch(base) == page_sketch(np.concatenate([base[::-1], base[:10]]))
+    estimates = []
+    for seed in range(40):   # |A & B| / |A | B| = 1000 / 3000
+        r = np.random.default_rng(100 + seed).integers(0, 2**63, 4000, dtype=np.int64)
+        a, b = r[:2000].astype(np.uint64), r[1000:3000].astype(np.uint64)
+        estimates.append(similarity(ref.matches(page_sketch(a), page_sketch(b))))
+    assert abs(np.mean(estimates) - 1 / 3) < 0.05
+
+
+def test_matches_needed_and_chance():
+    for j in (0.05, 0.1, 0.15, 0.2, 0.5, 1.0):
+        assert matches_needed(j) == ref.needed(j)
+        assert similarity(matches_needed(j)) >= j - 1e-9
+        assert similarity(matches_needed(j) - 1) < j
+    assert matches_needed(0) == 0 and matches_needed(0.15) == 5
+    assert 1e-8 < chance_pass(0.15) < 1e-6
+    with pytest.raises(ValueError, match="min_similarity"):
+        matches_needed(1.5)
+
+
+def test_sketch_matches_counts_equal_bytes():
+    rng = np.random.default_rng(3)
+    stored = rng.integers(0, 256, (50, SKETCH_BYTES)).astype(np.uint8)
+    q = stored[7].copy()
+    q[:5] ^= 1
+    rows = np.arange(50, dtype=np.int64)
+    got = hashing.sketch_matches(q, stored, rows)
+    assert got.tolist() == [ref.matches(q.tobytes(), s.tobytes()) for s in stored]
+    assert got[7] == SKETCH_BYTES - 5
+
+
+def test_second_key_is_the_simhash_of_the_remixed_hashes():
+    fp = fingerprint_features([f"w{i}" for i in range(300)])
+    hashes = hashing.hash_features([f"w{i}" for i in range(300)])
+    assert second_key(hashes, None)[0] == fp.value2
+    assert hashing.simhash_hashes(fmix64(hashes ^ np.uint64(ref.KEY2_XOR)))[0] == fp.value2
+    assert fp.sketch == ref.sketch(hashes.tolist())
+
+
+# ------------------------------------------------------------ real pages
+
+def _pages(shared_data, stories=6, per_story=8, distractors=60):
+    spot = shared_data / "spotsigs-dev"
+    fp = Fingerprinter()
+    out = []
+    for folder in sorted(p for p in spot.iterdir() if p.is_dir())[:stories]:
+        for path in sorted(folder.iterdir())[:per_story]:
+            out.append((folder.name, path))
+    for path in sorted((shared_data / "distractors-dragnet").iterdir())[:distractors]:
+        if path.is_file() and path.suffix == ".gz":
+            out.append((None, path))
+    pages = []
+    for story, path in out:
+        try:
+            pages.append((story, fp.fingerprint_html(gzip.open(path).read())))
+        except SkippedPage:
+            pass
+    random.Random(7).shuffle(pages)
+    return pages
+
+
+@pytest.fixture(scope="module")
+def real_pages(shared_data):
+    return _pages(shared_data)
+
+
+@pytest.mark.parametrize("distance, min_similarity", [(22, 0.15), (12, 0.3), (24, 0.0)])
+def test_online_verdicts_equal_the_reference_on_real_pages(real_pages, distance, min_similarity):
+    """Every flip set probed (max_probes=None) and a tiny header: PSM sees every
+    candidate, so the index must give exactly the reference's best match."""
+    index = VerifiedIndex(distance=distance, min_similarity=min_similarity, max_probes=None,
+                          header_bits=4)
+    stored = []
+    flagged = 0
+    for _, fp in real_pages:
+        page = (fp.value, fp.value2, fp.sketch)
+        want = ref.verified_matches(page, stored, distance, min_similarity)
+        got = index.query(fp.value, fp.value2, fp.sketch, fp.W, fp.W2, first=False)
+        assert [m.id for m in got] == want
+        for m in got:
+            assert m.similarity == pytest.approx(similarity(ref.matches(fp.sketch, stored[m.id][2])))
+        if want:
+            flagged += 1
+            best = index.query_fingerprint(fp)
+            assert best.id == want[0]
+        else:
+            assert index.add_fingerprint(fp) == len(stored)
+            stored.append(page)
+    assert 0 < flagged < len(real_pages)
+
+
+def test_real_stories_match_and_unrelated_pages_do_not(real_pages):
+    index = VerifiedIndex()
+    story_of = []
+    correct = wrong = 0
+    for story, fp in real_pages:
+        best = index.query_fingerprint(fp)
+        if best is None:
+            index.add_fingerprint(fp)
+            story_of.append(story)
+        elif story is not None and story_of[best.id] == story:
+            correct += 1
+        elif story is not None or story_of[best.id] is not None:
+            wrong += 1
+    assert correct >= 30 and wrong <= 1
+
+
+def test_own_ids_and_arrays(real_pages):
+    index = VerifiedIndex()
+    fps = [fp for _, fp in real_pages[:20]]
+    ids = index.add([f.value for f in fps], [f.value2 for f in fps], [f.sketch for f in fps],
+                    ids=np.arange(1000, 1020))
+    assert ids.tolist() == list(range(1000, 1020))
+    assert index.query_fingerprint(fps[3]).id == 1003
+    values, values2, sketches, got_ids = index.arrays()
+    assert values.tolist() == [f.value for f in fps]
+    assert values2.tolist() == [f.value2 for f in fps]
+    assert [s.tobytes() for s in sketches] == [f.sketch for f in fps]
+    assert got_ids.tolist() == list(range(1000, 1020))
+
+
+def test_memory_per_page_is_at_most_64_bytes():
+    rng = np.random.default_rng(5)
+    n = 200_000
+    index = VerifiedIndex()
+    index.add(rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
+              rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
+              rng.integers(0, 256, (n, SKETCH_BYTES)).astype(np.uint8))
+    index.tables[0]._merge()
+    index.tables[1]._merge()
+    used = sum(t.nbytes for t in index.tables) + n * SKETCH_BYTES
+    # 64 bytes of keys, rows and sketch, plus the bucket offsets (4 bytes per
+    # bucket, 4 to 8 pages per bucket, two tables)
+    assert used / n <= 66
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(distance=25), "distance"), (dict(min_similarity=-0.1), "min_similarity"),
+    (dict(min_similarity=2), "min_similarity"), (dict(recall=0.9), "recall"),
+])
+def test_bad_arguments(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        VerifiedIndex(**kwargs)
+
+
+def test_bad_inputs():
+    index = VerifiedIndex()
+    with pytest.raises(ValueError, match="32 bytes"):
+        index.add([1], [2], [b"short"])
+    with pytest.raises(ValueError, match="one entry per value"):
+        index.add([1, 2], [2], [bytes(32)] * 2)
+    with pytest.raises(ValueError, match="key"):
+        index.query(-1, 0, bytes(32))
+    with pytest.raises(ValueError, match="W"):
+        index.query(1, 2, bytes(32), W=np.zeros(5))
