@@ -35,6 +35,7 @@ cdef enum:
     MAX_T = 32
     STACK_HEAP = 600
     BATCH = 8
+    VERIFY_AHEAD = 8     # candidates whose sketch is prefetched ahead
     GROUP = 8       # queries pipelined together in query_many
     FIRST_STAGE = 4 # PSM-F probes of the first pipelined stage
     KPIPE = 64      # probes per query up to which query_many pipelines

@@ -36,13 +36,12 @@ cdef class PSMCore:
     cdef int32_t *bnext
     cdef int32_t *bhead
     cdef Py_ssize_t n_buf, buf_cap
-    # verification (index/verified.py): sketch rows indexed by id, the bins a
-    # candidate must agree in, and the sketch of the query being searched
+    # verification (index/verified.py): sketch rows indexed by id, and the
+    # bins a candidate must agree in
     cdef object _vsk_arr
     cdef const uint8_t *vsk
     cdef Py_ssize_t vsk_rows
     cdef int vneed
-    cdef const uint8_t *qsk
 
     def __cinit__(self, *args, **kwargs):
         self.n_main = 0
@@ -54,7 +53,6 @@ cdef class PSMCore:
         self.fixed_t = 0
         self.vsk = NULL
         self.vsk_rows = 0
-        self.qsk = NULL
 
     # -- state --------------------------------------------------------
     def _core_init(self, int distance, int header_bits, _Model model):
@@ -272,7 +270,7 @@ cdef class PSMCore:
             for i in range(nb):
                 for j in range(lo[i], hi[i]):
                     d = simdup_popcount64(vals[j] ^ x)
-                    if d <= h and self._verified(self.ids[j]):
+                    if d <= h:
                         if res_push(res, qi, self.ids[j], d) < 0:
                             return -2
                         found += 1
@@ -285,7 +283,7 @@ cdef class PSMCore:
                         v = self.bvals[c]
                         if (v >> shift) == hdr:
                             d = simdup_popcount64(v ^ x)
-                            if d <= h and self._verified(self.bids[c]):
+                            if d <= h:
                                 if res_push(res, qi, self.bids[c], d) < 0:
                                     return -2
                                 found += 1
@@ -399,15 +397,6 @@ cdef class PSMCore:
                 start[g] = nk[g]
         return 0
 
-    cdef inline bint _verified(self, int64_t row) noexcept nogil:
-        """Whether the candidate stored as ``row`` passes the verification
-        (always, outside a verified query)."""
-        if self.qsk == NULL:
-            return True
-        if row < 0 or row >= self.vsk_rows:
-            return False
-        return simdup_sketch_matches(self.qsk, self.vsk + SIMDUP_SKETCH_BINS * row) >= self.vneed
-
     def _set_sketches(self, const uint8_t[:, ::1] sketches, Py_ssize_t rows, int needed):
         """Verify candidates against ``sketches[id]`` (the first ``rows`` rows):
         ids are rows of that array."""
@@ -439,22 +428,37 @@ cdef class PSMCore:
         cdef int rc
         if heap == NULL:
             raise MemoryError()
+        cdef Py_ssize_t i, kept = 0
+        cdef int64_t row
+        cdef const uint8_t *qsk = &sketch[0]
         try:
-            self.qsk = &sketch[0]
             with nogil:
                 rc = self._search(x, wp, False, maxk, 0, &res, heap, heapcap)
+                if rc >= 0:
+                    # the candidates' sketches are scattered: load them a few
+                    # candidates ahead of the comparison
+                    for i in range(res.n):
+                        if i + VERIFY_AHEAD < res.n:
+                            row = res.ids[i + VERIFY_AHEAD]
+                            if 0 <= row < self.vsk_rows:
+                                __builtin_prefetch(self.vsk + SIMDUP_SKETCH_BINS * row)
+                        row = res.ids[i]
+                        if 0 <= row < self.vsk_rows and simdup_sketch_matches(
+                                qsk, self.vsk + SIMDUP_SKETCH_BINS * row) >= self.vneed:
+                            res.ids[kept] = row
+                            res.d[kept] = res.d[i]
+                            kept += 1
             if rc == -1:
                 raise ValueError("W must be finite (no NaN or infinity)")
             if rc == -2:
                 raise MemoryError()
-            ids = np.empty(res.n, dtype=np.int64)
-            dist = np.empty(res.n, dtype=np.int8)
-            for i in range(res.n):
+            ids = np.empty(kept, dtype=np.int64)
+            dist = np.empty(kept, dtype=np.int8)
+            for i in range(kept):
                 ids[i] = res.ids[i]
                 dist[i] = res.d[i]
             return ids, dist
         finally:
-            self.qsk = NULL
             free(heap)
             res_free(&res)
 

@@ -16,7 +16,7 @@ from zlib import crc32
 import numpy as np
 
 from scrapy_simdup._ext import bphs, psm
-from scrapy_simdup._limits import MAX_DISTANCE
+from scrapy_simdup._limits import DEFAULT_RECALL, MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptIndexError
 from scrapy_simdup.index.volatility import VolatilityModel
 from scrapy_simdup.storage.atomic import atomic_write
@@ -161,9 +161,10 @@ class PSMIndex(psm.PSMCore):
     """Probabilistic Simhash Matching over one bucketed copy of the data.
 
     ``distance``: Hamming threshold ``h``. ``max_probes``: buckets probed per
-    query (own header included; None = every set of <= h header bits, i.e.
-    exact). ``recall``: pick ``max_probes`` from the calibrated model for the
-    current header size (re-picked whenever the header grows).
+    query (own header included). ``recall``: pick ``max_probes`` from the
+    calibrated model for the current header size (re-picked whenever the
+    header grows); without either, the crawl's default recall
+    (``DEFAULT_RECALL``); ``recall=1.0`` probes every set of <= h header bits.
     ``header_bits``: fix ``t`` (default: ``floor(log2 n) - 2``, growing).
     ``model``: a :class:`VolatilityModel` (default: the shipped one).
     """
@@ -175,6 +176,8 @@ class PSMIndex(psm.PSMCore):
             header_bits = _check_header_bits(header_bits)
         if recall is not None and max_probes is not None:
             raise ValueError("give recall or max_probes, not both")
+        if recall is None and max_probes is None:
+            recall = DEFAULT_RECALL
         if recall is not None:
             if isinstance(recall, bool) or not isinstance(recall, (int, float)) or \
                     not 0.0 < float(recall) <= 1.0:

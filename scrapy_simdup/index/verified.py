@@ -121,6 +121,8 @@ class VerifiedIndex:
                 raise ValueError(f"recall is calibrated for distance <= {MAX_CALIBRATED_DISTANCE}, "
                                  f"got distance {self.distance}: give max_probes instead")
             max_probes = None
+        elif max_probes is None:
+            recall = 1.0      # every flip set
         self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
                                      recall=recall, header_bits=header_bits, model=model)
                             for _ in range(2))
