@@ -1,210 +1,235 @@
-"""Near-duplicate quality of page fingerprints: ours vs PyPI simhash vs MinHashLSH.
+"""Near-duplicate quality: ours (the product's index) against its peers, on real syndicated news.
 
-    .venv/bin/python benchmarks/eval_quality.py [--quick] [--seed N] [--orders K]
+    .venv/bin/python benchmarks/eval_quality.py [--quick] [--no-synthetic]
 
-Data: the real pages of ../shared/data split by a stable hash of their id
-(``_data.split``) into a *tune* and a *report* half; each half is turned into
-a labelled near-duplicate site by ``_data.build_near_duplicate_site`` (the
-same article in other pages' templates, re-headlined, trimmed, a paragraph
-added, comments changed, readable copies; many articles per template, so
-same-template pages with other content are hard negatives).
+Data (``_real.py``): spotsigs-dev (34 labelled stories, 1,117 pages) mixed
+with distractors-dragnet (1,381 unrelated pages), in one shuffled stream
+(``random.Random(7)``, spotsigs-dev/README.md). A second table runs the same
+methods on the synthetic labelled site of ``_data.build_near_duplicate_site``
+(report half), kept as a regression check of the older benchmark.
 
-Measures, for every method and threshold:
+Every method runs as a crawl does: each page is looked up among the pages
+stored so far and stored only when nothing matched (query, then add). The
+rows marked "every page stored" keep every page (the protocol of
+``eval_real.py``, the recall study and issue 19's figures). Rows:
 
-* online page level: pages arrive one by one in a random order (``--orders``
-  orders, averaged); a page is *flagged* if an earlier stored page is within
-  the threshold; it is *correct* if an earlier page of its own cluster is
-  within the threshold (dropping it loses nothing). Precision = correct /
-  flagged; recall = correct / pages with an earlier page of their cluster
-  (skipped pages count as misses).
-* pairwise: over all pairs, predicted iff within the threshold.
-* template precision: among pairs of pages sharing a template, the fraction
-  of the pairs within the threshold that are true near-duplicates.
+* ``ours, defaults``: ``VerifiedIndex()`` at its defaults (two 64-bit keys
+  searched by PSM within ``SIMDUP_DISTANCE``, ``DEFAULT_PROBES_PER_KEY``
+  buckets a key, the header growing with the index) queried with
+  ``query(value, value2, sketch, W, W2)`` of ``Fingerprinter()``'s pages;
+  ``ours, header_bits=17``: the same with the header of a million-page index,
+  so the probe budget is spent as it would be at a million pages;
+  ``ours' rule, every candidate``: the same match rule checked against every
+  stored page (what the probe budget loses);
+* ``key alone h <= d``: the 64-bit key of the same fingerprints, exhaustive;
+* ``PyPI simhash``: ``simhash.Simhash`` of our main text at its best h (the h
+  sweep is exhaustive; the row is then re-run with the package's own
+  ``SimhashIndex`` and the flags must agree);
+* ``MinHashLSH``: datasketch ``MinHashLSH`` (128 permutations) online, at its
+  best threshold, on our feature hashes and on text: 3-word shingles of our
+  main text, of trafilatura's text, and trafilatura's text as our spot
+  signatures; the best match among its candidates is the highest estimated
+  Jaccard;
+* ``exact cosine``: cosine of the weighted feature vectors at its best
+  threshold: the ceiling of the features.
 
-The default threshold and configuration are chosen on the tune half
-(best page F1 with page and pairwise precision >= 0.99, fewer than 0.01
-projected false matches per page in a crawl of a million pages (see
-``false_matches_at_scale``), h within the index's MAX_DISTANCE) and reported
-on the report half.
+Columns. Page P, R, F1 under the "any page" rule (a flag is correct when any
+stored page of the story matched: the rule of issue 19's figures) and under
+"best match" (the best match is of the story); P is the *mixed* precision
+(distractor-distractor pairs left out: the distractors hold real duplicates
+of each other), P strict counts every pair. Pair P/R: every pair of pages is
+compared directly under the method's rule (no index, no arrival order); pair
+recall = same-story pairs that pass / all same-story pairs (skipped pages'
+pairs count as misses); pair precision = same-story pairs that pass / pairs
+that pass, distractor-distractor pairs left out. For MinHashLSH the rule is
+a collision in any band. Bytes per page in the index:
+
+* ours: ``VerifiedIndex.nbytes`` / stored pages (two key tables of 16 bytes,
+  the 32-byte sketch, the bucket offsets: at header_bits=17 those of a
+  million-page index, spread here over a few thousand pages);
+* key alone: 16 (``PSMIndex`` value + row);
+* PyPI simhash: ``sys.getsizeof`` of ``SimhashIndex.bucket``, its keys, sets
+  and strings, / stored pages (rough: Python objects);
+* MinHashLSH: an estimate, 128 x 8 bytes of hash values + per band an
+  ``8 r``-byte key and an 8-byte reference (``b`` bands of ``r`` rows, the
+  datasketch choice for the threshold), Python overhead left out;
+* exact cosine: the feature vector, 12 bytes per distinct feature (8-byte
+  hash, 4-byte weight), mean over pages.
+
+Safe at scale. Unrelated pairs: spotsigs x distractor pages (other sites),
+cross-story spotsigs pairs, distractor x distractor pairs. Left out as likely
+duplicates: pairs whose exact feature-set Jaccard is >= 0.5 (the same text,
+mostly one site), and all pairs of two stories that share such a pair (the same
+event told by one agency twice: the labels are not perfect). For each pair:
+(a) d = the smaller Hamming distance of the two keys, (b) m = equal bytes of
+the two sketches. Expected chance matches per look-up in an index of N
+unrelated pages = N x P(d <= h) x P(m >= needed | d <= h):
+
+* P(d <= h): the measured fraction of unrelated pairs (pooled);
+* P(m >= needed | d <= h): the measured fraction among the unrelated
+  candidates where it has mass; beyond the largest m measured it is the
+  binomial tail of a Jaccard-0 pair (``sketch.chance_pass``).
+
+Two populations are projected: *other sites* (spotsigs x distractors: a random
+unrelated page) and *pooled* (all three groups); a pooled pair that passes
+has real shared text (its exact Jaccard is printed), and its rate, unlike a
+chance rate, depends on what the crawl holds.
+
+Sweep: the table that chose the defaults, radius 18..24 x min_similarity
+0.10..0.25, every candidate checked and at header_bits=17, with the projected
+chance matches at 10^6 pages.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
+import hashlib
+import json
 import os
 import sys
 import time
-from collections import Counter, defaultdict
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _data import build_near_duplicate_site, load_all, split
+from _real import (
+    CACHE,
+    DATA,
+    DIST,
+    INF,
+    SPOT,
+    U64,
+    OnlineTally,
+    Stream,
+    cosine_matrix,
+    fingerprint_one,
+    hamming_matrix,
+    jaccard_matrix,
+    page_list,
+    pages_from_rows,
+    real_pages,
+    sketch_matrix,
+)
 
 from scrapy_simdup import Fingerprinter, SkippedPage
-from scrapy_simdup._ext import hashing
-from scrapy_simdup._limits import DEFAULT_DISTANCE
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, DEFAULT_PROBES_PER_KEY
+from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, chance_pass, matches_needed
 from scrapy_simdup.fingerprint.tokens import tokenize
-from scrapy_simdup.index.memory import MAX_DISTANCE
+from scrapy_simdup.index.verified import VerifiedIndex
 
-INF = 1e9
-
-
-# ----------------------------------------------------------------- metrics
-
-def hamming_matrix(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    n = values.shape[0]
-    D = np.full((n, n), INF)
-    vals = np.ascontiguousarray(values, dtype=np.uint64)
-    for i in range(n):
-        if valid[i]:
-            D[i] = hashing.hamming_many(vals, vals[i])
-    D[:, ~valid] = INF
-    D[~valid, :] = INF
-    return D
+KEY_H = tuple(range(3, 17))
+COSINES = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+LSH_T = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+PYPI_H = tuple(range(6, 19))
+SWEEP_R = (18, 20, 22, 24)
+SWEEP_S = (0.10, 0.15, 0.20, 0.25)
+SCALE_N = (10**5, 10**6, 10**7)
+SCALE_BUDGET = 0.01
+MILLION_T = 17          # floor(log2(10**6)) - 2: the header of a million-page index
+DUP_J = 0.5             # exact Jaccard of a likely duplicate
+NUM_PERM = 128
 
 
-class Site:
-    """The labelled pages of one half plus the cached text of each page."""
-
-    def __init__(self, pages):
-        self.pages = pages
-        self.n = len(pages)
-        ids = {c: i for i, c in enumerate(sorted({p.cluster_id for p in pages}))}
-        self.cluster = np.array([ids[p.cluster_id] for p in pages])
-        tids = {c: i for i, c in enumerate(sorted({p.template_id for p in pages}))}
-        self.template = np.array([tids[p.template_id] for p in pages])
-        self.same = self.cluster[:, None] == self.cluster[None, :]
-        self.same_tpl = self.template[:, None] == self.template[None, :]
-        self.kinds = [p.kind for p in pages]
-        self.kind_mask = {k: np.array([x == k for x in self.kinds]) for k in sorted(set(self.kinds))}
-        np.fill_diagonal(self.same, False)
-        np.fill_diagonal(self.same_tpl, False)
+class Row:
+    def __init__(self, name, scores, pair, nbytes, note=""):
+        self.name, self.scores, self.pair, self.nbytes, self.note = name, scores, pair, nbytes, note
 
 
-def page_metrics(site: Site, D: np.ndarray, valid: np.ndarray, thresholds, orders):
-    """Online page-level (P, R, F1) per threshold, averaged over orders."""
-    out = np.zeros((len(thresholds), 3))
-    per_kind_recall = defaultdict(lambda: np.zeros(len(thresholds)))
-    for order in orders:
-        pos = np.empty(site.n, int)
-        pos[order] = np.arange(site.n)
-        earlier = pos[None, :] < pos[:, None]
-        has_true = (earlier & site.same).any(1)
-        Dt = np.where(earlier & site.same, D, INF).min(1)
-        Df = np.where(earlier & ~site.same, D, INF).min(1)
-        Dt[~valid] = INF
-        Df[~valid] = INF
-        dmin = np.minimum(Dt, Df)
-        for k, h in enumerate(thresholds):
-            flagged = dmin <= h
-            correct = Dt <= h
-            nf, nc, nt = flagged.sum(), correct.sum(), has_true.sum()
-            p = nc / nf if nf else 1.0
-            r = nc / nt if nt else 1.0
-            out[k] += (p, r, 2 * p * r / (p + r) if p + r else 0.0)
-            for kind, km in site.kind_mask.items():
-                m = km & has_true
-                per_kind_recall[kind][k] += (correct & m).sum() / max(1, m.sum())
-    out /= len(orders)
-    for kind in per_kind_recall:
-        per_kind_recall[kind] /= len(orders)
-    return out, dict(per_kind_recall)
+# ----------------------------------------------------------------- rules as pairwise matrices
+
+def pair_pr(passes, P):
+    """(pair precision, pair recall) of a symmetric bool[n, n] in list order."""
+    iu = np.triu_indices(P.n, 1)
+    ok = passes[iu]
+    fi, fj = P.folder[iu[0]], P.folder[iu[1]]
+    same = (fi == fj) & (fi >= 0)
+    dd = (fi < 0) & (fj < 0)
+    counted = ok & ~dd
+    tp = int((ok & same).sum())
+    return (tp / counted.sum() if counted.sum() else 1.0), tp / max(1, int(same.sum()))
 
 
-def pair_metrics(site: Site, D: np.ndarray, thresholds):
-    iu = np.triu_indices(site.n, 1)
-    d = D[iu]
-    same = site.same[iu]
-    tpl = site.same_tpl[iu]
-    out = []
-    for h in thresholds:
-        pred = d <= h
-        tp = (pred & same).sum()
-        p = tp / pred.sum() if pred.sum() else 1.0
-        r = tp / same.sum()
-        f = 2 * p * r / (p + r) if p + r else 0.0
-        tp_t = (pred & tpl & same).sum()
-        fp_t = (pred & tpl & ~same).sum()
-        tp_prec = tp_t / (tp_t + fp_t) if tp_t + fp_t else 1.0
-        out.append((p, r, f, tp_prec, int(fp_t)))
-    return np.array(out)
+def ours_matrix(H1, H2, M, h, need):
+    """The verified rule: either key within h and >= need equal sketch bytes; best = most equal bytes, then distance."""
+    d = np.minimum(H1, H2).astype(np.float32)
+    m = M.astype(np.float32)
+    return np.where((d <= h) & (m >= need), -m * 128 + d, INF)
 
 
-# ----------------------------------------------------------------- methods
-
-def extract_all(site: Site, fp_main: Fingerprinter, fp_vis: Fingerprinter):
-    """Cached (main text, visible text, tags) per page; None when skipped."""
-    main, vis, tags = [], [], []
-    for p in site.pages:
-        try:
-            t, _, tg = fp_main.extract_text_html(p.html)
-        except SkippedPage:
-            t, tg = None, None
-        main.append(t)
-        tags.append(tg)
-        try:
-            v, _, _ = fp_vis.extract_text_html(p.html)
-        except SkippedPage:
-            v = None
-        vis.append(v)
-    return main, vis, tags
+def key_matrix(H, h):
+    d = H.astype(np.float32)
+    return np.where(d <= h, d, INF)
 
 
-def ours(site: Site, texts, tags, fp: Fingerprinter):
-    values = np.zeros(site.n, np.uint64)
-    valid = np.zeros(site.n, bool)
-    for i, (t, tg) in enumerate(zip(texts, tags)):
-        if t is None:
+def run_matrix(stream, D, P):
+    """Online (query, then add) page scores and pair P/R of a rule given as a distance matrix."""
+    scores, _ = stream.score_kept(stream.sub(D))
+    return scores, pair_pr(D < INF, P)
+
+
+def run_index(stream, P, store_all=False, **kw):
+    """The product path: VerifiedIndex, query then add when nothing matched (or always, with
+    ``store_all``). (scores, bytes per stored page, index)."""
+    idx = VerifiedIndex(**kw)
+    tally = OnlineTally(stream)
+    pos_of_row = []
+    for pos, i in enumerate(stream.idx):
+        if not P.valid[i]:
             continue
-        try:
-            hashes, weights, _ = fp._features(t, tg if fp._want_tags else None)
-            f = fp._simhash(hashes, weights, True, False)
-        except SkippedPage:
-            continue
-        values[i] = f.value
-        valid[i] = True
-    return values, valid
+        found = idx.query(int(P.values[i]), int(P.values2[i]), P.sketches[i].tobytes(), P.W[i], P.W2[i],
+                          first=False)
+        if found:
+            tally.add(pos, [pos_of_row[m.id] for m in found])
+        if store_all or not found:
+            idx.add([int(P.values[i])], [int(P.values2[i])], P.sketches[i:i + 1])
+            pos_of_row.append(pos)
+    return tally.scores(), idx.nbytes / max(1, len(idx)), idx
 
 
-def ours_learning(site: Site, texts, tags, make_fp, order, learn_h: int):
-    """``ours`` for ``weighting="idf"``: pages arrive in ``order`` and the table
-    learns from each page kept (no earlier page within ``learn_h``), as in a
-    crawl; the fingerprints depend on the order."""
-    fp = make_fp()
-    values = np.zeros(site.n, np.uint64)
-    valid = np.zeros(site.n, bool)
-    for i in order:
-        if texts[i] is None:
-            continue
-        try:
-            hashes, weights, _ = fp._features(texts[i], tags[i] if fp._want_tags else None)
-            f = fp._simhash(hashes, weights, True, False)
-        except SkippedPage:
-            continue
-        kept = values[valid]
-        if not kept.size or hashing.hamming_many(kept, np.uint64(f.value)).min() > learn_h:
-            fp.learn(f)
-        values[i] = f.value
-        valid[i] = True
-    return values, valid
+def best_of(results, key=lambda s: s["any"].f1):
+    """The (param, result) with the best any-page F1 (ties: the first)."""
+    return max(results, key=lambda pr: key(pr[1][0]))
 
 
-def pypi_simhash(site: Site, texts):
+# ----------------------------------------------------------------- peers
+
+def pypi_values(texts):
     from simhash import Simhash
-    values = np.zeros(site.n, np.uint64)
-    valid = np.zeros(site.n, bool)
     tokenizer = Simhash("")
+    values = np.zeros(len(texts), U64)
+    valid = np.zeros(len(texts), bool)
     for i, t in enumerate(texts):
         if t and t.strip():
             # Simhash(text) with its defaults (4-char windows of the lowercased
-            # word characters, md5, count weights). Passing the default feature
-            # list instead of the text gives the identical fingerprint but avoids
-            # the package's uint8 overflow for counts > 255 under NumPy 2.
+            # word characters, md5, count weights); the feature list avoids the
+            # package's uint8 overflow for counts > 255 under NumPy 2
             values[i] = Simhash(tokenizer._tokenize(t)).value
             valid[i] = True
     return values, valid
+
+
+def pypi_index_run(stream, values, valid, h):
+    """The package's own SimhashIndex at k = h, query then add: (flags strict, rough bytes per stored page)."""
+    import logging
+
+    from simhash import Simhash, SimhashIndex
+    logging.getLogger("simhash").setLevel(logging.ERROR)     # one warning per big bucket
+    index = SimhashIndex([], k=h)
+    flags = stored = 0
+    for pos, i in enumerate(stream.idx):
+        if not valid[i]:
+            continue
+        s = Simhash(int(values[i]))
+        if index.get_near_dups(s):
+            flags += 1
+        else:
+            index.add(str(pos), s)
+            stored += 1
+    size = sys.getsizeof(index.bucket) + sum(
+        sys.getsizeof(k) + sys.getsizeof(v) + sum(sys.getsizeof(x) for x in v) for k, v in index.bucket.items())
+    return flags, size / max(1, stored)
 
 
 def shingles(text, k=3):
@@ -214,344 +239,341 @@ def shingles(text, k=3):
     return {" ".join(toks[i:i + k]) for i in range(len(toks) - k + 1)}
 
 
-def minhashes(site: Site, texts, num_perm=128):
+def minhash_sigs(items_per_page):
+    """uint64[n, NUM_PERM] datasketch MinHash values, valid mask, and the MinHash objects."""
     from datasketch import MinHash
-    sigs, valid = [], np.zeros(site.n, bool)
-    for i, t in enumerate(texts):
-        sh = shingles(t) if t else set()
-        m = MinHash(num_perm=num_perm, seed=1)
-        if sh:
-            m.update_batch([s.encode("utf-8") for s in sh])
+    sigs, valid = [], np.zeros(len(items_per_page), bool)
+    for i, items in enumerate(items_per_page):
+        m = MinHash(num_perm=NUM_PERM, seed=1)
+        if items:
+            m.update_batch(items)
             valid[i] = True
         sigs.append(m)
     return sigs, valid
 
 
-def minhash_distance(site: Site, sigs, valid):
-    H = np.array([m.hashvalues for m in sigs])
-    D = np.full((site.n, site.n), INF)
-    for i in range(site.n):
-        if valid[i]:
-            D[i] = 1.0 - (H == H[i]).mean(1)
-    D[:, ~valid] = INF
-    D[~valid, :] = INF
-    return D
-
-
-def minhash_lsh_online(site: Site, sigs, valid, thresholds, orders, num_perm=128):
-    """Real datasketch MinHashLSH, online: query then insert; page-level P/R/F1."""
+def lsh_run(stream, sigs, valid, t):
+    """datasketch MinHashLSH online at threshold t: (scores, (b, r))."""
     from datasketch import MinHashLSH
-    out = np.zeros((len(thresholds), 3))
-    for order in orders:
-        pos = np.empty(site.n, int)
-        pos[order] = np.arange(site.n)
-        earlier = pos[None, :] < pos[:, None]
-        has_true = (earlier & site.same).any(1)
-        nt = has_true.sum()
-        for k, t in enumerate(thresholds):
-            lsh = MinHashLSH(threshold=t, num_perm=num_perm)
-            nf = nc = 0
-            for i in order:
-                if not valid[i]:
-                    continue
-                cands = lsh.query(sigs[i])
-                if cands:
-                    nf += 1
-                    nc += any(site.cluster[j] == site.cluster[i] for j in cands)
-                lsh.insert(int(i), sigs[i])
-            p = nc / nf if nf else 1.0
-            r = nc / nt if nt else 1.0
-            out[k] += (p, r, 2 * p * r / (p + r) if p + r else 0.0)
-    return out / len(orders)
+    lsh = MinHashLSH(threshold=t, num_perm=NUM_PERM)
+    HV = np.array([m.hashvalues for m in sigs])
+    tally = OnlineTally(stream)
+    for pos, i in enumerate(stream.idx):
+        if not valid[i]:
+            continue
+        cand = lsh.query(sigs[i])
+        if cand:
+            cand = np.array(sorted(cand))
+            est = (HV[stream.idx[cand]] == HV[i]).mean(1)
+            tally.add(pos, cand[np.argsort(-est, kind="stable")])
+        else:
+            lsh.insert(int(pos), sigs[i])
+    return tally.scores(), (lsh.b, lsh.r)
+
+
+def lsh_pairs(sigs, valid, b, r):
+    """bool[n, n]: pairs colliding in at least one of b bands of r rows."""
+    HV = np.array([m.hashvalues for m in sigs])
+    n = HV.shape[0]
+    out = np.zeros((n, n), bool)
+    for k in range(b):
+        _, inv = np.unique(HV[:, k * r:(k + 1) * r], axis=0, return_inverse=True)
+        inv = inv.ravel()
+        out |= inv[:, None] == inv[None, :]
+    out &= valid[:, None] & valid[None, :]
+    np.fill_diagonal(out, False)
+    return out
+
+
+def trafilatura_texts(pages):
+    """trafilatura's text of each page, cached in benchmarks/.cache/ (None when not installed)."""
+    try:
+        import trafilatura
+    except ImportError:
+        return None, None
+    tag = hashlib.sha1(trafilatura.__version__.encode()).hexdigest()[:12]
+    path = CACHE / f"trafilatura-{tag}.json.gz"
+    cache = json.loads(gzip.decompress(path.read_bytes())) if path.exists() else {}
+    out, dirty = [], False
+    for p, _ in pages:
+        key = str(p.relative_to(DATA))
+        if key not in cache:
+            raw = gzip.decompress(p.read_bytes())
+            cache[key] = trafilatura.extract(raw) or ""
+            dirty = True
+        out.append(cache[key])
+    if dirty:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(gzip.compress(json.dumps(cache).encode()))
+    return out, trafilatura.__version__
+
+
+def spot_hashes(texts):
+    """Our spot signatures of each text (Fingerprinter(features="spots") on plain text)."""
+    fp = Fingerprinter(features="spots", min_features=1)
+    out = []
+    for t in texts:
+        try:
+            hashes, _, _ = fp._features(t or "", None)
+            out.append([np.uint64(h).tobytes() for h in hashes])
+        except SkippedPage:
+            out.append([])
+    return out
+
+
+# ----------------------------------------------------------------- the comparison table
+
+def compare(P, stream, quick, extra_texts=None):
+    """Every row of the comparison on one page set. Returns ([Row], matrices)."""
+    t = time.perf_counter()
+    H1, H2, M = hamming_matrix(P.values), hamming_matrix(P.values2), sketch_matrix(P.sketches)
+    need = matches_needed(DEFAULT_MIN_SIMILARITY)
+    rows = []
+    for name, kw in (("ours, defaults (VerifiedIndex())", {}),
+                     (f"ours, header_bits={MILLION_T}", {"header_bits": MILLION_T})):
+        sc, nb, idx = run_index(stream, P, **kw)
+        D = ours_matrix(H1, H2, M, DEFAULT_DISTANCE, need)
+        note = f"t={idx.header_bits}, {idx.probes / max(1, stream.valid.sum()):.0f} probes/look-up"
+        if kw:
+            note += f"; bytes: 2 x 2^{MILLION_T} bucket offsets over {len(idx)} pages"
+        rows.append(Row(name, sc, pair_pr(D < INF, P), nb, note))
+    sc, pair = run_matrix(stream, ours_matrix(H1, H2, M, DEFAULT_DISTANCE, need), P)
+    rows.append(Row("ours' rule, every candidate", sc, pair, rows[0].nbytes, "no probe budget"))
+    for name, kw in (("ours, defaults, every page stored", {}),
+                     (f"ours, header_bits={MILLION_T}, every page stored", {"header_bits": MILLION_T})):
+        sc, nb, idx = run_index(stream, P, store_all=True, **kw)
+        rows.append(Row(name, sc, rows[0].pair, nb, "the issue's protocol (no page dropped)"))
+    for h in KEY_H:
+        sc, pair = run_matrix(stream, key_matrix(H1, h), P)
+        rows.append(Row(f"key alone h <= {h}", sc, pair, 16))
+    # PyPI simhash: the best h by the exhaustive sweep, then its own index at that h
+    pv, pvalid = pypi_values(P.texts)
+    Hp = np.where(pvalid[:, None] & pvalid[None, :], hamming_matrix(pv), 255)
+    res = [(h, run_matrix(stream, key_matrix(Hp, h), P)) for h in PYPI_H]
+    h, (sc, pair) = best_of(res)
+    flags, nb = pypi_index_run(stream, pv, pvalid, h)
+    agree = "agree" if flags == sc["any"].flags_strict else f"DIFFER ({flags} vs {sc['any'].flags_strict})"
+    rows.append(Row(f"PyPI simhash, main text, best h = {h}", sc, pair, nb, f"SimhashIndex flags {agree}"))
+    # MinHashLSH
+    variants = [("our features", [[np.uint64(x).tobytes() for x in f[0]] for f in P.feats]),
+                ("main text 3-word shingles", [[s.encode() for s in shingles(t)] for t in P.texts])]
+    for label, texts in (extra_texts or {}).items():
+        variants.append((f"{label} 3-word shingles", [[s.encode() for s in shingles(x)] for x in texts]))
+        variants.append((f"{label} spot signatures", spot_hashes(texts)))
+    for label, items in variants:
+        sigs, valid = minhash_sigs(items)
+        res = [(th, lsh_run(stream, sigs, valid, th)) for th in (LSH_T[::2] if quick else LSH_T)]
+        th, (sc, (b, r)) = best_of(res)
+        pair = pair_pr(lsh_pairs(sigs, valid, b, r), P)
+        rows.append(Row(f"MinHashLSH {NUM_PERM}, {label}, t = {th}", sc, pair,
+                        NUM_PERM * 8 + b * (8 * r + 8), f"b={b} r={r}"))
+    # exact cosine ceiling
+    C = cosine_matrix(P.feats, P.valid)
+    res = []
+    for c in COSINES:
+        D = np.where(P.valid[:, None] & P.valid[None, :] & (C >= c - 1e-6), -C, INF)
+        res.append((c, run_matrix(stream, D, P)))
+    c, (sc, pair) = best_of(res)
+    vec = 12 * np.mean([f[0].shape[0] for f, ok in zip(P.feats, P.valid) if ok])
+    rows.append(Row(f"exact cosine >= {c} (ceiling)", sc, pair, vec, "all pairs"))
+    D = np.where(P.valid[:, None] & P.valid[None, :] & (C >= c - 1e-6), -C, INF)
+    rows.append(Row(f"exact cosine >= {c}, every page stored", stream.score(stream.sub(D)), pair, vec,
+                    "the issue's protocol (no page dropped)"))
+    return rows, (H1, H2, M), time.perf_counter() - t
+
+
+def print_table(rows):
+    w = max(len(r.name) for r in rows)
+    print(f"{'':<{w}} | {'page, any page':^18} | {'page, best match':^18} | P      | {'pair':^11} | bytes/ |")
+    print(f"{'method':<{w}} |  P     R     F1    |  P     R     F1    | strict |  P     R    | page   | note")
+    for r in rows:
+        a, b = r.scores["any"], r.scores["best"]
+        print(f"{r.name:<{w}} | {a.p_mixed:.3f} {a.r:.3f} {a.f1:.3f} | {b.p_mixed:.3f} {b.r:.3f} {b.f1:.3f} | "
+              f"{a.p_strict:.3f}  | {r.pair[0]:.3f} {r.pair[1]:.3f} | {r.nbytes:6.0f} | {r.note}")
+
+
+# ----------------------------------------------------------------- safe at scale
+
+class Unrelated:
+    """The unrelated pairs (upper triangle, list order) and their key distance and sketch agreement."""
+
+    def __init__(self, P, names, H1, H2, M):
+        J = jaccard_matrix(P.feats, P.valid)
+        iu = np.triu_indices(P.n, 1)
+        fi, fj = P.folder[iu[0]], P.folder[iu[1]]
+        v = P.valid[iu[0]] & P.valid[iu[1]]
+        j = J[iu]
+        dup = j >= DUP_J
+        # two stories that share a likely duplicate are the same event
+        related = {(a, b) for a, b in zip(fi[dup], fj[dup]) if a >= 0 and b >= 0 and a != b}
+        rel = np.zeros((len(names), len(names)), bool)
+        for a, b in related:
+            rel[a, b] = rel[b, a] = True
+        cross = (fi >= 0) & (fj >= 0) & (fi != fj)
+        rel_pair = np.zeros(fi.shape, bool)
+        rel_pair[cross] = rel[fi[cross], fj[cross]]
+        self.related = sorted({tuple(sorted((names[a], names[b]))) for a, b in related})
+        self.groups = {
+            "spotsigs x distractor": v & ((fi < 0) != (fj < 0)),
+            "cross-story spotsigs": v & cross & ~dup & ~rel_pair,
+            "distractor x distractor": v & (fi < 0) & (fj < 0) & ~dup,
+        }
+        self.left_out = {"cross-story, J >= 0.5 or related stories": int((v & cross & (dup | rel_pair)).sum()),
+                         "distractor x distractor, J >= 0.5": int((v & (fi < 0) & (fj < 0) & dup).sum())}
+        self.d = np.minimum(H1, H2)[iu]
+        self.m = M[iu]
+        self.j = j
+
+    def project(self, mask, h, need):
+        """(P(d <= h), P(m >= need | d <= h), source of the latter, pairs that pass)."""
+        cand = mask & (self.d <= h)
+        p_cand = cand.sum() / mask.sum()
+        m = self.m[cand]
+        passing = int((m >= need).sum())
+        if m.size and m.max() >= need:
+            return p_cand, passing / m.size, "measured", passing
+        return p_cand, chance_pass_needed(need), "binomial", passing
+
+
+def chance_pass_needed(need):
+    """The binomial tail of a Jaccard-0 pair for ``need`` equal bytes (sketch.chance_pass's formula)."""
+    from math import comb
+    c = 1.0 / 256
+    return sum(comb(SKETCH_BYTES, k) * c ** k * (1 - c) ** (SKETCH_BYTES - k) for k in range(need, SKETCH_BYTES + 1))
+
+
+def print_scale(U, quick):
+    need = matches_needed(DEFAULT_MIN_SIMILARITY)
+    assert abs(chance_pass_needed(need) - chance_pass(DEFAULT_MIN_SIMILARITY)) < 1e-15
+    print(f"\n== safe at scale: chance matches per look-up in an index of N unrelated pages "
+          f"(defaults: h = {DEFAULT_DISTANCE} on either key, >= {need} of {SKETCH_BYTES} sketch bytes)")
+    print("unrelated pairs: " + ", ".join(f"{k} {int(v.sum()):,}" for k, v in U.groups.items())
+          + "; left out as likely duplicates: " + ", ".join(f"{k} {v:,}" for k, v in U.left_out.items())
+          + f"; related stories: {', '.join(' ~ '.join(p) for p in U.related) or 'none'}")
+    print("sketch agreement m (equal bytes) of the unrelated pairs, count per m = 0..8:")
+    for name, mask in U.groups.items():
+        hist = np.bincount(U.m[mask], minlength=SKETCH_BYTES + 1)
+        print(f"  {name:<24} {' '.join(f'{x:>8}' for x in hist[:9])}   max m {int(U.m[mask].max())}")
+    print(f"  binomial, Jaccard 0    {' '.join(f'{x:>8.2g}' for x in _binom_pmf()[:9] * int(U.groups['spotsigs x distractor'].sum()))}"
+          "   (expected counts for the spotsigs x distractor pairs)")
+    pooled = U.groups["spotsigs x distractor"] | U.groups["cross-story spotsigs"] | U.groups["distractor x distractor"]
+    pops = (("other sites", U.groups["spotsigs x distractor"]), ("pooled", pooled))
+    hs = (16, 18, 20, 22, 24)
+    print(f"\n{'population':<12} {'h':>3} | {'P(d<=h)':>8} {'P(m>=need|cand)':>16} {'source':>9} {'pass':>5} | "
+          f"{'N=1e5':>9} {'N=1e6':>9} {'N=1e7':>9} | exact J of the pairs that pass")
+    verdict = None
+    for pname, mask in pops:
+        for h in hs:
+            pc, pm, src, npass = U.project(mask, h, need)
+            e = [n * pc * pm for n in SCALE_N]
+            js = U.j[mask & (U.d <= h) & (U.m >= need)]
+            jtxt = (f"min {js.min():.2f}, median {np.median(js):.2f}; {int((js < 0.1).sum())} below 0.10"
+                    if js.size else "-")
+            print(f"{pname:<12} {h:>3} | {pc:8.2e} {pm:16.2e} {src:>9} {npass:>5} | "
+                  f"{e[0]:9.2e} {e[1]:9.2e} {e[2]:9.2e} | {jtxt}")
+            if pname == "other sites" and h == DEFAULT_DISTANCE:
+                verdict = e[1]
+    print(f"defaults, a random unrelated page (other sites): {verdict:.2g} chance matches per look-up at 10^6 "
+          f"pages: {'PASS' if verdict <= SCALE_BUDGET else 'FAIL'} (target <= {SCALE_BUDGET})")
+    return verdict
+
+
+def _binom_pmf():
+    from math import comb
+    c = 1.0 / 256
+    return np.array([comb(SKETCH_BYTES, k) * c ** k * (1 - c) ** (SKETCH_BYTES - k) for k in range(SKETCH_BYTES + 1)])
+
+
+# ----------------------------------------------------------------- the sweep that chose the defaults
+
+def print_sweep(P, stream, mats, U):
+    H1, H2, M = mats
+    print("\n== the sweep that chose the defaults (spotsigs-dev + distractors; any-page rule, mixed P; query then "
+          "add, except 'every page stored' (all candidates checked); chance matches at 10^6 pages for a random "
+          "unrelated page, as above)")
+    print(f"{'radius':>6} {'min_sim':>7} {'needed':>6} | {'every candidate':^17} | {'header_bits=17':^17} | "
+          f"{'every page stored':^17} | {'probes/':>7} | {'chance':>8}")
+    print(f"{'':>6} {'':>7} {'':>6} |  P     R     F1   |  P     R     F1   |  P     R     F1   | look-up | at 1e6")
+    other = U.groups["spotsigs x distractor"]
+    for r in SWEEP_R:
+        for s in SWEEP_S:
+            need = matches_needed(s)
+            D = stream.sub(ours_matrix(H1, H2, M, r, need))
+            ex, _ = stream.score_kept(D)
+            c = stream.score(D)["any"]
+            sc, _, idx = run_index(stream, P, distance=r, min_similarity=s, header_bits=MILLION_T)
+            pc, pm, _, _ = U.project(other, r, need)
+            mark = "  <- defaults" if (r, s) == (DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY) else ""
+            a, b = ex["any"], sc["any"]
+            print(f"{r:>6} {s:>7.2f} {need:>6} | {a.p_mixed:.3f} {a.r:.3f} {a.f1:.3f} | "
+                  f"{b.p_mixed:.3f} {b.r:.3f} {b.f1:.3f} | {c.p_mixed:.3f} {c.r:.3f} {c.f1:.3f} | "
+                  f"{idx.probes / max(1, stream.valid.sum()):7.0f} | "
+                  f"{1e6 * pc * pm:8.1e}{mark}")
+
+
+# ----------------------------------------------------------------- synthetic
+
+def synthetic_pages(seed=0):
+    from _data import build_near_duplicate_site, load_all, split
+    _, report = split(load_all())
+    site = build_near_duplicate_site(report, seed)
+    fp = Fingerprinter()
+    rows = [fingerprint_one(fp, p.html) for p in site]
+    ids = {c: i for i, c in enumerate(sorted({p.cluster_id for p in site}))}
+    return pages_from_rows([ids[p.cluster_id] for p in site], rows), len(ids)
 
 
 # ----------------------------------------------------------------- driver
 
-#: crawl size at which the default must stay precise: the projected number of
-#: unrelated stored pages within h of a new page must stay below SCALE_BUDGET
-SCALE_PAGES = 1_000_000
-SCALE_BUDGET = 0.01
-
-
-def false_matches_at_scale(site: Site, D: np.ndarray, thresholds, n_pages=SCALE_PAGES):
-    """Projected unrelated pages within each threshold of a new page, in a
-    crawl of ``n_pages``: ``n_pages * P(d <= h)`` for unrelated pages.
-
-    A few hundred thousand labelled unrelated pairs cannot show the 1e-8
-    tail a million-page crawl meets, so ``P`` is a normal fit (mean and
-    standard deviation of the unrelated pairs' distances; simhash distances
-    of unrelated pages are close to Binomial(64, 1/2)), with a continuity
-    correction. The eval set's own precision says nothing about this: at
-    1,000 pages every h up to 12 looks perfectly precise.
-    """
-    from math import erfc, sqrt
-    iu = np.triu_indices(site.n, 1)
-    d = D[iu]
-    d = d[~site.same[iu] & (d < INF)]
-    mu, sd = float(d.mean()), float(d.std())
-    return np.array([n_pages * 0.5 * erfc((mu - h - 0.5) / (sd * sqrt(2))) for h in thresholds])
-
-
-def best_under_precision(result, thresholds, min_precision=0.99):
-    """Index of the best page F1 among the thresholds that (1) the index
-    supports, (2) keep page and pairwise precision >= ``min_precision`` (a
-    false pair is a false link in ``simdup merge``'s pairs and clusters) and
-    (3) project fewer than ``SCALE_BUDGET`` false matches per page in a crawl
-    of ``SCALE_PAGES`` (or the best F1 if none does)."""
-    page = result[0]
-    ok = [k for k in range(len(thresholds)) if admissible(result, thresholds, k, min_precision)]
-    pool = ok or list(range(len(thresholds)))
-    return max(pool, key=lambda k: (page[k, 2], -k))
-
-
-def admissible(result, thresholds, k, min_precision=0.99) -> bool:
-    """Does threshold ``k`` meet the constraints of ``best_under_precision``?"""
-    page, pair, scale = result[0], result[1], result[4]
-    return bool(thresholds[k] <= MAX_DISTANCE and page[k, 0] >= min_precision
-                and pair[k, 0] >= min_precision and scale[k] <= SCALE_BUDGET)
-
-
-def fmt_row(name, h, page, pair):
-    return (f"{name:<38} {h:>5} | {page[0]:.3f} {page[1]:.3f} {page[2]:.3f} | "
-            f"{pair[0]:.3f} {pair[1]:.3f} {pair[2]:.3f} | {pair[3]:.3f} {int(pair[4]):>4}")
-
-
-HEADER = (f"{'method':<38} {'h':>5} | page P   R     F1   | pair P   R     F1   | tplP  tplFP")
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer configurations and orders")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--orders", type=int, default=None, help="random arrival orders to average")
+    ap.add_argument("--quick", action="store_true",
+                    help="every 4th story and distractor, fewer LSH thresholds (figures not comparable)")
+    ap.add_argument("--no-synthetic", action="store_true", help="skip the synthetic table")
     args = ap.parse_args(argv)
-    n_orders = args.orders or (2 if args.quick else 5)
-    t0 = time.time()
-    records = load_all()
-    tune_r, report_r = split(records)
-    halves = {"tune": Site(build_near_duplicate_site(tune_r, args.seed)),
-              "report": Site(build_near_duplicate_site(report_r, args.seed))}
-    for name, s in halves.items():
-        print(f"{name}: {s.n} pages, {len(set(s.cluster))} clusters, "
-              f"{int(s.same.sum() // 2)} near-duplicate pairs, "
-              f"{int((s.same_tpl & ~s.same).sum() // 2)} same-template different-content pairs, "
-              f"kinds {dict(Counter(s.kinds))}")
-    rng = np.random.default_rng(args.seed)
-    orders = {name: [rng.permutation(s.n) for _ in range(n_orders)] for name, s in halves.items()}
-
-    fp_main = Fingerprinter(features="shingles+structure", extract="main", min_features=1)
-    fp_vis = Fingerprinter(features="shingles+structure", extract="visible", min_features=1)
-    texts = {}
-    for name, s in halves.items():
-        t = time.time()
-        texts[name] = extract_all(s, fp_main, fp_vis)
-        print(f"extracted {name} in {time.time() - t:.1f}s")
-
-    H = list(range(0, 25))
-    if args.quick:
-        configs = [("shingles", 2, "logtf", "main"), ("shingles", 3, "logtf", "main"),
-                   ("shingles", 3, "logtf", "visible"), ("spots", 3, "logtf", "main"),
-                   ("structure", 3, "logtf", "main")]
-    else:
-        configs = []
-        for k in (1, 2, 3, 4, 5):
-            for w in ("count", "logtf", "binary"):
-                configs.append(("shingles", k, w, "main"))
-        for w in ("count", "logtf", "binary"):
-            configs += [("spots", 3, w, "main"), ("shingles+spots", 3, w, "main")]
-        for k in (2, 3, 4):
-            configs.append(("shingles", k, "logtf", "visible"))
-        configs += [("spots", 3, "logtf", "visible"), ("structure", 3, "logtf", "visible"),
-                    ("structure", 3, "count", "main"), ("shingles+structure", 3, "logtf", "main")]
-        # IDF learned online (first 1000 kept pages, in each arrival order)
-        configs += [("shingles", 3, "idf", "main"), ("shingles+spots", 3, "idf", "main"),
-                    ("shingles", 3, "idf", "visible")]
-    min_features_grid = (20,)
-
-    def evaluate(feats, k, w, ex, mf):
-        fp = Fingerprinter(features=feats, shingle_size=k, weighting=w, extract=ex,
-                           min_features=mf)
-        res = {}
-        for name, s in halves.items():
-            main_t, vis_t, tags = texts[name]
-            text = main_t if ex == "main" else vis_t
-            if w == "idf":   # order-dependent fingerprints: one set per arrival order
-                runs = []
-                for order in orders[name]:
-                    vals, valid = ours_learning(
-                        s, text, tags, lambda: Fingerprinter(
-                            features=feats, shingle_size=k, weighting=w, extract=ex,
-                            min_features=mf), order, DEFAULT_DISTANCE)
-                    D = hamming_matrix(vals, valid)
-                    runs.append((D, valid, page_metrics(s, D, valid, H, [order])))
-                D, valid = runs[0][0], runs[0][1]
-                page = np.mean([r[2][0] for r in runs], axis=0)
-                kinds = {kind: np.mean([r[2][1][kind] for r in runs], axis=0)
-                         for kind in runs[0][2][1]}
-            else:
-                vals, valid = ours(s, text, tags, fp)
-                D = hamming_matrix(vals, valid)
-                page, kinds = page_metrics(s, D, valid, H, orders[name])
-            res[name] = (page, pair_metrics(s, D, H), kinds, valid.mean(),
-                         false_matches_at_scale(s, D, H))
-        return res
-
-    results = {}   # (config, min_features) -> {half: (page, pair, kinds)}
-    print("\n== tune half: every configuration at its tuned h (best page F1 with page and pair P >= 0.99, < 0.01 false matches/page at 1M)")
-    print(HEADER)
-    for feats, k, w, ex in configs:
-        for mf in min_features_grid:
-            res = evaluate(feats, k, w, ex, mf)
-            results[(feats, k, w, ex, mf)] = res
-            kb = best_under_precision(res["tune"], H)
-            label = f"{feats} k={k} {w} {ex} min={mf}"
-            print(fmt_row(label, H[kb], res["tune"][0][kb], res["tune"][1][kb]))
-    # ranking of configurations on the tune half: constraints met, then page
-    # F1 (3 decimals); ties go to logtf (continuous W for the index's flip
-    # model), then count, then binary, then the smaller shingle size (cheaper)
-    pref = {"logtf": 2, "count": 1, "binary": 0, "idf": -1}  # idf: learned, order-dependent
-
-    def key(cfg):
-        kb = best_under_precision(results[cfg]["tune"], H)
-        page = results[cfg]["tune"][0][kb]
-        # last tie-break: the smaller min_features (fewer pages skipped)
-        return (admissible(results[cfg]["tune"], H, kb), round(page[2], 3), pref[cfg[2]], -cfg[1],
-                -cfg[4])
-
-    # min_features: tuned for the best configuration only
-    top = max(results, key=key)
-    if not args.quick:
-        # below ~16 distinct features a page is too small to fingerprint safely
-        # (tiny pages collide), so the grid starts there
-        for mf in (16, 32, 48):
-            cfg = top[:4] + (mf,)
-            results[cfg] = evaluate(*cfg)
-            kb = best_under_precision(results[cfg]["tune"], H)
-            print(fmt_row(f"{cfg[0]} k={cfg[1]} {cfg[2]} {cfg[3]} min={mf}", H[kb],
-                          results[cfg]["tune"][0][kb], results[cfg]["tune"][1][kb]))
-    # choose the default on the tune half: the best page F1 (3 decimals) among
-    # the configurations whose threshold meets every constraint (same key)
-    best_cfg = max(results, key=key)
-    best_k = best_under_precision(results[best_cfg]["tune"], H)
-    h_star = H[best_k]
-    print(f"\nchosen on tune: {best_cfg} at h={h_star}")
-
-    # ----- peers
-    peer = {}
-    peer_scale = {}   # PyPI simhash (main text): projected false matches per h
-    for name, s in halves.items():
-        main_t, vis_t, _ = texts[name]
-        vals, valid = pypi_simhash(s, main_t)
-        D = hamming_matrix(vals, valid)
-        peer[("simhash(PyPI) main text", name)] = (page_metrics(s, D, valid, H, orders[name])[0],
-                                                   pair_metrics(s, D, H))
-        peer_scale[name] = false_matches_at_scale(s, D, H)
-        if not args.quick:
-            vals, valid = pypi_simhash(s, vis_t)
-            D = hamming_matrix(vals, valid)
-            peer[("simhash(PyPI) visible text", name)] = (
-                page_metrics(s, D, valid, H, orders[name])[0], pair_metrics(s, D, H))
-    JT = [round(x, 2) for x in np.arange(0.1, 0.95, 0.05)]
-    JD = [1 - t for t in JT]
-    mh = {}
-    for name, s in halves.items():
-        main_t = texts[name][0]
-        sigs, valid = minhashes(s, main_t)
-        D = minhash_distance(s, sigs, valid)
-        mh[("MinHash all-pairs J (main text)", name)] = (
-            page_metrics(s, D, valid, [d + 1e-9 for d in JD], orders[name])[0],
-            pair_metrics(s, D, [d + 1e-9 for d in JD]))
-        mh[("MinHashLSH 128 (main text)", name)] = (
-            minhash_lsh_online(s, sigs, valid, JT, orders[name][: 2 if args.quick else 3]), None)
-
-    # ----- report
-    print("\n== report half (held out)")
-    print(HEADER)
-    rep = results[best_cfg]["report"]
-    print(fmt_row(f"OURS default {best_cfg[0]} k={best_cfg[1]} {best_cfg[2]}", h_star,
-                  rep[0][best_k], rep[1][best_k]))
-    print("   per-kind page recall at h*: " + ", ".join(
-        f"{kind} {v[best_k]:.2f}" for kind, v in sorted(rep[2].items())))
-    print(f"   fraction of pages fingerprinted (not skipped): {rep[3]:.3f}")
-    print("\n-- ours, report half, page/pair metrics vs h (default configuration)")
-    print(HEADER)
-    for k, h in enumerate(H[:17]):
-        print(fmt_row("ours default", h, rep[0][k], rep[1][k])
-              + f" | unrelated within h per page at 1M pages: {rep[4][k]:.2g}")
-    print("\n-- every configuration on the report half at its tune-chosen h, and its best F1 at any h")
-    print(f"{'configuration':<44} {'h':>3} | page P   R     F1   | best F1 (h)")
-    for cfg, r in results.items():
-        kb = best_under_precision(r["tune"], H)
-        pg = r["report"][0]
-        kk = int(np.argmax(pg[:, 2]))
-        print(f"{' '.join(map(str, cfg)):<44} {H[kb]:>3} | {pg[kb, 0]:.3f} {pg[kb, 1]:.3f} "
-              f"{pg[kb, 2]:.3f} | {pg[kk, 2]:.3f} ({H[kk]})")
-    print("\n-- peers on the report half: best page F1 at any threshold")
-    peer_best = {}
-    for (label, name), (pg, pr) in peer.items():
-        if name != "report":
-            continue
-        kk = int(np.argmax(pg[:, 2]))
-        peer_best[label] = pg[kk, 2]
-        print(f"{label:<38} h={H[kk]:>2} | page P {pg[kk, 0]:.3f} R {pg[kk, 1]:.3f} F1 {pg[kk, 2]:.3f}"
-              f" | pair F1 {pr[kk, 2]:.3f}  (8 bytes/page)")
-        if label == "simhash(PyPI) main text":
-            # the same crawl-scale rule as ours (tuned on the tune half)
-            tune_res = peer[(label, "tune")] + (None, None, peer_scale["tune"])
-            ks = best_under_precision(tune_res, H)
-            print(f"{label + ', scale rule':<38} h={H[ks]:>2} | page P {pg[ks, 0]:.3f} R {pg[ks, 1]:.3f} "
-                  f"F1 {pg[ks, 2]:.3f} | {peer_scale['report'][ks]:.2g} false matches/page at "
-                  f"{SCALE_PAGES:,} pages")
-            peer_best[label + ", scale rule"] = pg[ks, 2]
-    for (label, name), (pg, pr) in mh.items():
-        if name != "report":
-            continue
-        kk = int(np.argmax(pg[:, 2]))
-        peer_best[label] = pg[kk, 2]
-        pair = f" | pair F1 {pr[kk, 2]:.3f}" if pr is not None else ""
-        print(f"{label:<38} J>={JT[kk]:.2f} | page P {pg[kk, 0]:.3f} R {pg[kk, 1]:.3f} "
-              f"F1 {pg[kk, 2]:.3f}{pair}  (128 x 8 = 1024 bytes/page)")
-    f_ours = rep[0][best_k, 2]
-    print("\n== acceptance (report half, default configuration at h chosen on tune)")
-    checks = [
-        (f"page precision {rep[0][best_k, 0]:.4f} >= 0.99", rep[0][best_k, 0] >= 0.99),
-        (f"page recall {rep[0][best_k, 1]:.4f} >= 0.90", rep[0][best_k, 1] >= 0.90),
-        (f"page F1 {f_ours:.4f} > PyPI simhash best F1 at any h {max(v for k, v in peer_best.items() if 'PyPI' in k):.4f}",
-         f_ours > max(v for k, v in peer_best.items() if "PyPI" in k)),
-        (f"page F1 {f_ours:.4f} > PyPI simhash F1 under the same crawl-scale rule "
-         f"{peer_best['simhash(PyPI) main text, scale rule']:.4f}",
-         f_ours > peer_best["simhash(PyPI) main text, scale rule"]),
-        (f"page F1 {f_ours:.4f} >= MinHashLSH best F1 {peer_best['MinHashLSH 128 (main text)']:.4f} - 0.02",
-         f_ours >= peer_best["MinHashLSH 128 (main text)"] - 0.02),
-        (f"same-template pair precision {rep[1][best_k, 3]:.4f} >= 0.99 "
-         f"({int(rep[1][best_k, 4])} false same-template pairs)", rep[1][best_k, 3] >= 0.99),
-        (f"projected unrelated matches per page at {SCALE_PAGES:,} pages {rep[4][best_k]:.3g} "
-         f"<= {SCALE_BUDGET}", rep[4][best_k] <= SCALE_BUDGET),
-    ]
-    for text, ok in checks:
-        print(f"  [{'PASS' if ok else 'FAIL'}] {text}")
-    # ----- what the threshold means at crawl scale
-    from math import comb
-    fp = Fingerprinter(features=best_cfg[0], shingle_size=best_cfg[1], weighting=best_cfg[2],
-                       extract=best_cfg[3], min_features=best_cfg[4])
-    s = halves["report"]
-    vals, valid = ours(s, texts["report"][0], texts["report"][2], fp)
-    D = hamming_matrix(vals, valid)
-    iu = np.triu_indices(s.n, 1)
-    d = D[iu][~s.same[iu] & (D[iu] < INF)]
-    print(f"\n== scale: distances between pages that are NOT near-duplicates "
-          f"({len(d)} pairs, report half): mean {d.mean():.1f}, sd {d.std():.2f} "
-          f"(random 64-bit: 32, 4.00)")
-    print(f"{'h':>3} {'P(d<=h) measured':>17} {'binomial':>10} | expected unrelated matches per look-up "
-          f"in an index of 1e5 / 1e6 / 1e7 pages (binomial) | page P, R, F1 here")
-    for h in (3, 6, 8, 10, 12, 14, 16):
-        binom = sum(comb(64, i) for i in range(h + 1)) / 2 ** 64
-        pg = rep[0][H.index(h)]
-        print(f"{h:>3} {(d <= h).mean():>17.1e} {binom:>10.1e} | "
-              f"{binom * 1e5:>9.1e} {binom * 1e6:>9.1e} {binom * 1e7:>9.1e} | "
-              f"{pg[0]:.3f} {pg[1]:.3f} {pg[2]:.3f}")
-    print(f"\ntotal {time.time() - t0:.0f}s")
-    return 0 if all(ok for _, ok in checks) else 1
+    t0 = time.perf_counter()
+    print(f"# run {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())} on {os.cpu_count()} shared cores")
+    P, names, t_fp, n_fp = real_pages(args.quick)
+    tt, tv = trafilatura_texts(page_list(args.quick))
+    stream = Stream(np.arange(P.n), P.folder, P.valid)
+    print(f"data: {SPOT.name}/ {int(P.spot.sum())} pages in {len(names)} stories, {DIST.name}/ "
+          f"{int((~P.spot).sum())} pages, {int((~P.valid).sum())} skipped by the fingerprinter; one stream "
+          f"(random.Random(7)), {stream.n_true} spotsigs pages with an earlier page of their story"
+          + ("  [--quick subset]" if args.quick else ""))
+    print(f"fingerprints: {Fingerprinter().version}, {n_fp} pages fingerprinted in {t_fp:.1f}s, "
+          f"{P.n - n_fp} from benchmarks/.cache/; defaults: SIMDUP_DISTANCE {DEFAULT_DISTANCE}, "
+          f"SIMDUP_MIN_SIMILARITY {DEFAULT_MIN_SIMILARITY}, {DEFAULT_PROBES_PER_KEY} probes per key; "
+          + (f"trafilatura {tv}" if tv else "trafilatura not installed"))
+    rows, mats, t_cmp = compare(P, stream, args.quick, {"trafilatura text": tt} if tt else None)
+    print("\n== spotsigs-dev + distractors-dragnet, query then add (a crawl); P: mixed precision "
+          "(distractor-distractor pairs left out)")
+    print_table(rows)
+    ours = rows[0].scores["any"]
+    million = rows[1].scores["any"]
+    print(f"targets at the defaults (any page): P {ours.p_mixed:.3f} >= 0.99 "
+          f"{'PASS' if ours.p_mixed >= 0.99 else 'FAIL'}, R {ours.r:.3f} >= 0.95 "
+          f"{'PASS' if ours.r >= 0.95 else 'FAIL'}; at header_bits={MILLION_T}: P {million.p_mixed:.3f}, "
+          f"R {million.r:.3f} ({'PASS' if million.r >= 0.95 and million.p_mixed >= 0.99 else 'FAIL'})")
+    t1 = time.perf_counter()
+    U = Unrelated(P, names, *mats)
+    chance = print_scale(U, args.quick)
+    print_sweep(P, stream, mats, U)
+    t_scale = time.perf_counter() - t1
+    t_syn = 0.0
+    if not args.no_synthetic:
+        t2 = time.perf_counter()
+        S, n_clusters = synthetic_pages()
+        s_stream = Stream(np.arange(S.n), S.folder, S.valid)
+        print(f"\n== synthetic near-duplicate site (_data.build_near_duplicate_site, report half): {S.n} pages, "
+              f"{n_clusters} clusters, {s_stream.n_true} pages with an earlier page of their cluster, "
+              f"{int((~S.valid).sum())} skipped; same stream rule, no distractors (P mixed = P strict)")
+        srows, _, _ = compare(S, s_stream, True)
+        print_table(srows)
+        t_syn = time.perf_counter() - t2
+    print(f"\ntimes: fingerprinting {t_fp:.1f}s ({n_fp} pages), comparison {t_cmp:.1f}s, scale + sweep "
+          f"{t_scale:.1f}s, synthetic {t_syn:.1f}s, total {time.perf_counter() - t0:.1f}s")
+    ok = ours.p_mixed >= 0.99 and ours.r >= 0.95 and chance <= SCALE_BUDGET
+    return 0 if ok or args.quick else 1
 
 
 if __name__ == "__main__":

@@ -6,11 +6,13 @@ Data, under the data root (``SIMDUP_DATA``, else ``shared/data`` beside the
 checkout): ``spotsigs-dev/`` (34 stories, 1,117 gzipped pages, one folder per
 story; its README.md gives the protocol) and ``distractors-dragnet/`` (1,381
 unrelated gzipped pages). Every page is given as bytes to the default
-``Fingerprinter()`` (``fingerprint_html`` for the 64-bit key, ``features_html``
-for the feature hashes and weights); the results are cached per page in
-``benchmarks/.cache/`` under the page's path, size and mtime and the
-fingerprinter's ``version``. A page the fingerprinter skips is never flagged
-and never matched.
+``Fingerprinter()`` (``fingerprint_html`` for both keys and the sketch,
+``features_html`` for the feature hashes and weights); the results are cached
+per page in ``benchmarks/.cache/`` under the page's path, size and mtime and
+the fingerprinter's ``version`` (``_real.py``, shared with ``eval_quality.py``).
+A page the fingerprinter skips is never flagged and never matched. Every page
+is stored (no index: all earlier pages are compared); ``eval_quality.py`` runs
+the product's index the way a crawl fills it.
 
 Protocol (spotsigs-dev/README.md). The page list is built in a fixed order:
 the spotsigs-dev pages sorted by (folder name, file name), then the
@@ -38,8 +40,8 @@ spotsigs-dev list alone (1,117 pages, shuffled the same way).
 
 Methods, all pairs (exhaustive, no index):
 
-* ``key h <= d``: the 64-bit simhash (Hamming distance <= d; d = 9 is today's
-  ``SIMDUP_DISTANCE``);
+* ``key h <= d``: the 64-bit simhash alone (Hamming distance <= d; d = 9 was
+  ``SIMDUP_DISTANCE`` before issue 19);
 * ``cosine >= c``: exact cosine of the weighted feature vectors;
 * ``recommended``: the design recommended by ``recall_study/REPORT.md``,
   computed here in NumPy as a reference: two 64-bit keys, today's value and a
@@ -47,37 +49,44 @@ Methods, all pairs (exhaustive, no index):
   weights, each searched within radius 22; a candidate is verified by a
   128-bin one-permutation MinHash (optimal densification, low 8 bits per bin)
   of the feature hashes, estimated Jaccard >= 0.15 (corrected for 8-bit chance
-  matches); the best match is the highest estimated Jaccard.
+  matches); the best match is the highest estimated Jaccard;
+* ``shipped``: the same rule with what the product stores (``Fingerprinter()``'s
+  ``value2`` and its 32-byte ``sketch``, ``matches_needed(min_similarity)``
+  equal bytes) at the default ``SIMDUP_DISTANCE`` and ``SIMDUP_MIN_SIMILARITY``,
+  every pair checked (no probe budget).
 """
 from __future__ import annotations
 
 import argparse
-import gzip
-import hashlib
 import os
-import random
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from scrapy_simdup import Fingerprinter, SkippedPage
-from scrapy_simdup._ext import hashing
-from scrapy_simdup._limits import DEFAULT_DISTANCE
+from _real import (
+    DIST,
+    INF,
+    SPOT,
+    U64,
+    Stream,
+    cosine_matrix,
+    hamming_matrix,
+    real_pages,
+    simhash_of,
+    sketch_matrix,
+)
+
+from scrapy_simdup import Fingerprinter
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY
 from scrapy_simdup.fingerprint.features import fmix64
+from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, matches_needed
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("SIMDUP_DATA", REPO.parent / "shared" / "data"))
-SPOT = DATA / "spotsigs-dev"
-DIST = DATA / "distractors-dragnet"
-CACHE = REPO / "benchmarks" / ".cache"
-U64 = np.uint64
-INF = np.float32(np.inf)
-
-KEY_DISTANCES = (3, 6, DEFAULT_DISTANCE, 12, 14, 16, 18, 20, 22)
+OLD_DEFAULT = 9                    # SIMDUP_DISTANCE before issue 19
+KEY_DISTANCES = (3, 6, OLD_DEFAULT, 12, 14, 16, 18, 20, 22)
 COSINES = (0.3, 0.5)
 # the recommended design (recall_study/REPORT.md, Q5)
 REC_RADIUS = 22
@@ -90,142 +99,7 @@ OPH_SALT = 0x9F1D2C3B4A596877
 # issue 19's figures, spotsigs-only (P, R, F1 at h = 9; R at h = 14)
 ISSUE_H9 = (0.995, 0.812, 0.894)
 ISSUE_H14_R = 0.887
-SPOT_ROWS = (f"key h <= {DEFAULT_DISTANCE} ", "key h <= 14", "recommended")
-
-
-# ----------------------------------------------------------------- pages
-
-def page_list(quick: bool):
-    """[(path, folder or None)] in the fixed order (spotsigs by folder then file, then distractors)."""
-    pages = []
-    folders = sorted(p for p in SPOT.iterdir() if p.is_dir())
-    if quick:
-        folders = folders[::4]
-    for d in folders:
-        pages += [(f, d.name) for f in sorted(d.iterdir()) if f.name.endswith(".gz")]
-    dist = sorted((f for f in DIST.iterdir() if f.name.endswith(".gz")), key=lambda f: f.name)
-    if quick:
-        dist = dist[::4]
-    pages += [(f, None) for f in dist]
-    return pages
-
-
-class Cache:
-    """Per-page fingerprints and features, keyed by path, size, mtime and ``Fingerprinter().version``."""
-
-    def __init__(self, version: str):
-        tag = hashlib.sha1(version.encode()).hexdigest()[:12]
-        self.path = CACHE / f"eval_real-{tag}.npz"
-        self.entries = {}
-        self.dirty = False
-        if self.path.exists():
-            with np.load(self.path, allow_pickle=False) as z:
-                z = {k: z[k] for k in z.files}
-            if str(z["version"]) == version:
-                offs = z["offsets"]
-                for k, key in enumerate(z["keys"]):
-                    lo, hi = offs[k], offs[k + 1]
-                    self.entries[str(key)] = (int(z["sizes"][k]), int(z["mtimes"][k]), bool(z["valid"][k]),
-                                              U64(z["values"][k]), z["hashes"][lo:hi], z["weights"][lo:hi])
-        self.version = version
-
-    def get(self, key, st):
-        e = self.entries.get(key)
-        if e is not None and e[0] == st.st_size and e[1] == st.st_mtime_ns:
-            return e[2:]
-        return None
-
-    def put(self, key, st, valid, value, hashes, weights):
-        self.entries[key] = (st.st_size, st.st_mtime_ns, valid, U64(value), hashes, weights)
-        self.dirty = True
-
-    def save(self):
-        if not self.dirty:
-            return
-        CACHE.mkdir(parents=True, exist_ok=True)
-        keys = sorted(self.entries)
-        es = [self.entries[k] for k in keys]
-        offs = np.zeros(len(es) + 1, np.int64)
-        offs[1:] = np.cumsum([e[4].shape[0] for e in es])
-        tmp = self.path.with_suffix(".tmp.npz")
-        np.savez(tmp, version=np.str_(self.version), keys=np.array(keys),
-                 sizes=np.array([e[0] for e in es], np.int64), mtimes=np.array([e[1] for e in es], np.int64),
-                 valid=np.array([e[2] for e in es], bool), values=np.array([e[3] for e in es], U64),
-                 offsets=offs,
-                 hashes=np.concatenate([e[4] for e in es]).astype(U64),
-                 weights=np.concatenate([e[5] for e in es]).astype(np.float64))
-        os.replace(tmp, self.path)
-
-
-def fingerprint_pages(pages):
-    """(valid bool[n], value uint64[n], [(hashes, weights)], seconds spent fingerprinting, pages fingerprinted)."""
-    fp = Fingerprinter()
-    cache = Cache(fp.version)
-    valid, values, feats = [], [], []
-    t, done = time.perf_counter(), 0
-    empty = (np.empty(0, U64), np.empty(0, np.float64))
-    for path, _ in pages:
-        key = str(path.relative_to(DATA))
-        st = path.stat()
-        e = cache.get(key, st)
-        if e is None:
-            raw = gzip.decompress(path.read_bytes())
-            try:
-                value = fp.fingerprint_html(raw).value
-                hashes, weights = fp.features_html(raw)
-                e = (True, U64(value), np.ascontiguousarray(hashes, U64),
-                     np.ascontiguousarray(weights, np.float64))
-            except SkippedPage:
-                e = (False, U64(0), *empty)
-            cache.put(key, st, *e)
-            done += 1
-        valid.append(e[0])
-        values.append(e[1])
-        feats.append((e[2], e[3]))
-    cache.save()
-    return np.array(valid), np.array(values, U64), feats, time.perf_counter() - t, done
-
-
-# ----------------------------------------------------------------- pairwise matrices (list order)
-
-def hamming_matrix(values):
-    return np.bitwise_count(values[:, None] ^ values[None, :]).astype(np.uint8)
-
-
-def simhash_of(feats, xor=None):
-    """The 64-bit simhash of each page's feature hashes (remixed by ``fmix64(h ^ xor)``), same weights."""
-    hs = [f[0] if xor is None else fmix64(f[0] ^ U64(xor)) for f in feats]
-    offs = np.zeros(len(feats) + 1, np.int64)
-    offs[1:] = np.cumsum([h.shape[0] for h in hs])
-    values, _ = hashing.simhash_hashes_many(np.ascontiguousarray(np.concatenate(hs), U64), offs,
-                                            np.ascontiguousarray(np.concatenate([f[1] for f in feats])))
-    return values
-
-
-def cosine_matrix(feats, valid):
-    """Exact cosine of the weighted feature vectors (float32[n, n]), through an inverted index."""
-    n = len(feats)
-    rows = np.concatenate([np.full(f[0].shape[0], i, np.int64) for i, f in enumerate(feats) if valid[i]])
-    hs = np.concatenate([f[0] for i, f in enumerate(feats) if valid[i]])
-    ws = np.concatenate([f[1] / np.sqrt(np.dot(f[1], f[1])) for i, f in enumerate(feats) if valid[i]])
-    order = np.argsort(hs, kind="stable")
-    hs, rows, ws = hs[order], rows[order], ws[order]
-    start = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
-    size = np.diff(np.r_[start, hs.shape[0]])
-    gstart = np.repeat(start, size)
-    left = (gstart + np.repeat(size, size) - 1) - np.arange(hs.shape[0])   # entries after this one in its group
-    acc = np.zeros(n * n)
-    active = np.flatnonzero(left > 0)
-    k = 1
-    while active.size:
-        a, b = rows[active], rows[active + k]
-        acc += np.bincount(a * n + b, weights=ws[active] * ws[active + k], minlength=n * n)
-        k += 1
-        active = active[left[active] >= k]
-    S = acc.reshape(n, n)
-    S = (S + S.T).astype(np.float32)
-    S[np.diag_indices(n)] = 1.0
-    return S
+SPOT_ROWS = (f"key h <= {OLD_DEFAULT} ", "key h <= 14", "recommended", "shipped")
 
 
 def oph_sketch(feats, valid, bins=REC_BINS, seed=OPH_SEED):
@@ -275,67 +149,14 @@ def jaccard_estimate(M, bins=REC_BINS, bits=REC_BITS):
     return ((M / bins - c) / (1 - c)).astype(np.float32)
 
 
-# ----------------------------------------------------------------- the online protocol
-
-class Stream:
-    """One shuffled arrival order over a page list (indices into the loaded pages)."""
-
-    def __init__(self, idx, folder, valid):
-        order = list(range(len(idx)))
-        random.Random(7).shuffle(order)
-        self.idx = np.asarray(idx)[order]
-        f = folder[self.idx]
-        self.folder = f
-        self.spot = f >= 0
-        n = self.idx.shape[0]
-        self.n = n
-        earlier = np.tri(n, k=-1, dtype=bool)           # [i, j]: j arrived before i
-        v = valid[self.idx]
-        self.allowed = earlier & v[:, None] & v[None, :]
-        dd = ~self.spot[:, None] & ~self.spot[None, :]
-        self.allowed_mixed = self.allowed & ~dd
-        self.same = (f[:, None] == f[None, :]) & self.spot[:, None]
-        self.n_true = int((earlier & self.same).any(1).sum())   # skipped pages count as misses
-
-    def sub(self, A):
-        return A[np.ix_(self.idx, self.idx)]
-
-    def score(self, D):
-        """D: float32[n, n] distances in this stream's order (INF: does not pass).
-
-        Returns {rule: Score} for rule "best" (the flag is correct when the best
-        earlier match is of the page's story) and "any" (correct when any earlier
-        page of its story passes: the study's and eval_quality.py's rule)."""
-        flags, correct = {}, {}
-        for name, allowed in (("mixed", self.allowed_mixed), ("strict", self.allowed)):
-            X = np.where(allowed, D, INF)
-            best = np.argmin(X, axis=1)                  # first minimum: the earliest page at the best distance
-            flagged = X[np.arange(self.n), best] < INF
-            flags[name] = int(flagged.sum())
-            if name == "strict":                          # a spotsigs page's candidates are the same in both
-                correct["best"] = int((flagged & self.spot & (self.folder[best] == self.folder)).sum())
-                correct["any"] = int(((X < INF) & self.same).any(1).sum())
-        return {rule: Score(flags["mixed"], flags["strict"], nc, self.n_true) for rule, nc in correct.items()}
-
-
-class Score:
-    def __init__(self, flags_mixed, flags_strict, correct, n_true):
-        self.flags_mixed, self.flags_strict, self.correct = flags_mixed, flags_strict, correct
-        self.p_mixed = correct / flags_mixed if flags_mixed else 1.0
-        self.p_strict = correct / flags_strict if flags_strict else 1.0
-        self.r = correct / n_true
-        pr = self.p_mixed + self.r
-        self.f1 = 2 * self.p_mixed * self.r / pr if pr else 0.0
-
-
-def methods(H1, H2, C, J):
+def methods(H1, H2, C, J, H2s, M):
     """(name, function of a Stream -> distance matrix in its order)."""
     out = []
     for h in KEY_DISTANCES:
         def key(s, h=h):
             d = s.sub(H1).astype(np.float32)
             return np.where(d <= h, d, INF)
-        default = "  (today's default)" if h == DEFAULT_DISTANCE else ""
+        default = "  (the old default)" if h == OLD_DEFAULT else ""
         out.append((f"key h <= {h}{default}", key))
     for c in COSINES:
         def cos(s, c=c):
@@ -348,6 +169,15 @@ def methods(H1, H2, C, J):
         j = s.sub(J)
         return np.where(gate & (j >= REC_J - 1e-6), -j, INF)
     out.append((f"recommended: 2 keys r <= {REC_RADIUS}, OPH {REC_BINS}x{REC_BITS}b J >= {REC_J}", rec))
+    need = matches_needed(DEFAULT_MIN_SIMILARITY)
+
+    def shipped(s):
+        d = np.minimum(s.sub(H1), s.sub(H2s)).astype(np.float32)
+        m = s.sub(M).astype(np.float32)
+        # best first: most equal bytes, then the smaller key distance
+        return np.where((d <= DEFAULT_DISTANCE) & (m >= need), -m * 128 + d, INF)
+    out.append((f"shipped: 2 keys r <= {DEFAULT_DISTANCE}, sketch {SKETCH_BYTES}x8b J >= "
+                f"{DEFAULT_MIN_SIMILARITY} (all pairs)", shipped))
     return out
 
 
@@ -358,18 +188,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     print(f"# run {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())} on {os.cpu_count()} shared cores")
-    pages = page_list(args.quick)
-    folder_names = sorted({f for _, f in pages if f is not None})
-    fid = {f: i for i, f in enumerate(folder_names)}
-    folder = np.array([fid[f] if f is not None else -1 for _, f in pages])
-    spot = folder >= 0
-    valid, values, feats, t_fp, n_fp = fingerprint_pages(pages)
+    P, folder_names, t_fp, n_fp = real_pages(args.quick)
+    folder, spot, valid, values, feats = P.folder, P.spot, P.valid, P.values, P.feats
     print(f"data: {SPOT.name}/ {int(spot.sum())} pages in {len(folder_names)} stories, "
           f"{DIST.name}/ {int((~spot).sum())} pages; skipped by the fingerprinter: "
           f"{int((~valid & spot).sum())} spotsigs, {int((~valid & ~spot).sum())} distractors"
           + ("  [--quick subset]" if args.quick else ""))
     print(f"fingerprints: {Fingerprinter().version}, "
-          f"{n_fp} pages fingerprinted in {t_fp:.1f}s, {len(pages) - n_fp} from benchmarks/.cache/")
+          f"{n_fp} pages fingerprinted in {t_fp:.1f}s, {P.n - n_fp} from benchmarks/.cache/")
 
     t1 = time.perf_counter()
     check = simhash_of([f for f, ok in zip(feats, valid) if ok])
@@ -377,15 +203,20 @@ def main(argv=None):
     print(f"check: the simhash of features_html equals fingerprint_html's value on "
           f"{same_key} of {int(valid.sum())} pages")
     H1 = hamming_matrix(values)
-    H2 = hamming_matrix(np.where(valid, simhash_of(feats, KEY2_XOR), U64(0)))
+    key2 = simhash_of(feats, KEY2_XOR)
+    print(f"check: the second key of the features equals fingerprint_html's value2 on "
+          f"{int((key2[valid] == P.values2[valid]).sum())} of {int(valid.sum())} pages")
+    H2 = hamming_matrix(np.where(valid, key2, U64(0)))
+    H2s = hamming_matrix(P.values2)
+    M = sketch_matrix(P.sketches)
     C = cosine_matrix(feats, valid)
     J = jaccard_estimate(match_counts(oph_sketch(feats, valid)))
     t_mat = time.perf_counter() - t1
 
     t2 = time.perf_counter()
-    mixed = Stream(np.arange(len(pages)), folder, valid)
+    mixed = Stream(np.arange(P.n), folder, valid)
     only = Stream(np.flatnonzero(spot), folder, valid)
-    meths = methods(H1, H2, C, J)
+    meths = methods(H1, H2, C, J, H2s, M)
     rows = {name: mixed.score(fn(mixed)) for name, fn in meths}
     spot_rows = {name: only.score(fn(only)) for name, fn in meths if name.startswith(SPOT_ROWS)}
     t_proto = time.perf_counter() - t2
@@ -403,16 +234,16 @@ def main(argv=None):
         b, a = sc["best"], sc["any"]
         print(f"{name:<{w}} | {b.p_mixed:9.3f} {b.p_strict:10.3f} {b.r:6.3f} {b.f1:6.3f} | "
               f"{a.p_mixed:9.3f} {a.p_strict:10.3f} {a.r:6.3f} {a.f1:6.3f} | {b.flags_mixed:6d} {b.flags_strict:6d}")
-    base_name = next(n for n in rows if n.startswith(f"key h <= {DEFAULT_DISTANCE} "))
+    base_name = next(n for n in rows if n.startswith(f"key h <= {OLD_DEFAULT} "))
     print()
     for name, sc in rows.items():
-        if not name.startswith(("recommended", "cosine", "key h <= 14")):
+        if not name.startswith(("recommended", "shipped", "cosine", "key h <= 14")):
             continue
-        label = name.split(":")[0] + (" design" if name.startswith("recommended") else "")
+        label = name.split(":")[0] + (" design" if name.startswith(("recommended", "shipped")) else "")
         b, b0 = sc["best"], rows[base_name]["best"]
         a, a0 = sc["any"], rows[base_name]["any"]
-        print(f"{label} vs today's default: recall {b.r - b0.r:+.3f} at precision {b.p_mixed:.3f} "
-              f"(strict {b.p_strict:.3f}; today's {b0.p_mixed:.3f}, strict {b0.p_strict:.3f}); "
+        print(f"{label} vs the old default: recall {b.r - b0.r:+.3f} at precision {b.p_mixed:.3f} "
+              f"(strict {b.p_strict:.3f}; old {b0.p_mixed:.3f}, strict {b0.p_strict:.3f}); "
               f"any-page rule: recall {a.r - a0.r:+.3f} at precision {a.p_mixed:.3f}")
 
     print(f"\n== spotsigs-dev only: {only.n} pages (random.Random(7).shuffle), "
