@@ -273,7 +273,7 @@ def test_memory_backend_check_and_add(search):
     assert second is not None and second.duplicate_of == "a" and second.distance <= 3
     assert second.similarity > 0.8
     assert batch[0] is None and batch[1] == ("c1", 0, 1.0)  # within a batch too
-    assert len(backend) == backend.size == 2
+    assert len(backend) == backend.size == 4   # near-duplicates join the index too
     assert backend.probes and backend.probes > 0
 
 

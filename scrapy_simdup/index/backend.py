@@ -109,6 +109,12 @@ class MemoryBackend(IndexBackend):
     ``keys`` maps the index's ids to the callers' keys (restored ones, or
     None). ``check_and_add`` never awaits between the query and the add, so
     it is atomic under the event loop.
+
+    A near-duplicate joins the index too, under the key of the page it
+    duplicates: a loose copy that resembles an earlier copy more than the
+    kept page is still found (copies of one story drift apart from site to
+    site), and a match always names a kept page. A revisit is not stored
+    again.
     """
 
     def __init__(self, index, keys: dict[int, str] | None = None) -> None:
@@ -126,7 +132,8 @@ class MemoryBackend(IndexBackend):
         for i, v1, v2, key in zip(np.asarray(ids).tolist(), np.asarray(values).tolist(),
                                   np.asarray(values2).tolist(), keys):
             self.keys[int(i)] = key
-            self._entry_of_key[key] = (int(i), int(v1), int(v2))
+            # the kept page itself, not a near-duplicate stored under its key
+            self._entry_of_key.setdefault(key, (int(i), int(v1), int(v2)))
 
     def _own_entry(self, page, key: str) -> Match | None:
         """The entry stored under ``key`` (as given, or escaped as a snapshot
@@ -149,9 +156,11 @@ class MemoryBackend(IndexBackend):
         if own is not None:
             return own
         best = self.index.query(page.value, page.value2, page.sketch, page.W, page.W2)
-        if best is not None:
-            return Match(self.keys.get(best.id, f"#{best.id}"), best.distance, best.similarity)
         row = int(self.index.add(page.value, page.value2, page.sketch)[0])
+        if best is not None:
+            match = Match(self.keys.get(best.id, f"#{best.id}"), best.distance, best.similarity)
+            self.keys[row] = match.duplicate_of
+            return match
         self.keys[row] = key
         self._entry_of_key[key] = (row, int(page.value), int(page.value2))
         return None

@@ -30,7 +30,7 @@ from scrapy_simdup.exceptions import BatchWriteError, CorruptFileError, Paramete
 from scrapy_simdup.fingerprint.idf import IdfTable
 from scrapy_simdup.index.backend import StatCallback
 from scrapy_simdup.index.crawldir import move_state_aside
-from scrapy_simdup.index.snapshot import FILES_GLOB, HEADER_FILE, RECORD, IndexStore
+from scrapy_simdup.index.snapshot import FILES_GLOB, HEADER_FILE, IndexStore, records
 from scrapy_simdup.storage.atomic import read_json
 from scrapy_simdup.storage.batchwriter import BatchWriter
 
@@ -87,11 +87,16 @@ class PersistentBatchWriter:
 
     def add(self, page, key, match, revisit: bool = False) -> None:
         """One checked page (a Fingerprint); ``match``: what the backend found
-        (None: it stored the page). A ``revisit`` (``match`` is the page
-        itself, stored before) goes to the batch as no near-duplicate."""
-        if self.store is not None and match is None:   # the backend stored it
+        (None: a new page). The memory backend stores every page but its
+        own entry met again (a ``revisit``, stored before this crawl, goes to
+        the batch as no near-duplicate; the same key twice in this crawl is a
+        copy)."""
+        # what the backend stored: every page but its own entry met again
+        if self.store is not None and (match is None
+                                       or not self.backend.same_key(match.duplicate_of, key)):
             self._stored_values.append((int(page.value), int(page.value2), page.sketch))
-            self._stored_keys.append(str(key))
+            # a near-duplicate under the key of the page it duplicates
+            self._stored_keys.append(str(key if match is None else match.duplicate_of))
         self.batches.append(page, key,                 # may flush (and snapshot)
                             match.distance if match is not None and not revisit else None)
 
@@ -111,10 +116,10 @@ class PersistentBatchWriter:
         if changed:
             self.idf.save(self.directory / name)
             self.index_meta = {**self.index_meta, "idf_file": name}
-        records = np.zeros(len(self._stored_values), dtype=RECORD)
-        for i, (value, value2, sketch) in enumerate(self._stored_values):
-            records[i] = (value, value2, np.frombuffer(sketch, dtype=np.uint8))
-        self.store.append(records, self._stored_keys, self.index_meta)
+        values, values2, sketches = zip(*self._stored_values)
+        sketch_rows = np.frombuffer(b"".join(sketches), dtype=np.uint8)
+        self.store.append(records(values, values2, sketch_rows), self._stored_keys,
+                          self.index_meta)
         if changed:
             _remove_idf_files(self.directory, keep=name)
         self._stored_values, self._stored_keys = [], []

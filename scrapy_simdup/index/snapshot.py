@@ -58,6 +58,18 @@ def _empty_header() -> dict:
     return {"format": FORMAT, "version": VERSION, **dict.fromkeys(_INT_FIELDS, 0)}
 
 
+def records(values, values2=None, sketches=None) -> np.ndarray:
+    """A ``RECORD`` array of key 1 (and key 2 and sketches, zero when None)."""
+    values = np.asarray(values, dtype=np.uint64).reshape(-1)
+    out = np.zeros(values.shape[0], dtype=RECORD)
+    out["value"] = values
+    if values2 is not None:
+        out["value2"] = np.asarray(values2, dtype=np.uint64).reshape(-1)
+    if sketches is not None:
+        out["sketch"] = np.asarray(sketches, dtype=np.uint8).reshape(-1, SKETCH_BYTES)
+    return out
+
+
 class IndexStore:
     """The append-only on-disk copy of what an in-memory index stores."""
 

@@ -12,7 +12,8 @@ import time
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_simdup._limits import DEFAULT_RECALL, DEFAULT_REDIS_RECALL
+from scrapy_simdup._limits import DEFAULT_PROBES_PER_KEY
+from scrapy_simdup.index.redis.backend import DEFAULT_REDIS_PROBES
 from scrapy_simdup.index.redis.store import safe_url
 from scrapy_simdup.integration.config import SimdupConfig
 
@@ -87,24 +88,26 @@ class SimdupLogStats:
 
     # -- formatting ------------------------------------------------------------
     def setup(self, spider_name: str | None = None) -> str:
-        """The effective setup, e.g. ``Simdup: drop near-duplicates within 9
-        bits (PSM, recall 0.99), memory index, SIMDUP_DIR=/x: restored 1,234
-        fingerprints; revisits kept, start requests not dropped``. The
-        restored counts are read from the stats the components set when they
-        opened the index."""
+        """The effective setup, e.g. ``Simdup: drop near-duplicate pages
+        within 22 bits of either key and similarity >= 0.15 (PSM, 2048 probes
+        per key), memory index, SIMDUP_DIR=/x: restored 1,234 fingerprints;
+        revisits kept, start requests not dropped``. The restored counts are
+        read from the stats the components set when they opened the index."""
         config, get = self.config, self.stats.get_value
         memory = config.index == "memory"
         if config.search == "exact":
-            search = "exact"
+            search = "every flip set"
         elif config.max_probes is not None:
-            search = f"PSM, {config.max_probes} probes"
+            search = f"PSM, {config.max_probes} probes per key"
+        elif config.recall is not None:
+            search = f"PSM, recall {config.recall:g}"
         else:
-            recall = config.recall if config.recall is not None else \
-                DEFAULT_RECALL if memory else DEFAULT_REDIS_RECALL
-            search = f"PSM, recall {recall:g}"
+            search = f"PSM, {DEFAULT_PROBES_PER_KEY if memory else DEFAULT_REDIS_PROBES} " \
+                     f"probes per key"
         things = " and ".join(k for k in ("pages", "items") if k in self.kinds)
+        verify = f" and similarity >= {config.min_similarity:g}" if config.min_similarity else ""
         line = (f"Simdup: {config.action} near-duplicate {things} within {config.distance} "
-                f"bits ({search}), ")
+                f"bits of either key{verify} ({search}), ")
         if memory:
             line += "memory index"
         else:
