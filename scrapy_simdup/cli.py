@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.merge import MAX_MERGE_PROBES, crawl_distance, merge, stats
 from scrapy_simdup.merge.run import DEFAULT_CHUNK
@@ -45,6 +45,16 @@ def _recall(text: str) -> float:
     return value
 
 
+def _similarity(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
 def _distance(text: str) -> int:
     return _int_in(text, 0, MAX_DISTANCE, "a distance")
 
@@ -58,10 +68,15 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collection", metavar="PATH",
                        help="the collection directory (by default DIR/collection of the first DIR)")
     parser.add_argument("--distance", type=_distance, default=None, metavar="H",
-                       help=f"Hamming distance threshold (by default the crawls' SIMDUP_DISTANCE "
+                       help=f"search radius of each key: a page within H bits of another on "
+                       f"either key is a candidate (by default the crawls' SIMDUP_DISTANCE "
                        f"as recorded in their batch files, else {DEFAULT_DISTANCE}; `scrapy "
                        f"simdup merge` falls back on the project's SIMDUP_DISTANCE, and "
                        f"takes `-s SIMDUP_DISTANCE=H` as this option)")
+    parser.add_argument("--min-similarity", type=_similarity, default=None, metavar="S",
+                       help=f"estimated Jaccard similarity (from the 32-byte sketches) a "
+                       f"candidate needs to be a near-duplicate (default "
+                       f"{DEFAULT_MIN_SIMILARITY}; 0: the keys alone decide)")
     probes = parser.add_mutually_exclusive_group()
     probes.add_argument("--probes", type=_probes, metavar="K",
                         help="flipped headers probed per fingerprint (by default enough for "
@@ -81,7 +96,7 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
                        f"(memory is O(M); default {DEFAULT_CHUNK})")
     parser.add_argument("--pairs", metavar="FILE",
                        help="write the duplicate pairs found by this merge as JSON Lines "
-                       "({url, duplicate_of, distance})")
+                       "({url, duplicate_of, distance, similarity})")
     parser.add_argument("--clusters", metavar="FILE",
                        help="write the clusters of the whole collection as JSON Lines "
                        "({representative, size, urls})")
@@ -155,7 +170,11 @@ def run_merge(args, out=None) -> int:
         if args.distance is None:   # (`scrapy simdup merge`: the project's setting)
             fallback = getattr(args, "fallback_distance", None)
             args.distance = DEFAULT_DISTANCE if fallback is None else fallback
-    summary = merge(args.dirs, args.collection, distance=args.distance, probes=args.probes,
+    if args.min_similarity is None:
+        fallback = getattr(args, "fallback_min_similarity", None)
+        args.min_similarity = DEFAULT_MIN_SIMILARITY if fallback is None else fallback
+    summary = merge(args.dirs, args.collection, distance=args.distance,
+                    min_similarity=args.min_similarity, probes=args.probes,
                     recall=args.recall,
                     first=not args.all, exact=args.exact, chunk_size=args.batch_size,
                     pairs_out=args.pairs, clusters_out=args.clusters, progress=args.progress,
@@ -165,7 +184,8 @@ def run_merge(args, out=None) -> int:
     if args.json:
         out.write(json.dumps(info, indent=1) + "\n")
         return code
-    out.write(f"simdup merge ({summary.method}, distance {summary.distance}"
+    out.write(f"simdup merge ({summary.method}, distance {summary.distance}, "
+              f"min similarity {summary.min_similarity:g}"
               + (f", {summary.probes} probes" if summary.probes is not None else "") + ")\n")
     out.write(f"  batches merged:      {summary.batches:,}\n")
     out.write(f"  fingerprints merged: {summary.fingerprints:,}\n")

@@ -5,7 +5,6 @@ import os
 import numpy as np
 import pytest
 
-from scrapy_simdup import simhash
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.atomic import atomic_write
 from scrapy_simdup.storage.batchfile import (
@@ -17,6 +16,7 @@ from scrapy_simdup.storage.batchfile import (
     write_batch,
 )
 from scrapy_simdup.storage.batchwriter import BatchWriter
+from tests.batch_pages import features_page, raw_page
 
 
 def _fingerprints(n, seed=0):
@@ -24,15 +24,14 @@ def _fingerprints(n, seed=0):
     out = []
     for i in range(n):
         words = [f"w{int(x)}" for x in rng.integers(0, 500, 40)]
-        value, W = simhash(words)
-        out.append((value, W, f"https://example.com/page/{i}?q=ü"))
+        out.append((features_page(words), f"https://example.com/page/{i}?q=ü"))
     return out
 
 
 def test_round_trip_and_numpy_readable(tmp_path):
     items = _fingerprints(25)
     writer = BatchWriter(tmp_path, batch_size=10)
-    ids = [writer.append(v, W, u) for v, W, u in items]
+    ids = [writer.append(p, u) for p, u in items]
     assert ids == list(range(25))
     assert len(writer) == 5 and writer.flushed_batches == 2
     writer.close()
@@ -41,30 +40,34 @@ def test_round_trip_and_numpy_readable(tmp_path):
     batches = [read_batch(p) for p in headers]
     records = np.concatenate([b.records for b in batches])
     urls = [u for b in batches for u in b.urls]
-    assert records["value"].tolist() == [v for v, _, _ in items]
+    assert records["value"].tolist() == [p.value for p, _ in items]
+    assert records["value2"].tolist() == [p.value2 for p, _ in items]
+    assert [bytes(s) for s in records["sketch"]] == [p.sketch for p, _ in items]
     assert records["id"].tolist() == ids
-    assert urls == [u for _, _, u in items]
-    W = np.array([W for _, W, _ in items])
-    rms = np.sqrt((W ** 2).mean(axis=1))
-    assert np.allclose(records["wrms"], rms, rtol=1e-6)
-    c = np.abs(W[:, 63:31:-1]) / rms[:, None]          # normalised header weights
-    assert np.all(np.abs(records["cq"] / 32.0 - np.minimum(c, 255 / 32)) <= 1 / 64 + 1e-9)
+    assert urls == [u for _, u in items]
+    for field, suffix in (("W", ""), ("W2", "2")):
+        W = np.array([getattr(p, field) for p, _ in items])
+        rms = np.sqrt((W ** 2).mean(axis=1))
+        assert np.allclose(records["wrms" + suffix], rms, rtol=1e-6)
+        c = np.abs(W[:, 63:31:-1]) / rms[:, None]          # normalised header weights
+        assert np.all(np.abs(records["cq" + suffix] / 32.0 - np.minimum(c, 255 / 32))
+                      <= 1 / 64 + 1e-9)
     # plain NumPy reads the data file, and the header documents it
     raw = np.load(headers[0].with_suffix(".npy"))
     assert raw.dtype == BATCH_DTYPE and len(raw) == 10
     meta = json.loads(headers[0].read_text())
-    assert meta["format"] == "simdup-batch" and meta["version"] == 1 and meta["count"] == 10
+    assert meta["format"] == "simdup-batch" and meta["version"] == 2 and meta["count"] == 10
+    assert BATCH_DTYPE.itemsize == 128 and meta["sketch_bytes"] == 32
 
 
 def test_restart_continues_ids_and_names(tmp_path):
     items = _fingerprints(7)
     with BatchWriter(tmp_path, batch_size=4) as w:
-        for v, W, u in items:
-            w.append(v, W, u)
+        for p, u in items:
+            w.append(p, u)
     w2 = BatchWriter(tmp_path, batch_size=4)
     assert w2.next_id == 7
-    v, W, u = items[0]
-    assert w2.append(v, W, "again") == 7
+    assert w2.append(items[0][0], "again") == 7
     w2.close()
     names = [p.name for p in list_batches(tmp_path)]
     assert len(names) == 3 and len(set(names)) == 3
@@ -72,10 +75,10 @@ def test_restart_continues_ids_and_names(tmp_path):
 
 
 def test_urls_with_newlines_are_escaped(tmp_path):
-    v, W, _ = _fingerprints(1)[0]
+    page, _ = _fingerprints(1)[0]
     with BatchWriter(tmp_path, batch_size=10) as w:
-        w.append(v, W, "http://a/\nb\r")
-        w.append(v, W, b"http://bytes/")
+        w.append(page, "http://a/\nb\r")
+        w.append(page, b"http://bytes/")
     batch = read_batch(list_batches(tmp_path)[0])
     assert batch.urls == ["http://a/%0Ab%0D", "http://bytes/"]
 
@@ -83,19 +86,19 @@ def test_urls_with_newlines_are_escaped(tmp_path):
 def test_keys_without_a_utf8_form_are_escaped_not_fatal(tmp_path):
     """A lone surrogate (an item id like "bad-\\ud800") used to fail every
     flush of its batch; it is written as its escape, the batch as a whole."""
-    v, W, _ = _fingerprints(1)[0]
+    page, _ = _fingerprints(1)[0]
     with BatchWriter(tmp_path, batch_size=10) as w:
-        w.append(v, W, "bad-\ud800")
-        w.append(v, W, b"http://raw/\xff".decode("utf-8", "surrogateescape"))
-        w.append(v, W, "https://example.com/caf\u00e9")
+        w.append(page, "bad-\ud800")
+        w.append(page, b"http://raw/\xff".decode("utf-8", "surrogateescape"))
+        w.append(page, "https://example.com/caf\u00e9")
     batch = read_batch(list_batches(tmp_path)[0])
     assert batch.urls == ["bad-\\ud800", "http://raw/\udcff", "https://example.com/caf\u00e9"]
 
 
 def _one_batch(tmp_path):
     with BatchWriter(tmp_path, batch_size=100) as w:
-        for v, W, u in _fingerprints(20):
-            w.append(v, W, u)
+        for p, u in _fingerprints(20):
+            w.append(p, u)
     return list_batches(tmp_path)[0]
 
 
@@ -179,22 +182,32 @@ def test_unfinished_flush_is_ignored(tmp_path):
 
 def test_bad_input(tmp_path):
     w = BatchWriter(tmp_path, batch_size=2)
-    v, W, u = _fingerprints(1)[0]
+    page, u = _fingerprints(1)[0]
+    v, W = page.value, page.W
     with pytest.raises(ValueError, match="shape"):
-        w.append(v, W[:10], u)
+        w.append(page._replace(W=W[:10]), u)
+    with pytest.raises(ValueError, match="shape"):
+        w.append(page._replace(W2=None), u)
     with pytest.raises(ValueError, match="64-bit"):
-        w.append(-1, W, u)
+        w.append(page._replace(value=-1), u)
+    with pytest.raises(ValueError, match="value2 must be a 64-bit"):
+        w.append(page._replace(value2=1 << 64), u)
     with pytest.raises(ValueError, match="finite"):
-        w.append(v, np.full(64, np.nan), u)
+        w.append(page._replace(W2=np.full(64, np.nan)), u)
+    with pytest.raises(ValueError, match="sketch"):
+        w.append(page._replace(sketch=b"short"), u)
+    with pytest.raises(TypeError, match="a page"):
+        w.append(v, W, u)           # the earlier API: a bare value and weights
     with pytest.raises(TypeError, match="url"):
-        w.append(v, W, 123)
+        w.append(page, 123)
+    assert len(w) == 0
     with pytest.raises(ValueError, match="batch_size"):
         BatchWriter(tmp_path, batch_size=0)
     with pytest.raises(TypeError, match="dtype"):
         write_batch(tmp_path, "batch-x", np.zeros(2), ["a", "b"])
     w.close()
     with pytest.raises(RuntimeError, match="closed"):
-        w.append(v, W, u)
+        w.append(page, u)
 
 
 def test_atomic_write_keeps_old_file_on_error(tmp_path):
@@ -214,26 +227,26 @@ def test_writer_keeps_a_batch_it_cannot_write_and_writes_it_later(tmp_path):
     w = BatchWriter(d, batch_size=3)
     W = np.ones(64)
     for i in range(3):
-        w.append(i, W, f"u{i}")
+        w.append(raw_page(i, W), f"u{i}")
     assert len(list_batches(d)) == 1
     d.rename(tmp_path / "away")
     d.write_text("a file where the directory was")     # a real failing write
-    w.append(3, W, "u3")
-    w.append(4, W, "u4")
+    w.append(raw_page(3, W), "u3")
+    w.append(raw_page(4, W), "u4")
     with pytest.raises(BatchWriteError, match="3 fingerprints kept in memory"):
-        w.append(5, W, "u5")
+        w.append(raw_page(5, W), "u5")
     assert len(w) == 3
-    w.append(6, W, "u6")        # not retried at every record: after another batch
+    w.append(raw_page(6, W), "u6")        # not retried at every record: after another batch
     d.unlink()
     (tmp_path / "away").rename(d)
-    w.append(7, W, "u7")
-    w.append(8, W, "u8")        # 6 pending: written now, in one batch
+    w.append(raw_page(7, W), "u7")
+    w.append(raw_page(8, W), "u8")        # 6 pending: written now, in one batch
     assert len(w) == 0
     urls = [u for p in list_batches(d) for u in read_batch(p).urls]
     assert sorted(urls) == [f"u{i}" for i in range(9)]
     d.rename(tmp_path / "away2")
     d.write_text("again")
-    w.append(9, W, "u9")
+    w.append(raw_page(9, W), "u9")
     with pytest.raises(BatchWriteError, match="1 fingerprints were not written"):
         w.close()
 
@@ -252,5 +265,41 @@ def test_damaged_header_fields_are_corrupt_for_readers_and_writers(tmp_path, fie
     with pytest.raises(CorruptFileError, match=field):
         read_meta(header)
     with BatchWriter(tmp_path, batch_size=10) as w:
-        v, W, _ = _fingerprints(1)[0]
-        w.append(v, W, "https://example.com/after")
+        page, _ = _fingerprints(1)[0]
+        w.append(page, "https://example.com/after")
+
+
+def write_version1_batch(directory, name="batch-00000001-1", count=3):
+    """A batch as scrapy-simdup wrote it before the second key and the
+    sketch (format version 1: value, id, wrms, cq), checksums and all."""
+    import zlib
+    directory.mkdir(parents=True, exist_ok=True)
+    dtype = np.dtype([("value", "<u8"), ("id", "<i8"), ("wrms", "<f4"), ("cq", "u1", (32,))])
+    records = np.zeros(count, dtype=dtype)
+    records["value"] = np.arange(count, dtype=np.uint64) * 12345
+    records["id"] = np.arange(count)
+    npy = directory / f"{name}.npy"
+    np.save(npy, records)
+    urls = "".join(f"https://old.example/{i}\n" for i in range(count)).encode()
+    (directory / f"{name}.urls").write_bytes(urls)
+    header = directory / f"{name}.json"
+    header.write_text(json.dumps({
+        "format": "simdup-batch", "version": 1, "count": count, "first_id": 0,
+        "header_bits": 32, "dtype": dtype.descr, "npy_bytes": npy.stat().st_size,
+        "npy_crc32": zlib.crc32(npy.read_bytes()), "urls_bytes": len(urls),
+        "urls_crc32": zlib.crc32(urls), "created": 0.0}))
+    return header
+
+
+def test_a_version1_batch_is_refused_with_what_to_do(tmp_path):
+    from scrapy_simdup.storage.batchfile import OutdatedBatchError
+    header = write_version1_batch(tmp_path)
+    for read in (read_meta, read_batch):
+        with pytest.raises(OutdatedBatchError, match="re-crawl with this version") as err:
+            read(header)
+        assert err.value.path == str(header)
+        assert "version 1" in str(err.value) and "sketch" in str(err.value)
+        assert "cannot be computed" in str(err.value)
+    # a writer in the same directory goes on after its ids
+    with BatchWriter(tmp_path, batch_size=10) as w:
+        assert w.append(_fingerprints(1)[0][0], "https://example.com/new") == 3

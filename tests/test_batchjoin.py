@@ -103,6 +103,30 @@ def test_scan_and_join_equal_reference(case):
                 assert min(r, runs - 1) in [min(f, runs - 1) for f in flips]
         got = batchjoin.join_chunk(chunk, offsets, pr, prl, pri, q, h, active.copy(), False)
         assert set(zip(*(a.tolist() for a in got))) == want, runs
+    # with sketches: the matches whose sketches agree in `needed` bytes, with
+    # their equal bytes; first-only drops an element at a verified match only
+    rng = np.random.default_rng(len(q) * 7 + len(chunk))
+    q_sk = rng.integers(0, 4, (len(q), 32), dtype=np.uint8)
+    c_sk = rng.integers(0, 4, (len(chunk), 32), dtype=np.uint8)
+    for needed in (0, 8, 12):
+        agree = {(i, j): int((q_sk[i] == c_sk[j]).sum()) for i, j, _ in want}
+        verified = {(i, j, d, agree[i, j]) for i, j, d in want if agree[i, j] >= needed}
+        for level in JOIN_KERNELS:
+            batchjoin.join_kernel(level)
+            got = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False,
+                                       q_sk, c_sk, needed)
+            assert set(zip(*(a.tolist() for a in got))) == verified, level
+        batchjoin.join_kernel()
+        act = active.copy()
+        qi, yi, dd, aa = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, act, True,
+                                              q_sk, c_sk, needed)
+        assert set(qi.tolist()) == {i for i, _, _, _ in verified} and len(set(qi.tolist())) == len(qi)
+        assert set(zip(qi.tolist(), yi.tolist(), dd.tolist(), aa.tolist())) <= verified
+        assert [i for i in range(len(q)) if active[i] and not act[i]] == sorted(qi.tolist())
+        ai = np.array([i for i, _, _ in want], dtype=np.int64)
+        aj = np.array([j for _, j, _ in want], dtype=np.int64)
+        assert batchjoin.sketch_agree(q_sk, ai, c_sk, aj).tolist() == [
+            agree[i, j] for i, j in zip(ai.tolist(), aj.tolist())]
     # first-only: one match per element that has any, and it is a real match
     for fn in ("scan", "join"):
         act = active.copy()
@@ -297,7 +321,7 @@ def test_bad_arguments_are_value_errors():
         batchjoin.scan_chunk(v, off, 4, v, np.zeros((3, 1), np.uint64),
                               np.zeros(4, np.int32), 3, np.ones(4, np.uint8), True)
     with pytest.raises(ValueError, match="h must be"):
-        batchjoin.batch_flip_masks(np.zeros((2, 4)), 17, 3)
+        batchjoin.batch_flip_masks(np.zeros((2, 4)), 25, 3)
     with pytest.raises(ValueError, match="256"):
         batchjoin.batch_flip_masks_cq(np.zeros((2, 4), np.uint8), np.zeros(5), 4, 3, 3)
     table = -np.arange(1.0, 257.0)
@@ -323,3 +347,12 @@ def test_bad_arguments_are_value_errors():
         batchjoin.join_chunk(v, off, po, pl, pi, q[:2], 3, np.ones(2, np.uint8), False)
     with pytest.raises(ValueError, match="shorter"):
         batchjoin.join_chunk(v, off, po, pl[:2], pi[:2], q, 3, np.ones(4, np.uint8), False)
+    sk = np.zeros((4, 32), np.uint8)
+    with pytest.raises(ValueError, match="both"):
+        batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(4, np.uint8), False, sk)
+    with pytest.raises(ValueError, match="q_sketch must have shape"):
+        batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(4, np.uint8), False, sk[:3], sk)
+    with pytest.raises(ValueError, match="needed"):
+        batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(4, np.uint8), False, sk, sk, 33)
+    with pytest.raises(ValueError, match="out of range"):
+        batchjoin.sketch_agree(sk, np.array([4]), sk, np.array([0]))

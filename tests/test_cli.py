@@ -9,10 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_simdup import simhash
 from scrapy_simdup.storage.batchwriter import BatchWriter
+from tests.batch_pages import features_page, raw_page, write_crawl
 
 BIN = Path(sys.executable).parent
+
+
+@pytest.fixture()
+def crawl(tmp_path):
+    """conftest's ``crawl`` with pages of the current batch format."""
+    return write_crawl(tmp_path / "crawl")
 
 
 def _env():
@@ -36,11 +42,11 @@ def test_console_script_merge_and_stats(crawl, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "fingerprints merged: 60" in out.stdout
     rows = [json.loads(line) for line in pairs.read_text().splitlines()]
-    assert rows and all(set(r) == {"url", "duplicate_of", "distance"} for r in rows)
+    assert rows and all(set(r) == {"url", "duplicate_of", "distance", "similarity"} for r in rows)
     assert all(r["url"].rsplit("/", 2)[1] == r["duplicate_of"].rsplit("/", 2)[1] for r in rows)
     groups = [json.loads(line) for line in clusters.read_text().splitlines()]
     assert len(groups) == 20 and all(g["size"] == 3 for g in groups)
-    assert "distance 9" in out.stdout                 # the default SIMDUP_DISTANCE
+    assert "distance 22, min similarity 0.15" in out.stdout     # the defaults
     stats = _run(_simdup() + ["stats", str(crawl), "--json"])
     assert stats.returncode == 0, stats.stderr
     info = json.loads(stats.stdout)
@@ -106,8 +112,8 @@ def test_scrapy_command_merges_at_the_distance_the_crawl_recorded(tmp_path):
     rng = np.random.default_rng(5)
     with BatchWriter(d, batch_size=10, distance=9) as w:     # crawled with -s SIMDUP_DISTANCE=9
         for i in range(20):
-            value, W = simhash([f"w{int(x)}" for x in rng.integers(0, 10_000, 200)])
-            w.append(value, W, f"https://example.com/{i}")
+            page = features_page([f"w{int(x)}" for x in rng.integers(0, 10_000, 200)])
+            w.append(page, f"https://example.com/{i}")
     project, scrapy = _project(tmp_path, f"SIMDUP_DIR = {str(d)!r}\nSIMDUP_DISTANCE = 12\n")
     out = _run(scrapy + ["simdup", "merge", "--exact", "--json"], cwd=project)
     assert out.returncode == 0, out.stderr
@@ -128,14 +134,14 @@ def test_merge_uses_the_distance_recorded_by_the_crawl(tmp_path):
     rng = np.random.default_rng(5)
     with BatchWriter(d, batch_size=10, distance=12) as w:    # a crawl with SIMDUP_DISTANCE = 12
         for i in range(20):
-            value, W = simhash([f"w{int(x)}" for x in rng.integers(0, 10_000, 200)])
-            w.append(value, W, f"https://example.com/{i}")
+            page = features_page([f"w{int(x)}" for x in rng.integers(0, 10_000, 200)])
+            w.append(page, f"https://example.com/{i}")
     out = _run(_simdup() + ["merge", str(d), "--json"])
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["distance"] == 12
     other = tmp_path / "other"
     with BatchWriter(other, batch_size=10, distance=5) as w:
-        w.append(1, np.ones(64), "https://example.com/x")
+        w.append(raw_page(1, np.ones(64)), "https://example.com/x")
     out = _run(_simdup() + ["merge", str(d), str(other)])
     assert out.returncode == 2 and "different distances" in out.stderr
     out = _run(_simdup() + ["merge", str(d), str(other), "--distance", "7", "--json"])
@@ -187,8 +193,8 @@ def test_damaged_collection_files_are_reported_before_anything_is_appended(crawl
     data[len(data) // 2] ^= 0xFF                          # one flipped byte
     path.write_bytes(bytes(data))
     with BatchWriter(crawl, batch_size=10) as w:           # a new pending batch
-        value, W = simhash(["a", "new", "page"] * 20)
-        w.append(value, W, "https://example.com/new")
+        page = features_page(["a", "new", "page"] * 20)
+        w.append(page, "https://example.com/new")
     out = _run(_simdup() + ["merge", str(crawl), "--pairs", str(tmp_path / "p.jsonl")])
     assert out.returncode == 2 and name in out.stderr and "checksum" in out.stderr
     assert "Traceback" not in out.stderr
@@ -283,8 +289,8 @@ def test_a_batch_header_damaged_after_its_merge_does_not_block_later_merges(craw
     assert json.loads(out.stdout)["fingerprints"] == 60
     sorted(crawl.glob("batch-*.json"))[0].write_text("{ damaged")
     with BatchWriter(crawl, batch_size=10) as w:
-        value, W = simhash(["another", "new", "page"] * 20)
-        w.append(value, W, "https://example.com/another")
+        page = features_page(["another", "new", "page"] * 20)
+        w.append(page, "https://example.com/another")
     out = _run(_simdup() + ["merge", str(crawl), "--json"])
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["fingerprints"] == 1
@@ -295,5 +301,24 @@ def test_pairs_to_dev_stdout(crawl, tmp_path):
     out = _run(_simdup() + ["merge", str(crawl), "--pairs", "/dev/stdout"])
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    assert rows and all(set(r) == {"url", "duplicate_of", "distance"} for r in rows)
+    assert rows and all(set(r) == {"url", "duplicate_of", "distance", "similarity"} for r in rows)
     assert Path("/dev/stdout").is_symlink() or not Path("/dev/stdout").is_file()
+
+
+def test_min_similarity_decides_which_candidates_are_duplicates(crawl, tmp_path):
+    """--min-similarity: 0 lets the keys alone decide; 1 keeps only pages
+    whose sketches agree in every byte. Each pair carries its similarity."""
+    found = {}
+    for sim in ("0", "0.15", "1"):
+        pairs = tmp_path / f"pairs-{sim}.jsonl"
+        out = _run(_simdup() + ["merge", str(crawl), "--exact", "--json",
+                                "--min-similarity", sim, "--pairs", str(pairs),
+                                "--collection", str(tmp_path / f"coll-{sim}")])
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["min_similarity"] == float(sim)
+        found[sim] = [json.loads(line) for line in pairs.read_text().splitlines()]
+    assert len(found["0"]) >= len(found["0.15"]) >= len(found["1"])
+    assert all(r["similarity"] >= 0.15 for r in found["0.15"])
+    assert all(r["similarity"] == 1.0 for r in found["1"])
+    bad = _run(_simdup() + ["merge", str(crawl), "--min-similarity", "1.5"])
+    assert bad.returncode == 2 and "--min-similarity" in bad.stderr

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_simdup import simhash
 from scrapy_simdup.cli import EXIT_DAMAGED, build_parser, main
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.index.snapshot import IndexStore
@@ -27,8 +26,15 @@ from scrapy_simdup.storage.batchfile import (
     verify_batch,
 )
 from scrapy_simdup.storage.batchwriter import BatchWriter
+from tests.batch_pages import features_page, write_crawl
 
 BIN = Path(sys.executable).parent
+
+
+@pytest.fixture()
+def crawl(tmp_path):
+    """conftest's ``crawl`` with pages of the current batch format."""
+    return write_crawl(tmp_path / "crawl")
 
 
 @pytest.fixture(autouse=True)
@@ -197,8 +203,8 @@ def test_stats_verifies_the_checksums_of_pending_batches_only(crawl, capsys):
     assert code == 0, err
     _flip(list_batches(crawl)[0].with_suffix(".npy"))    # merged: its data is in the collection
     with BatchWriter(crawl, batch_size=10) as w:
-        value, W = simhash(["a", "new", "page"] * 20)
-        w.append(value, W, "https://example.com/new")
+        page = features_page(["a", "new", "page"] * 20)
+        w.append(page, "https://example.com/new")
     code, out, err = _cli(["stats", crawl, "--json"], capsys)
     assert code == 0, out
     new = list_batches(crawl)[-1]
@@ -273,8 +279,8 @@ def test_collection_file_that_is_no_file_is_named(crawl, capsys, name, how):
     path.touch()
     _replace(path, how)
     with BatchWriter(crawl, batch_size=10) as w:
-        value, W = simhash(["a", "new", "page"] * 20)
-        w.append(value, W, "https://example.com/new")
+        page = features_page(["a", "new", "page"] * 20)
+        w.append(page, "https://example.com/new")
     code, out, err = _cli(["merge", crawl, "--pairs", crawl.parent / "p.jsonl"], capsys)
     assert code == 2 and str(path) in err and "Traceback" not in err
     if name == ".lock":
@@ -348,8 +354,8 @@ def test_damaged_collection_stops_merge_and_stats_before_appending(crawl, capsys
         handle.seek(16)
         handle.write(os.urandom(8) if name != "urls.bin" else b"\xff" * 8)
     with BatchWriter(crawl, batch_size=10) as w:
-        value, W = simhash(["a", "new", "page"] * 20)
-        w.append(value, W, "https://example.com/new")
+        page = features_page(["a", "new", "page"] * 20)
+        w.append(page, "https://example.com/new")
     before = {p.name: p.read_bytes() for p in coll.iterdir() if p.is_file()}
     # stats reads every file; a merge reads the URL files only for --pairs/--clusters
     merges = [["merge", crawl], ["merge", crawl, "--skip-damaged"]]

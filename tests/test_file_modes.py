@@ -6,12 +6,12 @@ import stat
 import numpy as np
 import pytest
 
-from scrapy_simdup import simhash
 from scrapy_simdup.fingerprint.idf import IdfTable
 from scrapy_simdup.index.snapshot import IndexStore
 from scrapy_simdup.merge import merge
 from scrapy_simdup.storage import atomic
 from scrapy_simdup.storage.batchwriter import BatchWriter
+from tests.batch_pages import features_page
 
 
 @pytest.fixture(params=[0o027, 0o002])
@@ -27,9 +27,9 @@ def test_batch_index_idf_and_collection_files_follow_the_umask(tmp_path, umask):
     values, keys = [], []
     with BatchWriter(d, batch_size=5) as w:
         for i in range(12):
-            value, W = simhash([f"w{int(x)}" for x in rng.integers(0, 1000, 50)])
-            w.append(value, W, f"https://example.com/{i}")
-            values.append(value)
+            page = features_page([f"w{int(x)}" for x in rng.integers(0, 1000, 50)])
+            w.append(page, f"https://example.com/{i}")
+            values.append(page.value)
             keys.append(f"https://example.com/{i}")
     IndexStore(d).append(np.array(values, dtype=np.uint64), keys, {"distance": 3})
     IdfTable().save(d / "idf-00000.bin")

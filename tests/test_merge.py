@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_simdup import simhash
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.fingerprint.sketch import matches_needed
 from scrapy_simdup.merge import merge, stats
-from scrapy_simdup.merge.collection import Collection
+from scrapy_simdup.merge.collection import H_DTYPE, Collection
 from scrapy_simdup.merge.report import components
 from scrapy_simdup.storage.batchwriter import BatchWriter
+from tests.batch_pages import features_page
 from tests.data_root import DATA_ROOT
 
 DATA = DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
@@ -41,7 +42,7 @@ def _variants(text, rng, others):
 
 @pytest.fixture(scope="module")
 def corpus():
-    """(url, value, W) for real articles and their near-duplicate variants, shuffled."""
+    """(url, page) for real articles and their near-duplicate variants, shuffled."""
     if DATA.exists():
         texts = [v["articleBody"] for v in json.loads(DATA.read_text()).values()
                  if len(v["articleBody"].split()) > 150]
@@ -56,27 +57,36 @@ def corpus():
     rng.shuffle(docs)
     out = []
     for url, text in docs:
-        value, W = simhash(_shingles(text))
-        out.append((url, value, W))
+        out.append((url, features_page(_shingles(text))))
+    return out
+
+
+def reference_pairs(pages, h, min_similarity=0.15):
+    """``{(i, j)}``, ``j < i``: the pages ``j`` a page ``i`` matches by the
+    rule (either key within ``h`` bits, at least ``matches_needed`` equal
+    sketch bytes), by brute force in NumPy."""
+    v1 = np.array([p.value for p in pages], dtype=np.uint64)
+    v2 = np.array([p.value2 for p in pages], dtype=np.uint64)
+    sk = np.frombuffer(b"".join(p.sketch for p in pages), dtype=np.uint8).reshape(-1, 32)
+    need = matches_needed(min_similarity)
+    out = set()
+    for i in range(len(pages)):
+        near = (np.bitwise_count(v1[:i] ^ v1[i]) <= h) | (np.bitwise_count(v2[:i] ^ v2[i]) <= h)
+        agree = (sk[:i] == sk[i]).sum(axis=1)
+        out.update((i, int(j)) for j in np.flatnonzero(near & (agree >= need)))
     return out
 
 
 def _brute_pairs(corpus):
-    values = np.array([v for _, v, _ in corpus], dtype=np.uint64)
-    urls = [u for u, _, _ in corpus]
-    pairs = set()
-    for i in range(len(values)):
-        x = values[i] ^ values[:i]
-        d = np.array([bin(int(y)).count("1") for y in x])
-        for j in np.flatnonzero(d <= H):
-            pairs.add(frozenset((urls[i], urls[j])))
-    return pairs
+    urls = [u for u, _ in corpus]
+    return {frozenset((urls[i], urls[j]))
+            for i, j in reference_pairs([p for _, p in corpus], H)}
 
 
 def _write(directory, items, batch_size=200, fingerprint=None):
     with BatchWriter(directory, batch_size=batch_size, fingerprint=fingerprint) as w:
-        for url, value, W in items:
-            w.append(value, W, url)
+        for url, page in items:
+            w.append(page, url)
 
 
 def _read_pairs(path):
@@ -157,7 +167,7 @@ def test_duplicate_of_is_the_earlier_record(corpus, tmp_path):
     _write(d, corpus[:300], batch_size=64)
     out = tmp_path / "p.jsonl"
     merge([d], tmp_path / "coll", distance=H, first=False, chunk_size=64, pairs_out=out)
-    order = {u: i for i, (u, _, _) in enumerate(corpus[:300])}
+    order = {u: i for i, (u, _) in enumerate(corpus[:300])}
     rows, _ = _read_pairs(out)
     assert rows and all(order[r["duplicate_of"]] < order[r["url"]] for r in rows)
 
@@ -187,7 +197,7 @@ def test_crash_during_append_and_corrupt_collection(corpus, tmp_path):
     _write(d, corpus[200:300], batch_size=100)
     s = merge([d], coll, distance=H, first=False)
     assert s.collection_after == 300
-    assert (coll / "H.bin").stat().st_size == 300 * 16
+    assert (coll / "H.bin").stat().st_size == 300 * H_DTYPE.itemsize
     # a truncated data file is reported by name
     with open(coll / "H.bin", "r+b") as f:
         f.truncate(100)
@@ -196,7 +206,7 @@ def test_crash_during_append_and_corrupt_collection(corpus, tmp_path):
     # a flipped byte is caught by the per-run checksum
     with open(coll / "H.bin", "r+b") as f:
         f.truncate(0)
-    (coll / "H.bin").write_bytes(b"\x00" * (300 * 16))
+    (coll / "H.bin").write_bytes(b"\x00" * (300 * H_DTYPE.itemsize))
     _write(d, corpus[300:310])
     with pytest.raises(CorruptFileError, match="checksum"):
         merge([d], coll)

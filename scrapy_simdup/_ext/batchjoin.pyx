@@ -16,7 +16,9 @@ the volatile bits"), so the scan of every chunk is a tight loop:
 Within a bucket reached with ``i`` header bits flipped, ``popcount(x ^ y) <= h``
 is the paper's test "at most ``h - i`` differing bits in the other ``64 - t``".
 ``first_only`` is PSM-F: an element is reported once and then deactivated
-(``active[i] = 0``), so later chunks skip it. The pure NumPy reference is
+(``active[i] = 0``), so later chunks skip it. Given the sketches of both
+sides, :func:`join_chunk` also verifies each pair within ``h`` (enough
+equal sketch bins) before reporting or deactivating anything. The pure NumPy reference is
 ``tests/reference/batch.py``.
 """
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
@@ -28,6 +30,7 @@ from scrapy_simdup._ext.joinscan cimport (simdup_block_fn, simdup_block_slots,
                                           simdup_block_width, simdup_join_level,
                                           simdup_join_select, simdup_next_block)
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
+from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
 from scrapy_simdup._ext.topflips cimport (TOPFLIPS_MAX_CAND, TOPFLIPS_MAX_H, TOPFLIPS_MAX_T,
                                           TOPFLIPS_SEL_MAX_CAND, TOPFLIPS_SEL_MAX_H,
                                           topflips_avx512, topflips_level, topflips_plan,
@@ -38,6 +41,8 @@ from scrapy_simdup._ext.vosh cimport (vosh_gen, vosh_init, vosh_limit, vosh_next
                                       vosh_total)
 
 import numpy as np
+
+from scrapy_simdup._limits import MAX_DISTANCE
 
 
 ctypedef fused mask_t:

@@ -157,8 +157,8 @@ cdef int _flip_masks_rows(const double[:, ::1] lw, const uint8_t[:, :] cq,
 def _check_flip_args(int t, int h, int k):
     if t < 1 or t > 32:
         raise ValueError(f"t must be in 1..32, got {t}")
-    if h < 0 or h > 16:   # _limits.MAX_DISTANCE
-        raise ValueError(f"h must be in 0..16, got {h}")
+    if h < 0 or h > MAX_DISTANCE:
+        raise ValueError(f"h must be in 0..{MAX_DISTANCE}, got {h}")
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     return min(k, vosh_total(t, h) - 1)

@@ -137,9 +137,14 @@ cdef enum:
 cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
                            const uint32_t[::1] idx, const uint64_t[::1] q_values,
                            const uint64_t[::1] chunk, uint8_t[::1] active, int h,
-                           bint first_only, PairBuf *buf) noexcept nogil:
+                           bint first_only, const uint8_t *qsk, const uint8_t *ysk,
+                           int64_t qstride, int64_t ystride, int needed,
+                           PairBuf *buf) noexcept nogil:
     """Check candidates ``(probe entry ce[c], chunk entry cj[c])`` in order;
-    matches go to ``buf``. Returns 0, 1 (out of memory) or 2 (bad element)."""
+    matches go to ``buf``. With sketches (``qsk`` not NULL), a pair within
+    ``h`` is a match when at least ``needed`` bins agree. Returns 0, 1 (out
+    of memory) or 2 (bad element)."""
+    cdef int agree = 0
     cdef uint32_t qs[CAND_BATCH]
     cdef int64_t c, n_active = active.shape[0]
     cdef uint32_t qi
@@ -159,7 +164,11 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
             continue
         dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
         if dist <= h:
-            if _push(buf, qi, cj[c], <uint8_t>dist) != 0:
+            if qsk != NULL:
+                agree = simdup_sketch_matches(qsk + <int64_t>qi * qstride, ysk + cj[c] * ystride)
+                if agree < needed:
+                    continue
+            if _push(buf, qi, cj[c], <uint8_t>dist, <uint8_t>agree) != 0:
                 return 1
             if first_only:
                 active[qi] = 0
@@ -169,7 +178,8 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
 def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                const int64_t[::1] probe_offsets, const uint32_t[::1] low,
                const uint32_t[::1] idx, const uint64_t[::1] q_values, int h,
-               uint8_t[::1] active, bint first_only):
+               uint8_t[::1] active, bint first_only, q_sketch=None, chunk_sketch=None,
+               int needed=0):
     """Match a batch against one sorted chunk by walking both header-ordered tables.
 
     Same result set as :func:`scan_chunk` with the same probes (within one
@@ -181,7 +191,43 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     is the element's full value read. ``probe_offsets`` comes from
     :func:`probe_table` (its number of runs per bucket is read from its
     length). Returns ``(qi int64, yi int64, distance uint8)``.
+
+    With ``q_sketch`` (uint8 ``(len(q_values), 32)``) and ``chunk_sketch``
+    (uint8 ``(len(chunk), 32)``; rows may be strided, as the sketch field of
+    a structured array, but each row's bytes contiguous), a pair within ``h`` is kept only when at
+    least ``needed`` sketch bins agree (PSM-F deactivates an element at its
+    first *verified* match), and a fourth array gives each pair's equal bins
+    (uint8).
     """
+    cdef const uint8_t[:, :] qs_view
+    cdef const uint8_t[:, :] ys_view
+    cdef int64_t qstride = 0, ystride = 0
+    cdef const uint8_t *qsk = NULL
+    cdef const uint8_t *ysk = NULL
+    cdef bint verified = q_sketch is not None or chunk_sketch is not None
+    if verified:
+        if q_sketch is None or chunk_sketch is None:
+            raise ValueError("give both q_sketch and chunk_sketch, or neither")
+        qs_view = q_sketch
+        ys_view = chunk_sketch
+        if qs_view.shape[0] != q_values.shape[0] or qs_view.shape[1] != SIMDUP_SKETCH_BINS:
+            raise ValueError(f"q_sketch must have shape ({q_values.shape[0]}, "
+                             f"{SIMDUP_SKETCH_BINS})")
+        if ys_view.shape[0] != chunk.shape[0] or ys_view.shape[1] != SIMDUP_SKETCH_BINS:
+            raise ValueError(f"chunk_sketch must have shape ({chunk.shape[0]}, "
+                             f"{SIMDUP_SKETCH_BINS})")
+        if (qs_view.shape[0] and qs_view.strides[1] != 1) or \
+                (ys_view.shape[0] and ys_view.strides[1] != 1):
+            raise ValueError("each sketch's bytes must be contiguous")
+        qstride = qs_view.strides[0]
+        ystride = ys_view.strides[0]
+        if needed < 0 or needed > SIMDUP_SKETCH_BINS:
+            raise ValueError(f"needed must be in 0..{SIMDUP_SKETCH_BINS}, got {needed}")
+        qsk = &qs_view[0, 0] if qs_view.shape[0] else NULL
+        ysk = &ys_view[0, 0] if ys_view.shape[0] else NULL
+        if qsk == NULL or ysk == NULL:      # an empty side: nothing can match
+            z = np.zeros(0, dtype=np.int64)
+            return z, z.copy(), np.zeros(0, np.uint8), np.zeros(0, np.uint8)
     cdef int64_t nb = chunk_offsets.shape[0] - 1
     if nb < 1 or (probe_offsets.shape[0] - 1) % nb:
         raise ValueError("chunk and probe tables use different header lengths")
@@ -198,11 +244,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef int64_t width = simdup_block_width
     cdef int64_t slots = simdup_block_slots
     cdef PairBuf buf
-    buf.q = NULL
-    buf.y = NULL
-    buf.d = NULL
-    buf.n = 0
-    buf.cap = 0
+    _init_buf(&buf)
     cdef int64_t b, lo, hi, j0, e0, plo, phi, r
     cdef int hr
     cdef uint32_t ys[8]
@@ -243,7 +285,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                             while mk:
                                 if nc == CAND_BATCH:
                                     failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
-                                                               active, h, first_only, &buf)
+                                                               active, h, first_only, qsk, ysk,
+                                                               qstride, ystride, needed, &buf)
                                     nc = 0
                                     if failed:
                                         break
@@ -265,7 +308,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 break
         if not failed and nc:
             failed = _check_candidates(nc, ce, cj, idx, q_values, chunk, active, h,
-                                       first_only, &buf)
+                                       first_only, qsk, ysk, qstride, ystride, needed, &buf)
     try:
         if failed == 2:
             raise ValueError("the probe table names an element beyond `active`")
@@ -274,12 +317,34 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
         qa = np.empty(buf.n, dtype=np.int64)
         ya = np.empty(buf.n, dtype=np.int64)
         da = np.empty(buf.n, dtype=np.uint8)
+        aa = np.empty(buf.n, dtype=np.uint8)
         if buf.n:
             qa[:] = <int64_t[:buf.n]>buf.q
             ya[:] = <int64_t[:buf.n]>buf.y
             da[:] = <uint8_t[:buf.n]>buf.d
-        return qa, ya, da
+            aa[:] = <uint8_t[:buf.n]>buf.a
+        return (qa, ya, da, aa) if verified else (qa, ya, da)
     finally:
-        free(buf.q)
-        free(buf.y)
-        free(buf.d)
+        _free_buf(&buf)
+
+
+def sketch_agree(const uint8_t[:, ::1] a, const int64_t[::1] ai, const uint8_t[:, ::1] b,
+                 const int64_t[::1] bi):
+    """Equal bins of the sketches ``a[ai[k]]`` and ``b[bi[k]]`` for every ``k``
+    (uint8): the verification of candidate pairs found without the join
+    (``--exact``, the index engine)."""
+    cdef Py_ssize_t n = ai.shape[0], k
+    if bi.shape[0] != n:
+        raise ValueError("ai and bi differ in length")
+    if a.shape[1] != SIMDUP_SKETCH_BINS or b.shape[1] != SIMDUP_SKETCH_BINS:
+        raise ValueError(f"sketches must have {SIMDUP_SKETCH_BINS} columns")
+    out = np.empty(n, dtype=np.uint8)
+    if n == 0:
+        return out
+    if np.min(ai) < 0 or np.max(ai) >= a.shape[0] or np.min(bi) < 0 or np.max(bi) >= b.shape[0]:
+        raise ValueError("a row number is out of range")
+    cdef uint8_t[::1] ov = out
+    with nogil:
+        for k in range(n):
+            ov[k] = <uint8_t>simdup_sketch_matches(&a[ai[k], 0], &b[bi[k], 0])
+    return out

@@ -26,15 +26,33 @@ cdef struct PairBuf:
     int64_t *q
     int64_t *y
     uint8_t *d
+    uint8_t *a          # equal sketch bins (join_chunk with sketches)
     int64_t n
     int64_t cap
 
 
-cdef int _push(PairBuf *buf, int64_t q, int64_t y, uint8_t d) noexcept nogil:
+cdef inline void _init_buf(PairBuf *buf) noexcept nogil:
+    buf.q = NULL
+    buf.y = NULL
+    buf.d = NULL
+    buf.a = NULL
+    buf.n = 0
+    buf.cap = 0
+
+
+cdef inline void _free_buf(PairBuf *buf) noexcept nogil:
+    free(buf.q)
+    free(buf.y)
+    free(buf.d)
+    free(buf.a)
+
+
+cdef int _push(PairBuf *buf, int64_t q, int64_t y, uint8_t d, uint8_t a) noexcept nogil:
     cdef int64_t newcap
     cdef void *p1
     cdef void *p2
     cdef void *p3
+    cdef void *p4
     if buf.n == buf.cap:
         newcap = buf.cap * 2 if buf.cap else 1024
         p1 = realloc(buf.q, newcap * sizeof(int64_t))
@@ -49,10 +67,15 @@ cdef int _push(PairBuf *buf, int64_t q, int64_t y, uint8_t d) noexcept nogil:
         if p3 == NULL:
             return -1
         buf.d = <uint8_t *>p3
+        p4 = realloc(buf.a, newcap * sizeof(uint8_t))
+        if p4 == NULL:
+            return -1
+        buf.a = <uint8_t *>p4
         buf.cap = newcap
     buf.q[buf.n] = q
     buf.y[buf.n] = y
     buf.d[buf.n] = d
+    buf.a[buf.n] = a
     buf.n += 1
     return 0
 
@@ -80,11 +103,7 @@ def scan_chunk(const uint64_t[::1] chunk, const int64_t[::1] offsets, int t,
     cdef int64_t kmax = probes.shape[1]
     cdef int shift = 64 - t
     cdef PairBuf buf
-    buf.q = NULL
-    buf.y = NULL
-    buf.d = NULL
-    buf.n = 0
-    buf.cap = 0
+    _init_buf(&buf)
     cdef int64_t i, j, lo, hi
     cdef int p, np_i, dist, failed = 0
     cdef uint64_t x, mask, y
@@ -106,7 +125,7 @@ def scan_chunk(const uint64_t[::1] chunk, const int64_t[::1] offsets, int t,
                     y = chunk[j]
                     dist = simdup_popcount64(x ^ y)
                     if dist <= h:
-                        if _push(&buf, i, j, <uint8_t>dist) != 0:
+                        if _push(&buf, i, j, <uint8_t>dist, 0) != 0:
                             failed = 1
                             break
                         found = True
@@ -130,6 +149,4 @@ def scan_chunk(const uint64_t[::1] chunk, const int64_t[::1] offsets, int t,
             dd[:] = <uint8_t[:buf.n]>buf.d
         return qi, yi, dd
     finally:
-        free(buf.q)
-        free(buf.y)
-        free(buf.d)
+        _free_buf(&buf)

@@ -4,24 +4,32 @@ The collection (a directory, by default ``<first DIR>/collection``):
 
 ``H.bin``
     The collection ``H``: raw little-endian records of :data:`H_DTYPE`
-    (``value <u8``, ``id <i8``), a sequence of *runs*, each sorted by value
-    (every merged batch is sorted and appended as one run).
-    ``np.fromfile("H.bin", dtype=[("value", "<u8"), ("id", "<i8")])`` reads it.
+    (``value <u8``, ``value2 <u8``, ``id <i8``, ``sketch u1 x 32``: both
+    keys and the verification sketch), a sequence of *runs*, each sorted by
+    ``value`` (every merged batch is sorted and appended as one run).
+    ``np.fromfile("H.bin", dtype=H_DTYPE)`` reads it.
+``H2.bin``
+    The same runs, each sorted by ``value2`` (the merge scans a chunk by
+    each key).
 ``urls.bin`` / ``urls.idx``
     URL of collection id ``i``: bytes ``idx[i-1]:idx[i]`` (``idx[-1] = 0``) of
     ``urls.bin``; ``urls.idx`` is raw ``<i8`` end offsets.
 ``pairs.bin``
     Every duplicate pair found so far: raw :data:`PAIR_DTYPE` records
-    (``id``, ``duplicate_of``, ``distance``), ``duplicate_of`` the earlier record.
+    (``id``, ``duplicate_of``, ``distance``, ``matches``), ``duplicate_of``
+    the earlier record, ``distance`` the smaller of the two key distances,
+    ``matches`` the equal sketch bins (the similarity is
+    ``fingerprint.sketch.similarity(matches)``).
 ``collection.json``
     Written last, atomically, after the appends above are fsynced: ``format``
-    (``"simdup-collection"``), ``version``, ``count``, byte lengths and a
-    CRC-32 per run, the merged batches (so they are not merged twice), and
+    (``"simdup-collection"``), ``version`` (2), ``count``, byte lengths and a
+    CRC-32 per run and file (``crc32``, ``crc32_2``), the merged batches (so they are not merged twice), and
     ``crc32``: the CRC-32 of each of ``urls.bin``, ``urls.idx`` and
     ``pairs.bin`` up to its recorded length (kept up to date incrementally;
     checked before a merge appends and before URLs or pairs are read).
     Bytes past the recorded lengths (an append cut by a crash) are ignored
-    and overwritten by the next merge.
+    and overwritten by the next merge. A version 1 collection (key 1 alone)
+    is refused with :class:`~scrapy_simdup.storage.batchfile.OutdatedBatchError`.
 
 Also here: which batches of a directory the collection already holds
 (:func:`pending_batches`), and the ranges of ``pairs.bin`` a ``--pairs``
@@ -48,14 +56,24 @@ from scrapy_simdup.storage.atomic import (
     lock_directory,
     open_regular,
     read_header,
+    read_json,
 )
-from scrapy_simdup.storage.batchfile import list_batches, read_meta
+from scrapy_simdup.storage.batchfile import (
+    SKETCH_BYTES,
+    OutdatedBatchError,
+    check_version,
+    list_batches,
+    read_meta,
+)
 
 FORMAT = "simdup-collection"
-VERSION = 1
-H_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8")])
+VERSION = 2
+H_DTYPE = np.dtype([("value", "<u8"), ("value2", "<u8"), ("id", "<i8"),
+                    ("sketch", "u1", (SKETCH_BYTES,))])
 SIDE_FILES = ("urls.bin", "urls.idx", "pairs.bin")      # CRC-32 in the header
-PAIR_DTYPE = np.dtype([("id", "<i8"), ("duplicate_of", "<i8"), ("distance", "u1")])
+PAIR_DTYPE = np.dtype([("id", "<i8"), ("duplicate_of", "<i8"), ("distance", "u1"),
+                       ("matches", "u1")])
+RUN_FILES = (("H.bin", "crc32"), ("H2.bin", "crc32_2"))   # the runs by key 1, by key 2
 
 
 class Collection:
@@ -71,7 +89,7 @@ class Collection:
             self.meta = {"format": FORMAT, "version": VERSION, "count": 0, "runs": [],
                          "urls_bytes": 0, "pairs": 0, "merged": {}, "created": time.time(),
                          "crc32": {name: 0 for name in SIDE_FILES}}
-            for name in ("H.bin", "urls.bin", "urls.idx", "pairs.bin"):
+            for name in ("H.bin", "H2.bin", "urls.bin", "urls.idx", "pairs.bin"):
                 (self.path / name).touch()
             atomic_write_json(self.meta_path, self.meta)
         else:
@@ -79,11 +97,20 @@ class Collection:
         self._check_lengths()
 
     def _load_meta(self) -> dict:
+        try:
+            check_version(self.meta_path, read_json(self.meta_path, "collection header"),
+                          FORMAT, VERSION, "collection")
+        except OutdatedBatchError as exc:
+            raise OutdatedBatchError(exc.path, exc.problem.replace(
+                "(or merge these batches with the version that wrote them)",
+                "and merge the new batches into a new collection (move this one away or "
+                "give --collection another path)")) from None
         meta = read_header(self.meta_path, "collection header", FORMAT, VERSION,
                            ("count", "urls_bytes", "pairs"))
         if not isinstance(meta.get("runs"), list) or not isinstance(meta.get("merged"), dict):
             raise CorruptFileError(self.meta_path, "fields 'runs'/'merged' are missing or invalid")
-        if not all(isinstance(r, dict) and is_count(r.get("count")) for r in meta["runs"]):
+        if not all(isinstance(r, dict) and is_count(r.get("count")) and is_count(r.get("crc32"))
+                   and is_count(r.get("crc32_2")) for r in meta["runs"]):
             raise CorruptFileError(self.meta_path, "a run entry is missing or invalid")
         if sum(r["count"] for r in meta["runs"]) != meta["count"]:
             raise CorruptFileError(self.meta_path, "run lengths do not add up to the count")
@@ -92,6 +119,7 @@ class Collection:
     def _check_lengths(self) -> None:
         need = {
             "H.bin": self.count * H_DTYPE.itemsize,
+            "H2.bin": self.count * H_DTYPE.itemsize,
             "urls.idx": self.count * 8,
             "urls.bin": self.meta["urls_bytes"],
             "pairs.bin": self.meta["pairs"] * PAIR_DTYPE.itemsize,
@@ -159,40 +187,55 @@ class Collection:
                              f"{exc.filename or path}: {exc.strerror or exc}") from None
 
     def chunks(self, chunk_size: int, verify: bool = True):
-        """Yield ``(start, records)``: consecutive runs, each chunk sorted, at most
-        ``chunk_size`` records (a run longer than that is one chunk of its own).
+        """Yield ``(start, by_key1, by_key2)``: consecutive runs, at most
+        ``chunk_size`` records (a run longer than that is one chunk of its
+        own), the same records sorted by ``value`` and by ``value2``.
 
-        ``records`` is a view of one buffer that the next chunk overwrites (a
-        fresh buffer per chunk costs a page fault per 4 KiB, slow on virtual
+        Both are views of buffers that the next chunk overwrites (a fresh
+        buffer per chunk costs a page fault per 4 KiB, slow on virtual
         machines): copy what must outlive the iteration.
         """
-        path = self.path / "H.bin"
         groups = self._groups(chunk_size)
         size = max((sum(r["count"] for r in g) for g in groups), default=0)
-        buf = np.empty(size, dtype=H_DTYPE)
-        raw = memoryview(buf).cast("B")
-        with open(path, "rb", buffering=0) as handle:
+        bufs = [np.empty(size, dtype=H_DTYPE) for _ in RUN_FILES]
+        handles = [open(self.path / name, "rb", buffering=0) for name, _ in RUN_FILES]
+        try:
             start = 0
             for group in groups:
-                at = 0          # records of this group read so far
-                for run in group:
-                    nbytes = run["count"] * H_DTYPE.itemsize
-                    part = raw[at * H_DTYPE.itemsize:at * H_DTYPE.itemsize + nbytes]
-                    got = 0
-                    while got < nbytes:
-                        k = handle.readinto(part[got:])
-                        if not k:
-                            raise CorruptFileError(path, "collection data ends early (truncated)")
-                        got += k
-                    if verify and crc32(part) != run["crc32"]:
-                        raise CorruptFileError(path, f"checksum mismatch in the run starting at "
-                                               f"record {start + at}")
-                    at += run["count"]
-                records = buf[:at]
-                if len(group) > 1:
-                    records = records[np.argsort(records["value"], kind="stable")]
-                yield start, records
+                out = []
+                for (name, crc_field), handle, buf in zip(RUN_FILES, handles, bufs):
+                    at = self._read_group(handle, self.path / name, crc_field, group, buf,
+                                          start, verify)
+                    records = buf[:at]
+                    if len(group) > 1:
+                        key = "value" if crc_field == "crc32" else "value2"
+                        records = records[np.argsort(records[key], kind="stable")]
+                    out.append(records)
+                yield start, out[0], out[1]
                 start += at
+        finally:
+            for handle in handles:
+                handle.close()
+
+    @staticmethod
+    def _read_group(handle, path, crc_field, group, buf, start, verify) -> int:
+        """Read the runs of ``group`` from ``handle`` into ``buf``; their records."""
+        raw = memoryview(buf).cast("B")
+        at = 0
+        for run in group:
+            nbytes = run["count"] * H_DTYPE.itemsize
+            part = raw[at * H_DTYPE.itemsize:at * H_DTYPE.itemsize + nbytes]
+            got = 0
+            while got < nbytes:
+                k = handle.readinto(part[got:])
+                if not k:
+                    raise CorruptFileError(path, "collection data ends early (truncated)")
+                got += k
+            if verify and crc32(part) != run[crc_field]:
+                raise CorruptFileError(path, f"checksum mismatch in the run starting at "
+                                       f"record {start + at}")
+            at += run["count"]
+        return at
 
     def urls(self, ids) -> list[str]:
         """URLs of collection ids (random access through ``urls.idx``)."""
@@ -232,13 +275,18 @@ class Collection:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def append(self, sorted_q: np.ndarray, urls: list[str], pairs: np.ndarray,
+    def append(self, run: np.ndarray, urls: list[str], pairs: np.ndarray,
                merged: dict, recipe: str | None = None, extra: dict | None = None) -> None:
-        """Append a sorted run with its URLs and pairs; commit by rewriting the header.
-        ``recipe``: the fingerprint recipe of the run (kept in the header);
-        ``extra``: more header fields committed with the run."""
-        data = np.ascontiguousarray(sorted_q, dtype=H_DTYPE).tobytes()
+        """Append a run (:data:`H_DTYPE` records, any order: it is stored
+        sorted by each key) with its URLs (in the order of the records' ids)
+        and pairs; commit by rewriting the header. ``recipe``: the
+        fingerprint recipe of the run (kept in the header); ``extra``: more
+        header fields committed with the run."""
+        run = np.ascontiguousarray(run, dtype=H_DTYPE)
+        data = run[np.argsort(run["value"], kind="stable")].tobytes()
+        data2 = run[np.argsort(run["value2"], kind="stable")].tobytes()
         self._append("H.bin", self.count * H_DTYPE.itemsize, data)
+        self._append("H2.bin", self.count * H_DTYPE.itemsize, data2)
         encoded = [u.encode("utf-8", "surrogateescape") for u in urls]
         lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
         ends = self.meta["urls_bytes"] + np.cumsum(lengths)
@@ -251,9 +299,9 @@ class Collection:
         if isinstance(self.meta.get("crc32"), dict):
             meta["crc32"] = {name: crc32(appended[name], crc)
                              for name, crc in self.meta["crc32"].items()}
-        meta["runs"] = self.meta["runs"] + ([{"count": len(sorted_q), "crc32": crc32(data)}]
-                                            if len(sorted_q) else [])
-        meta["count"] = self.count + len(sorted_q)
+        meta["runs"] = self.meta["runs"] + ([{"count": len(run), "crc32": crc32(data),
+                                              "crc32_2": crc32(data2)}] if len(run) else [])
+        meta["count"] = self.count + len(run)
         meta["urls_bytes"] = int(ends[-1]) if len(ends) else self.meta["urls_bytes"]
         meta["pairs"] = self.meta["pairs"] + len(pairs)
         meta["merged"] = {**self.meta["merged"], **merged}
@@ -332,13 +380,16 @@ def pending_batches(dirs, collection: Collection | None,
     """``(header path, header)`` of every batch of ``dirs`` not merged yet.
 
     A batch whose header cannot be read raises its CorruptFileError, or with
-    a ``damaged`` list is appended to it as ``(header path, error)``."""
+    a ``damaged`` list is appended to it as ``(header path, error)``; a
+    batch of an earlier format raises its OutdatedBatchError either way."""
     merged = collection.meta["merged"] if collection is not None else {}
     out, seen = [], set()
     for d in dirs:
         for p in list_batches(d):
             try:
                 meta = read_meta(p)
+            except OutdatedBatchError:
+                raise           # not damage: never skipped
             except CorruptFileError as exc:
                 if merged_before(p, merged):
                     continue

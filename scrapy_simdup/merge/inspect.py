@@ -8,7 +8,7 @@ import numpy as np
 
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.index.snapshot import FORMAT as INDEX_FORMAT
-from scrapy_simdup.index.snapshot import HEADER_FILE
+from scrapy_simdup.index.snapshot import HEADER_FILE, RECORD_BYTES
 from scrapy_simdup.index.snapshot import VERSION as INDEX_VERSION
 from scrapy_simdup.merge.collection import (
     SIDE_FILES,
@@ -33,7 +33,7 @@ def check_index_snapshot(directory: Path) -> None:
     header = directory / HEADER_FILE
     meta = read_header(header, "index snapshot header", INDEX_FORMAT, INDEX_VERSION,
                        ("count", "values_bytes", "values_crc32", "keys_bytes", "keys_crc32"))
-    if meta["values_bytes"] != 8 * meta["count"]:
+    if meta["values_bytes"] != RECORD_BYTES * meta["count"]:
         raise CorruptFileError(header, "values length does not match the count")
     kind = "index snapshot file"
     for name, field in (("index.values", "values"), ("index.keys", "keys")):

@@ -1,8 +1,12 @@
 """The matchers of a batch merge: a batch ``Q`` against one sorted chunk of the collection.
 
-Each matcher is built once per batch and its ``match(chunk_values, active)``
-returns ``(batch element, chunk element, distance)`` arrays for the elements
-of ``Q`` still ``active``:
+Each matcher works on one key (the merge builds one per key): it is built
+once per batch, over ``Q`` sorted by that key with its sketches, and its
+``match(chunk_values, chunk_sketch, active)`` returns ``(batch element, chunk
+element, distance, matches)`` arrays for the elements of ``Q`` still
+``active``: the pairs within the distance on this key whose sketches agree
+in at least ``needed`` bins (``matches``: the equal bins). PSM-F deactivates
+an element at its first *verified* match.
 
 * :class:`PSMBatchMatcher`: PSM-F (``first``: an element is deactivated at
   its first match) or PSM-A (every match), the compiled join of a probe
@@ -46,16 +50,20 @@ class PSMBatchMatcher:
     The probes of every element (its header and its ``probes`` most likely
     flipped headers, VOSH order) are computed once per batch and inverted into
     a header-ordered probe table; each sorted chunk is then matched by walking
-    its bucket offsets and the probe table side by side. With PSM-F matched
+    its bucket offsets and the probe table side by side, each pair within the
+    distance verified by the sketches in the same pass. With PSM-F matched
     elements are deactivated and periodically compacted out of the table.
     """
 
-    def __init__(self, q_values, q_cq, distance, probes, first, t, rows=None):
+    def __init__(self, q_values, q_cq, q_sketch, distance, probes, first, t, needed,
+                 rows=None):
         """``q_cq[rows]`` are the stored weights of ``q_values`` (``rows``: None for all)."""
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.sketch = np.ascontiguousarray(q_sketch, dtype=np.uint8)
         self.t = t
         self.h = distance
         self.first = first
+        self.needed = needed
         # the smallest masks that hold the flips: the header bits alone when t <= 16
         # the probe table does not need each element's sets in VOSH order
         masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=t > 16, header16=t <= 16,
@@ -65,10 +73,11 @@ class PSMBatchMatcher:
         del masks
         self._active_at_compaction = len(self.values)
 
-    def match(self, chunk_values, active):
+    def match(self, chunk_values, chunk_sketch, active):
         chunk_offsets = batchjoin.bucket_offsets(chunk_values, self.t)
         result = batchjoin.join_chunk(chunk_values, chunk_offsets, self.offsets, self.low,
-                                       self.idx, self.values, self.h, active, self.first)
+                                      self.idx, self.values, self.h, active, self.first,
+                                      self.sketch, chunk_sketch, self.needed)
         n_active = int(np.count_nonzero(active))
         if n_active < 0.5 * self._active_at_compaction:
             n = batchjoin.compact_probe_table(self.offsets, self.low, self.idx, active)
@@ -79,22 +88,42 @@ class PSMBatchMatcher:
         return result
 
 
+def _verified(qi, yi, dd, q_sketch, chunk_sketch, needed, active, first):
+    """Keep the candidates whose sketches agree in ``needed`` bins; with
+    ``first``, one per element (the first listed), deactivated in ``active``."""
+    qi = np.asarray(qi, dtype=np.int64)
+    yi = np.asarray(yi, dtype=np.int64)
+    aa = batchjoin.sketch_agree(q_sketch, qi, chunk_sketch, yi)
+    keep = aa >= needed
+    qi, yi, dd, aa = qi[keep], yi[keep], np.asarray(dd, dtype=np.uint8)[keep], aa[keep]
+    if first and len(qi):
+        _, once = np.unique(qi, return_index=True)
+        once = np.sort(once)
+        qi, yi, dd, aa = qi[once], yi[once], dd[once], aa[once]
+        active[qi] = 0
+    return qi, yi, dd, aa
+
+
 class ExactBatchMatcher:
     """BPHS batch mode (the exact reference): the index module's :class:`BPHSIndex`
-    (``tables`` permuted sorted copies) is built over ``Q``, and every element of
-    a chunk is looked up in it. BPHS-F and BPHS-A are the same in batch mode."""
+    (``tables`` permuted sorted copies) is built over ``Q``, every element of
+    a chunk is looked up in it, and every pair within the distance is
+    verified. BPHS-F and BPHS-A are the same in batch mode."""
 
-    def __init__(self, q_values, distance, tables=None):
+    def __init__(self, q_values, q_sketch, distance, needed, tables=None):
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.sketch = np.ascontiguousarray(q_sketch, dtype=np.uint8)
+        self.needed = needed
         self.index = BPHSIndex(distance=distance, tables=tables)
         self.index.add(self.values)
 
-    def match(self, chunk_values, active):
+    def match(self, chunk_values, chunk_sketch, active):
         qi, yi, dd = self.index.query_many(chunk_values, first=False)
         # query_many answers for chunk elements: swap to (batch element, chunk element)
         qi, yi = np.asarray(yi, dtype=np.int64), np.asarray(qi, dtype=np.int64)
         keep = active[qi].astype(bool)
-        return qi[keep], yi[keep], np.asarray(dd, dtype=np.uint8)[keep]
+        return _verified(qi[keep], yi[keep], np.asarray(dd, dtype=np.uint8)[keep],
+                         self.sketch, chunk_sketch, self.needed, active, False)
 
 
 def _pseudo_W(cq: np.ndarray, wrms: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -117,28 +146,28 @@ def _pseudo_W(cq: np.ndarray, wrms: np.ndarray, values: np.ndarray) -> np.ndarra
 class IndexChunkMatcher:
     """PSM batch mode through the online index itself: a :class:`PSMIndex` is
     built over each chunk and ``Q`` is answered with ``query_many`` (the
-    index's compiled query loop, VOSH probes recomputed per chunk). Slower than
-    :class:`PSMBatchMatcher`; kept as the cross-check of the batch scan."""
+    index's compiled query loop, VOSH probes recomputed per chunk), every
+    candidate then verified. Slower than :class:`PSMBatchMatcher`; kept as
+    the cross-check of the batch scan."""
 
-    def __init__(self, q_values, q_cq, q_wrms, distance, probes, first, t):
+    def __init__(self, q_values, q_cq, q_wrms, q_sketch, distance, probes, first, t, needed):
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.sketch = np.ascontiguousarray(q_sketch, dtype=np.uint8)
         self.W = _pseudo_W(q_cq, q_wrms, self.values)
         self.h = distance
         self.first = first
         self.t = t
         self.probes = probes
+        self.needed = needed
 
-    def match(self, chunk_values, active):
+    def match(self, chunk_values, chunk_sketch, active):
         index = PSMIndex(distance=self.h, max_probes=self.probes + 1, header_bits=self.t)
         index.add(chunk_values, np.arange(len(chunk_values), dtype=np.int64))
         sel = np.flatnonzero(active)
         if len(sel) == 0:
-            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8))
-        if self.first:
-            ids, dist = index.query_many(self.values[sel], self.W[sel], first=True)
-            hit = ids >= 0
-            qi = sel[hit]
-            active[qi] = 0
-            return qi, ids[hit].astype(np.int64), dist[hit].astype(np.uint8)
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8),
+                    np.zeros(0, np.uint8))
+        # every candidate, then the verified ones (the first of each with PSM-F)
         qidx, ids, dist = index.query_many(self.values[sel], self.W[sel], first=False)
-        return sel[qidx], ids.astype(np.int64), dist.astype(np.uint8)
+        return _verified(sel[qidx], ids, dist, self.sketch, chunk_sketch, self.needed,
+                         active, self.first)

@@ -74,6 +74,11 @@ def probe_masks(cq: np.ndarray, t: int, h: int, k: int, high32: bool = False, ro
 
 
 DEFAULT_PROBES = 20      # when the volatility model has no calibration to ask
+# ... and at a distance beyond its calibration (the wide radius of the
+# verified match rule): flip sets probed per key, at most; every flip set
+# when there are fewer (the header is short for small merges). The probe
+# table holds m * (k + 1) entries of 8 bytes per key.
+DEFAULT_WIDE_PROBES = 127
 # the model's target when no --probes/--recall is given; it is conservative by a
 # few points for PSM-F (bench_batch measures recall against exact BPHS)
 DEFAULT_MERGE_RECALL = 0.98
@@ -124,6 +129,8 @@ def merge_probes(distance: int, t: int, recall: float | None = None) -> int:
     if k is not None:
         return k
     if recall is None:
+        if distance not in volatility_model().probes:    # beyond the calibration
+            return min(batchjoin.flip_set_count(t, distance), DEFAULT_WIDE_PROBES)
         return DEFAULT_PROBES
     every = batchjoin.flip_set_count(t, distance)
     if every > MAX_MERGE_PROBES:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scrapy_simdup.fingerprint.sketch import similarity
 from scrapy_simdup.merge.collection import Collection
 from scrapy_simdup.merge.output import open_output
 
@@ -26,6 +27,8 @@ class MergeSummary:
     method: str
     distance: int
     probes: int | None
+    #: the estimated Jaccard similarity a candidate needed (0: keys alone)
+    min_similarity: float = 0.0
     batches: int = 0
     fingerprints: int = 0
     collection_before: int = 0
@@ -57,16 +60,20 @@ class MergeSummary:
 
 
 def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
-    """JSON Lines ``{"url", "duplicate_of", "distance"}``, one per pair."""
+    """JSON Lines ``{"url", "duplicate_of", "distance", "similarity"}``, one
+    per pair: ``distance`` the smaller of the two key distances,
+    ``similarity`` the estimated Jaccard similarity of the two pages (from
+    their equal sketch bins, 3 decimals)."""
     with open_output(target) as handle:
         step = 100_000
         for s in range(0, len(pairs), step):
             part = pairs[s:s + step]
             a = coll.urls(part["id"])
             b = coll.urls(part["duplicate_of"])
-            for u, v, d in zip(a, b, part["distance"].tolist()):
-                handle.write(json.dumps({"url": u, "duplicate_of": v, "distance": d},
-                                        ensure_ascii=False) + "\n")
+            sims = np.round(similarity(part["matches"]), 3).tolist()
+            for u, v, d, sim in zip(a, b, part["distance"].tolist(), sims):
+                handle.write(json.dumps({"url": u, "duplicate_of": v, "distance": d,
+                                         "similarity": sim}, ensure_ascii=False) + "\n")
     return len(pairs)
 
 

@@ -3,10 +3,12 @@
 The merge of a pending batch ``Q`` (at most ``m`` fingerprints): read ``H``
 chunk by chunk (runs, each already sorted; at most ``m`` records per chunk),
 match every still-active element of ``Q`` against the chunk with the online
-PSM scan (PSM-F deactivates an element at its first match), match ``Q``
-against its own earlier elements, then sort ``Q`` and append it to ``H``.
-``exact`` uses BPHS batch mode instead (tables built over ``Q``, each chunk
-element looked up in them), the reference for recall. The collection's
+PSM scan on each key (its chunk sorted by that key; each pair within the
+distance verified by the sketches; PSM-F deactivates an element at its
+first verified match, for both keys), match ``Q`` against its own earlier
+elements, then append ``Q`` to ``H`` (sorted by each key). ``exact`` uses
+BPHS batch mode instead (tables built over ``Q`` for each key, each chunk
+element looked up in them, every pair verified), the reference for recall. The collection's
 format is described in :mod:`scrapy_simdup.merge.collection`.
 """
 from __future__ import annotations
@@ -17,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_simdup._limits import DEFAULT_DISTANCE, MAX_DISTANCE
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.fingerprint.sketch import check_min_similarity, matches_needed
 from scrapy_simdup.index.snapshot import HEADER_FILE
 from scrapy_simdup.merge.collection import (
     H_DTYPE,
@@ -86,6 +89,30 @@ def _sort_pairs(pairs: np.ndarray) -> np.ndarray:
         key = (ids.astype(np.uint64) << np.uint64(32)) | dups.astype(np.uint64)
         return pairs[np.argsort(key)]
     return pairs[np.lexsort((dups, ids))]
+
+
+def _pairs(records: np.ndarray, qa: np.ndarray, other: np.ndarray, yi: np.ndarray,
+           agree: np.ndarray) -> np.ndarray:
+    """PAIR_DTYPE records of the pairs (``records[qa]``, ``other[yi]``), ``id``
+    the index ``qa`` in ``records``; the distance is the smaller of the two
+    keys' Hamming distances."""
+    pairs = np.empty(len(qa), dtype=PAIR_DTYPE)
+    pairs["id"] = qa
+    pairs["duplicate_of"] = other["id"][yi]
+    d1 = np.bitwise_count(records["value"][qa] ^ other["value"][yi])
+    d2 = np.bitwise_count(records["value2"][qa] ^ other["value2"][yi])
+    pairs["distance"] = np.minimum(d1, d2)
+    pairs["matches"] = agree
+    return pairs
+
+
+def _unique_pairs(sorted_pairs: np.ndarray) -> np.ndarray:
+    """Each ``(id, duplicate_of)`` of pairs sorted by them once (a pair both keys found)."""
+    if len(sorted_pairs) < 2:
+        return sorted_pairs
+    ids, dups = sorted_pairs["id"], sorted_pairs["duplicate_of"]
+    again = (ids[1:] == ids[:-1]) & (dups[1:] == dups[:-1])
+    return sorted_pairs[np.concatenate(([True], ~again))] if again.any() else sorted_pairs
 
 
 def _first_occurrences(keys: np.ndarray, n: int) -> np.ndarray:
@@ -161,7 +188,8 @@ def crawl_distance(dirs) -> int | None:
     return next(iter(found), None)
 
 
-def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: int | None = None,
+def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
+          min_similarity: float = DEFAULT_MIN_SIMILARITY, probes: int | None = None,
           recall: float | None = None,
           first: bool = True, exact: bool = False, chunk_size: int = DEFAULT_CHUNK,
           pairs_out=None, clusters_out=None, progress: bool | None = None,
@@ -170,8 +198,12 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
           skip_damaged: bool = False) -> MergeSummary:
     """Merge every pending batch of ``dirs`` into ``collection``; see the module docstring.
 
-    ``first`` is PSM-F (one earlier duplicate per fingerprint) vs PSM-A (all);
-    ``exact`` is BPHS batch mode (all pairs within ``distance``, exact).
+    A stored record is a candidate for a new one when either key is within
+    ``distance`` bits, and a match when their sketches agree in at least
+    ``matches_needed(min_similarity)`` bins (0: the keys alone decide).
+    ``first`` is PSM-F (one earlier duplicate per fingerprint, an element
+    dropped at its first verified match) vs PSM-A (all); ``exact`` is BPHS
+    batch mode (every pair within ``distance`` on either key, verified).
     ``pairs_out``/``clusters_out`` are paths (or open text files) for JSON Lines.
     ``tables``: BPHS tables for ``exact`` (default ``distance + 1``).
     ``engine``: ``"join"`` (the compiled batch scan) or ``"index"`` (a
@@ -199,6 +231,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
     if isinstance(distance, bool) or not isinstance(distance, int) \
             or not 0 <= distance <= MAX_DISTANCE:
         raise ValueError(f"distance must be an int in 0..{MAX_DISTANCE}, got {distance!r}")
+    min_similarity = check_min_similarity(min_similarity)
+    needed = matches_needed(min_similarity)
+    psm_f = first and not exact
     if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int)
                                or probes < 0):
         raise ValueError(f"probes must be a non-negative int, got {probes!r}")
@@ -229,7 +264,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + (
             "(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
-                               collection_before=coll.count)
+                               collection_before=coll.count, min_similarity=min_similarity)
         summary.damaged += damaged
         # --pairs is written at the end, groups commit one by one: each group
         # of a --pairs merge commits, with its run, the ranges of pairs.bin
@@ -277,61 +312,75 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE, probes: in
             records = records[:m]
             base = coll.count
             gids = base + np.arange(m, dtype=np.int64)      # arrival order
-            # Q is worked on sorted by value (it is appended sorted anyway): the
-            # probe table is then built with mostly sequential writes. Matcher
-            # indices are sorted positions; `order` maps them to arrival order.
-            order, sorted_q = _stable_argsort(records["value"])
-            active = np.ones(m, dtype=np.uint8)
-            if exact:
-                matcher = ExactBatchMatcher(sorted_q, distance, tables)
-            elif engine == "index":
-                matcher = IndexChunkMatcher(sorted_q, np.ascontiguousarray(records["cq"][order]),
-                                            np.ascontiguousarray(records["wrms"][order]),
-                                            distance, probes, first, t)
-            else:
-                matcher = PSMBatchMatcher(sorted_q, records["cq"], distance, probes, first, t,
-                                          rows=order)
-            found_q, found_dup, found_d = [], [], []
-            for _start, chunk in coll.chunks(chunk_size, verify=verify):
-                if not active.any():
-                    bar.update(m)
-                    continue
-                chunk_values = np.ascontiguousarray(chunk["value"])
-                qi, yi, dd = matcher.match(chunk_values, active)
-                found_q.append(order[qi])
-                found_dup.append(chunk["id"][yi])
-                found_d.append(dd)
+            active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
+            # one matcher per key, over Q sorted by that key (the probe table is
+            # then built with mostly sequential writes); matcher indices are
+            # sorted positions, `order` maps them to arrival order
+            sides = []
+            for key, cq, wrms in (("value", "cq", "wrms"), ("value2", "cq2", "wrms2")):
+                order, sorted_q = _stable_argsort(records[key])
+                sketch = np.ascontiguousarray(records["sketch"][order])
+                if exact:
+                    matcher = ExactBatchMatcher(sorted_q, sketch, distance, needed, tables)
+                elif engine == "index":
+                    matcher = IndexChunkMatcher(
+                        sorted_q, np.ascontiguousarray(records[cq][order]),
+                        np.ascontiguousarray(records[wrms][order]), sketch, distance, probes,
+                        first, t, needed)
+                else:
+                    matcher = PSMBatchMatcher(sorted_q, records[cq], sketch, distance, probes,
+                                              first, t, needed, rows=order)
+                sides.append((key, order, sorted_q, sketch, matcher))
+            found: list = []        # PAIR_DTYPE parts (id: arrival index for now)
+
+            for _start, *chunks in coll.chunks(chunk_size, verify=verify):
+                for (key, order, _sq, _sk, matcher), chunk in zip(sides, chunks):
+                    if not active.any():
+                        break
+                    side_active = np.ascontiguousarray(active[order])
+                    # (the join reads the sketches of its candidates in place)
+                    sketches = chunk["sketch"] if isinstance(matcher, PSMBatchMatcher) \
+                        else np.ascontiguousarray(chunk["sketch"])
+                    qi, yi, dd, aa = matcher.match(np.ascontiguousarray(chunk[key]), sketches,
+                                                   side_active)
+                    if psm_f:   # dropped once matched, for the other key too
+                        active[order[qi]] = 0
+                    found.append(_pairs(records, order[qi], chunk, yi, aa))
                 summary.chunks_scanned += 1
                 bar.update(m)
             # pairs inside Q (every pair is looked at, then the earlier record kept)
-            if exact:
-                qi, yi, dd = matcher.match(sorted_q, np.ones(m, dtype=np.uint8))
-            else:
-                self_active = active.copy() if first else np.ones(m, dtype=np.uint8)
-                matcher.first = False
-                qi, yi, dd = matcher.match(sorted_q, self_active)
-                matcher.first = first
-            qi, yi = order[qi], order[yi]
+            self_active = active.copy() if psm_f else np.ones(m, dtype=np.uint8)
+            own = np.empty(m, dtype=H_DTYPE)
+            for name in ("value", "value2", "sketch"):
+                own[name] = records[name]
+            own["id"] = gids
+            inner_q, inner_y, inner_a = [], [], []
+            for _key, order, sorted_q, sketch, matcher in sides:
+                # every pair within Q: an element's first match may be a later element
+                psm = not isinstance(matcher, ExactBatchMatcher)
+                if psm:
+                    matcher.first = False
+                qi, yi, dd, aa = matcher.match(sorted_q, sketch,
+                                               np.ascontiguousarray(self_active[order]))
+                if psm:
+                    matcher.first = first
+                inner_q.append(order[qi])
+                inner_y.append(order[yi])
+                inner_a.append(aa)
+            qi, yi, aa = (np.concatenate(x) for x in (inner_q, inner_y, inner_a))
             keep = yi < qi
-            qi, yi, dd = qi[keep], yi[keep], dd[keep]
-            if first and len(qi):
+            qi, yi, aa = qi[keep], yi[keep], aa[keep]
+            if psm_f and len(qi):
                 # one match per element (the first found), and only for elements not matched in H
                 sel = _first_occurrences(qi, m)
-                qi, yi, dd = qi[sel], yi[sel], dd[sel]
-            found_q.append(qi)
-            found_dup.append(gids[yi])
-            found_d.append(dd)
+                qi, yi, aa = qi[sel], yi[sel], aa[sel]
+            found.append(_pairs(records, qi, own, yi, aa))
             bar.update(m)
-            fq = np.concatenate(found_q)
-            pairs = np.empty(len(fq), dtype=PAIR_DTYPE)
-            pairs["id"] = gids[fq]
-            pairs["duplicate_of"] = np.concatenate(found_dup)
-            pairs["distance"] = np.concatenate(found_d)
-            pairs = _sort_pairs(pairs)
+            pairs = np.concatenate(found)
+            pairs["id"] += base
+            pairs = _unique_pairs(_sort_pairs(pairs))
             if commit:
-                run = np.empty(m, dtype=H_DTYPE)
-                run["value"] = sorted_q
-                run["id"] = gids[order]
+                run = own
                 urls = [u for b in batches for u in b.urls]
                 extra = None
                 if pairs_out is not None:

@@ -1,4 +1,4 @@
-"""Batch file format (version 1): what a crawl flushes for the offline merge.
+"""Batch file format (version 2): what a crawl flushes for the offline merge.
 
 A batch named ``B`` (``batch-<seq:08d>-<pid>``: the directory's batch
 sequence number and the id of the writing process, see
@@ -11,18 +11,25 @@ sequence number and the id of the writing process, see
     ========  ==============  ===============================================
     field     type            meaning
     ========  ==============  ===============================================
-    value     ``<u8``         the 64-bit simhash
+    value     ``<u8``         key 1: the 64-bit simhash
+    value2    ``<u8``         key 2: the second 64-bit key of the same features
     id        ``<i8``         record id, unique within the directory, increasing
     wrms      ``<f4``         ``rms(W) = sqrt(mean(W ** 2))`` over all 64 weights
+    wrms2     ``<f4``         the same for ``W2`` (the weights of key 2)
     cq        ``u1`` x 32     ``round(32 * |W[63 - i]| / rms(W))`` clipped to
                               255, for ``i = 0..31``: the normalised weight
                               ``c = |W| / rms(W)`` (what the volatility model
                               reads) of the 32 most significant bits, the only
                               bits a PSM header can use, in steps of 1/32
+    cq2       ``u1`` x 32     the same for ``W2``
+    sketch    ``u1`` x 32     the page's MinHash sketch (32 bins of 8 bits)
     ========  ==============  ===============================================
 
-    52 bytes per fingerprint instead of 8 + 64 x 8: PSM batch mode needs the
-    volatility of the header bits only (``p_j`` is a function of ``c_j``).
+    128 bytes per page: PSM batch mode needs the volatility of the header bits
+    only (``p_j`` is a function of ``c_j``), of each key; the sketch verifies
+    a candidate. Version 1 (key 1 and its weights alone) is refused with
+    :class:`OutdatedBatchError`: the second key and the sketch cannot be
+    computed from it.
 ``B.urls``
     The records' URLs, UTF-8, one per line in record order, each ending in
     ``\\n`` (a URL containing a raw newline or carriage return has it
@@ -31,7 +38,8 @@ sequence number and the id of the writing process, see
     The header, written last (its presence commits the batch): ``format``
     (``"simdup-batch"``), ``version`` (1), ``count``, ``first_id``,
     ``header_bits`` (32), ``dtype`` (the NumPy descr), ``npy_bytes``,
-    ``npy_crc32``, ``urls_bytes``, ``urls_crc32``, ``created`` (Unix time)
+    ``npy_crc32``, ``urls_bytes``, ``urls_crc32``, ``sketch_bytes`` (32),
+    ``created`` (Unix time)
     and, when the writer gives them, ``fingerprint`` (the
     ``Fingerprinter.version`` recipe the values were made with),
     ``distance`` (the crawl's SIMDUP_DISTANCE) and ``online_duplicates``
@@ -63,14 +71,38 @@ from scrapy_simdup.storage.atomic import (
     is_count,
     open_regular,
     read_header,
+    read_json,
 )
 
 FORMAT = "simdup-batch"
-VERSION = 1
+VERSION = 2
 HEADER_BITS = 32
 CQ_SCALE = 32.0
-BATCH_DTYPE = np.dtype([("value", "<u8"), ("id", "<i8"), ("wrms", "<f4"),
-                        ("cq", "u1", (HEADER_BITS,))])
+SKETCH_BYTES = 32       # fingerprint.sketch.SKETCH_BYTES (checked by the tests)
+BATCH_DTYPE = np.dtype([("value", "<u8"), ("value2", "<u8"), ("id", "<i8"),
+                        ("wrms", "<f4"), ("wrms2", "<f4"),
+                        ("cq", "u1", (HEADER_BITS,)), ("cq2", "u1", (HEADER_BITS,)),
+                        ("sketch", "u1", (SKETCH_BYTES,))])
+
+OUTDATED_HINT = ("it has no second key and no verification sketch, and they cannot be "
+                 "computed from the file: re-crawl with this version of scrapy-simdup "
+                 "(or merge these batches with the version that wrote them)")
+
+
+class OutdatedBatchError(CorruptFileError):
+    """A batch file (or a collection) written by an earlier scrapy-simdup,
+    without what this version decides matches with. Not damage: a merge
+    refuses it even with ``skip_damaged``."""
+
+
+def check_version(path, meta: dict, format: str, version: int, what: str) -> None:
+    """An OutdatedBatchError for a ``format`` header of an older ``version``."""
+    old = meta.get("version") if isinstance(meta, dict) else None
+    if isinstance(meta, dict) and meta.get("format") == format and isinstance(old, int) \
+            and not isinstance(old, bool) and 0 < old < version:
+        raise OutdatedBatchError(path, f"{what} format version {old} was written by an "
+                                 f"earlier scrapy-simdup (this one reads version {version}): "
+                                 f"{OUTDATED_HINT}")
 
 
 def header_weights(W) -> tuple[np.ndarray, np.ndarray]:
@@ -159,6 +191,7 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
         "npy_crc32": crc32_file(npy_path),
         "urls_bytes": len(url_bytes),
         "urls_crc32": crc32(url_bytes),
+        "sketch_bytes": SKETCH_BYTES,
         "created": time.time(),
     }
     if fingerprint:
@@ -176,6 +209,7 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
 def read_meta(json_path) -> dict:
     """Read and validate a batch header (not the data)."""
     json_path = Path(json_path)
+    check_version(json_path, read_json(json_path, "batch header"), FORMAT, VERSION, "batch")
     meta = read_header(json_path, "batch header", FORMAT, VERSION,
                        ("count", "npy_bytes", "npy_crc32", "urls_bytes", "urls_crc32"))
     if "first_id" in meta and not is_count(meta["first_id"]):

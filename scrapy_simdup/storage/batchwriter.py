@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_simdup.exceptions import BatchWriteError, CorruptFileError
-from scrapy_simdup.storage.atomic import remove_stale_temporaries
+from scrapy_simdup.storage.atomic import is_count, read_json, remove_stale_temporaries
 from scrapy_simdup.storage.batchfile import (
     BATCH_DTYPE,
+    SKETCH_BYTES,
+    OutdatedBatchError,
     escape_url,
     header_weights,
     list_batches,
@@ -31,7 +33,11 @@ _NAME_RE = re.compile(r"^batch-(\d+)-")
 
 
 class BatchWriter:
-    """Append ``(value, W, url)`` records; write a batch file every ``batch_size`` records.
+    """Append ``(page, url)`` records; write a batch file every ``batch_size`` records.
+
+    ``page`` is anything with the attributes of a
+    :class:`~scrapy_simdup.fingerprint.Fingerprint`: ``value``, ``W``,
+    ``value2``, ``W2``, ``sketch`` (a Fingerprint, or ``index.backend.Page``).
 
     ``on_flush`` callables are called with the path of each new batch header
     (the persistence layer uses this to snapshot the index at the same moment).
@@ -48,9 +54,7 @@ class BatchWriter:
         self.on_flush = list(on_flush or [])
         self.fingerprint = fingerprint     # recorded in every batch header
         self.distance = distance           # (the crawl's SIMDUP_DISTANCE) likewise
-        self._values: list = []
-        self._cq: list = []
-        self._wrms: list = []
+        self._rows: list = []              # one BATCH_DTYPE record (no id yet) per page
         self._urls: list = []
         self._online: dict = {}            # distance -> records the online index matched
         self.flushed_batches = 0
@@ -68,6 +72,11 @@ class BatchWriter:
                 seq = max(seq, int(match.group(1)))
             try:
                 meta = read_meta(header)
+            except OutdatedBatchError:
+                # (refused by the merge) its ids are still taken
+                meta = read_json(header, "batch header")
+                if not (is_count(meta.get("first_id")) and is_count(meta.get("count"))):
+                    continue
             except CorruptFileError:
                 continue  # reported by `simdup stats` / the merge, not fatal for writing
             next_id = max(next_id, meta.get("first_id", 0) + meta["count"])
@@ -75,50 +84,61 @@ class BatchWriter:
 
     def __len__(self) -> int:
         """Records waiting in memory (not yet flushed)."""
-        return len(self._values)
+        return len(self._rows)
 
     @property
     def next_id(self) -> int:
         """The record id the next appended fingerprint gets."""
-        return self._next_id + len(self._values)
+        return self._next_id + len(self._rows)
 
-    def append(self, value, W, url, duplicate_distance: int | None = None) -> int:
-        """Add one checked fingerprint; returns its record id. Flushes when the batch is full.
+    def append(self, page, url, duplicate_distance: int | None = None) -> int:
+        """Add one checked page (its keys, weights and sketch); returns its
+        record id. Flushes when the batch is full.
 
         ``duplicate_distance``: the distance of the near-duplicate the online
         index found for it (None: new), counted in the batch header."""
         if self._closed:
             raise RuntimeError("BatchWriter is closed")
-        value = int(value)
-        if not 0 <= value < 1 << 64:
-            raise ValueError(f"value must be a 64-bit unsigned int, got {value}")
-        W = np.asarray(W)
-        if W.shape != (64,):
-            raise ValueError(f"W must have shape (64,), got {W.shape}")
-        cq, wrms = header_weights(W)
+        if isinstance(page, (int, np.integer)) or not hasattr(page, "sketch"):
+            raise TypeError("append() takes a page (a Fingerprint or anything with .value "
+                            ".W .value2 .W2 .sketch) and its URL, not a bare value")
+        row = np.zeros((), dtype=BATCH_DTYPE)
+        for field, name in (("value", "value"), ("value2", "value2")):
+            value = getattr(page, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or not 0 <= int(value) < 1 << 64:
+                raise ValueError(f"{name} must be a 64-bit unsigned int, got {value!r}")
+            row[field] = int(value)
+        for cq_field, rms_field, name in (("cq", "wrms", "W"), ("cq2", "wrms2", "W2")):
+            W = getattr(page, name)
+            W = np.asarray(W) if W is not None else None
+            if W is None or W.shape != (64,):
+                raise ValueError(f"{name} must have shape (64,), got "
+                                 f"{None if W is None else W.shape}")
+            row[cq_field], row[rms_field] = header_weights(W)
+        sketch = page.sketch
+        if not isinstance(sketch, (bytes, bytearray, memoryview, np.ndarray)) \
+                or len(bytes(sketch)) != SKETCH_BYTES:
+            raise ValueError(f"sketch must be {SKETCH_BYTES} bytes")
+        row["sketch"] = np.frombuffer(bytes(sketch), dtype=np.uint8)
         url = escape_url(url)          # validate everything before changing state
         record_id = self.next_id
-        self._values.append(value)
-        self._cq.append(cq)
-        self._wrms.append(wrms)
+        self._rows.append(row)
         self._urls.append(url)
         if duplicate_distance is not None:
             d = int(duplicate_distance)
             self._online[d] = self._online.get(d, 0) + 1
-        if len(self._values) >= self._flush_at:
+        if len(self._rows) >= self._flush_at:
             self.flush()
         return record_id
 
     def flush(self) -> Path | None:
         """Write the pending records as one batch file; returns its header path (None if empty)."""
-        if not self._values:
+        if not self._rows:
             return None
-        n = len(self._values)
-        records = np.empty(n, dtype=BATCH_DTYPE)
-        records["value"] = np.array(self._values, dtype=np.uint64)
+        n = len(self._rows)
+        records = np.stack(self._rows)
         records["id"] = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
-        records["cq"] = np.stack(self._cq)
-        records["wrms"] = np.array(self._wrms, dtype=np.float32)
         name = f"batch-{self._seq + 1:08d}-{os.getpid()}"
         try:
             path = write_batch(self.directory, name, records, self._urls, self.fingerprint,
@@ -132,7 +152,7 @@ class BatchWriter:
         self._seq += 1
         self._flush_at = self.batch_size
         self._next_id += n
-        self._values, self._cq, self._wrms, self._urls = [], [], [], []
+        self._rows, self._urls = [], []
         self._online = {}
         self.flushed_batches += 1
         self.flushed_records += n
@@ -149,7 +169,7 @@ class BatchWriter:
         try:
             return self.flush()
         except BatchWriteError as exc:
-            raise BatchWriteError(exc.errno, f"{len(self._values):,} fingerprints were not "
+            raise BatchWriteError(exc.errno, f"{len(self._rows):,} fingerprints were not "
                                   f"written to {self.directory}: {exc.strerror}") from exc
 
     def __enter__(self):
