@@ -1,12 +1,10 @@
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from scrapy_simdup import simhash
-from scrapy_simdup.storage.batchwriter import BatchWriter
+from tests.batch_pages import write_crawl
 from tests.data_root import DATA_ROOT
 
 # A real redis-server for the Redis backend tests (see tests/redis_server.py).
@@ -32,14 +30,4 @@ def shared_data() -> Path:
 def crawl(tmp_path):
     """A SIMDUP_DIR of 60 pages in clusters of 3 near-duplicates, in 3 batch
     files (25, 25 and 10 pages)."""
-    rng = np.random.default_rng(3)
-    d = tmp_path / "crawl"
-    with BatchWriter(d, batch_size=25) as w:
-        for c in range(20):
-            base = [f"w{int(x)}" for x in rng.integers(0, 10_000, 300)]
-            for v in range(3):
-                doc = list(base)
-                doc[int(rng.integers(len(doc)))] = "changed"
-                value, W = simhash(doc)
-                w.append(value, W, f"https://example.com/{c}/{v}")
-    return d
+    return write_crawl(tmp_path / "crawl")

@@ -10,15 +10,9 @@ import numpy as np
 import pytest
 
 from scrapy_simdup.storage.batchwriter import BatchWriter
-from tests.batch_pages import features_page, raw_page, write_crawl
+from tests.batch_pages import features_page, raw_page
 
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture()
-def crawl(tmp_path):
-    """conftest's ``crawl`` with pages of the current batch format."""
-    return write_crawl(tmp_path / "crawl")
 
 
 def _env():

@@ -26,15 +26,9 @@ from scrapy_simdup.storage.batchfile import (
     verify_batch,
 )
 from scrapy_simdup.storage.batchwriter import BatchWriter
-from tests.batch_pages import features_page, write_crawl
+from tests.batch_pages import features_page
 
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture()
-def crawl(tmp_path):
-    """conftest's ``crawl`` with pages of the current batch format."""
-    return write_crawl(tmp_path / "crawl")
 
 
 @pytest.fixture(autouse=True)

@@ -67,18 +67,24 @@ class Command(ScrapyCommand):
         opts.dirs = dirs
         if args[0] == "stats":
             self._refuse_merge_options(opts)
-        elif getattr(opts, "distance", None) is None and self.settings \
-                and self.settings.get("SIMDUP_DISTANCE") is not None:
+        elif self.settings:
             # like `simdup merge`, the distance the crawls recorded wins; the
             # project's SIMDUP_DISTANCE is the fallback, `-s SIMDUP_DISTANCE=H`
-            # an override like --distance (a bad value: the settings' error)
+            # an override like --distance (a bad value: the settings' error);
+            # SIMDUP_MIN_SIMILARITY likewise for --min-similarity
             try:
-                distance = SimdupConfig.from_settings(self.settings).distance
+                config = SimdupConfig.from_settings(self.settings)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-            if self.settings.getpriority("SIMDUP_DISTANCE") >= SETTINGS_PRIORITIES["cmdline"]:
-                opts.distance = distance
-            else:
-                opts.fallback_distance = distance
+            for setting, option, value in (("SIMDUP_DISTANCE", "distance", config.distance),
+                                           ("SIMDUP_MIN_SIMILARITY", "min_similarity",
+                                            config.min_similarity)):
+                if getattr(opts, option, None) is not None \
+                        or self.settings.get(setting) is None:
+                    continue
+                if self.settings.getpriority(setting) >= SETTINGS_PRIORITIES["cmdline"]:
+                    setattr(opts, option, value)
+                else:
+                    setattr(opts, f"fallback_{option}", value)
         parser = argparse.ArgumentParser(prog=f"scrapy simdup {args[0]}")
         self.exitcode = dispatch(parser, opts)    # (it flushes stdout itself)
