@@ -14,9 +14,9 @@ Protocol. The page list is built in a fixed order: the spotsigs-dev pages
 sorted by (folder name, file name), then the distractors sorted by file name;
 it is shuffled once with ``random.Random(7).shuffle`` and the pages arrive in
 that order. A page is flagged when an earlier page passes the method's rule.
-Two ways to fill the index: ``store="all"`` (every page is stored: the recall
-study's and the README's protocol) and ``store="kept"`` (a page is stored only
-when it matched nothing: a crawl, query then add). A flag is correct under
+Every earlier page is in the index (the README's protocol, and what a crawl
+does: its in-memory backend stores every checked page, a near-duplicate under
+the key of the page it duplicates). A flag is correct under
 "best match" when the best earlier match is of the page's story, under "any
 page" when any earlier page of its story passes. Recall = correct flags /
 spotsigs pages with an earlier page of their story (a skipped page is a miss).
@@ -295,22 +295,22 @@ class Stream:
                 correct["any"] = int(((X < INF) & self.same).any(1).sum())
         return {rule: Score(flags["mixed"], flags["strict"], nc, self.n_true) for rule, nc in correct.items()}
 
-    def score_kept(self, D):
-        """Query, then store the page only when nothing passed (a crawl). D as in :meth:`score`.
-        Returns ({"best": Score, "any": Score}, pages stored)."""
-        stored = np.zeros(self.n, bool)
+    def score_named(self, D):
+        """Every page stored, and a flag names one page, as the crawl's backend does: the best
+        earlier page by D (ties: the earlier). Both rules judge that one page. D as in
+        :meth:`score`. Returns ({"best": Score, "any": Score}, {flagged position: position of
+        the page it names})."""
+        named = {}
         res = OnlineTally(self)
-        for i in range(self.n):
+        for i in range(1, self.n):
             if not self.valid[i]:
                 continue
-            row = D[i]
-            cand = np.flatnonzero(stored[:i] & (row[:i] < INF))
-            if cand.size:
-                cand = cand[np.argsort(row[cand], kind="stable")]     # best first, ties: earlier
-                res.add(i, cand)
-            else:
-                stored[i] = True
-        return res.scores(), int(stored.sum())
+            row = np.where(self.allowed[i, :i], D[i, :i], INF)
+            j = int(np.argmin(row))
+            if row[j] < INF:
+                named[i] = j
+                res.add(i, [j])
+        return res.scores(), named
 
 
 class OnlineTally:

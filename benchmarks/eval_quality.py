@@ -8,45 +8,56 @@ with distractors-dragnet (1,381 unrelated pages), in one shuffled stream
 methods on the synthetic labelled site of ``_data.build_near_duplicate_site``
 (report half), kept as a regression check of the older benchmark.
 
-Every method runs as a crawl does: each page is looked up among the pages
-stored so far and stored only when nothing matched (query, then add). The
-rows marked "every page stored" keep every page (the protocol of
-``eval_real.py``, the recall study and issue 19's figures). Rows:
+Every method runs as a crawl does now: each page is looked up among all
+earlier pages and then stored, matched or not (the crawl's in-memory backend
+stores a near-duplicate too, under the key of the page it duplicates; the
+protocol of spotsigs-dev/README.md and ``eval_real.py``). Rows:
 
-* ``ours, defaults``: ``VerifiedIndex()`` at its defaults (two 64-bit keys
-  searched by PSM within ``SIMDUP_DISTANCE``, ``DEFAULT_PROBES_PER_KEY``
-  buckets a key, the header growing with the index) queried with
-  ``query(value, value2, sketch, W, W2)`` of ``Fingerprinter()``'s pages;
+* ``ours, defaults``: the product path, ``MemoryBackend(VerifiedIndex())``
+  (two 64-bit keys searched by PSM within ``SIMDUP_DISTANCE``,
+  ``DEFAULT_PROBES_PER_KEY`` buckets a key, the header growing with the
+  index, verified by the sketch) fed ``Page(value, W, value2, W2, sketch)`` of
+  ``Fingerprinter()``'s pages by one ``check_and_add_many`` with the stream
+  positions as keys; a flag is a returned ``Match``, and the page it names is
+  ``Match.duplicate_of`` (the earlier page it resembles most: the one a crawl
+  reports);
   ``ours, header_bits=17``: the same with the header of a million-page index,
   so the probe budget is spent as it would be at a million pages;
-  ``ours' rule, every candidate``: the same match rule checked against every
-  stored page (what the probe budget loses);
+  ``ours' rule, every candidate``: the same rule and the same naming checked
+  against every earlier page in NumPy (what the probe budget loses; the notes
+  of the two rows above count the flags that name the same page as it);
+  ``ours, defaults, kept pages only (older behaviour)``: ``VerifiedIndex()``
+  queried, a page added only when nothing matched (what the crawl did before);
 * ``key alone h <= d``: the 64-bit key of the same fingerprints, exhaustive;
 * ``PyPI simhash``: ``simhash.Simhash`` of our main text at its best h (the h
   sweep is exhaustive; the row is then re-run with the package's own
-  ``SimhashIndex`` and the flags must agree);
-* ``MinHashLSH``: datasketch ``MinHashLSH`` (128 permutations) online, at its
-  best threshold, on our feature hashes and on text: 3-word shingles of our
-  main text, of trafilatura's text, and trafilatura's text as our spot
-  signatures; the best match among its candidates is the highest estimated
+  ``SimhashIndex``, every page added, and the flags must agree);
+* ``MinHashLSH``: datasketch ``MinHashLSH`` (128 permutations) online, every
+  page inserted, at its best threshold, on our feature hashes and on text:
+  3-word shingles of our main text, of trafilatura's text, and trafilatura's
+  text as our spot signatures; the best match among its candidates is the highest estimated
   Jaccard;
 * ``exact cosine``: cosine of the weighted feature vectors at its best
   threshold: the ceiling of the features.
 
 Columns. Page P, R, F1 under the "any page" rule (a flag is correct when any
-stored page of the story matched: the rule of issue 19's figures) and under
-"best match" (the best match is of the story); P is the *mixed* precision
-(distractor-distractor pairs left out: the distractors hold real duplicates
-of each other), P strict counts every pair. Pair P/R: every pair of pages is
-compared directly under the method's rule (no index, no arrival order); pair
-recall = same-story pairs that pass / all same-story pairs (skipped pages'
+earlier page of the story matched: the rule of issue 19's figures) and under
+"best match" (the best match is of the story). For ours a flag names one
+page, ``Match.duplicate_of``, and both rules judge that page
+(so they agree, and "any page" is stricter for ours than for the peers; the
+kept-only row's "any page" sees every kept page that matched). P is the
+*mixed* precision (distractor-distractor pairs left out: the distractors hold
+real duplicates of each other), P strict counts every pair. Pair P/R: every
+pair of pages is compared directly under the method's rule (no index, no
+arrival order); pair recall = same-story pairs that pass / all same-story pairs (skipped pages'
 pairs count as misses); pair precision = same-story pairs that pass / pairs
 that pass, distractor-distractor pairs left out. For MinHashLSH the rule is
 a collision in any band. Bytes per page in the index:
 
 * ours: ``VerifiedIndex.nbytes`` / stored pages (two key tables of 16 bytes,
   the 32-byte sketch, the bucket offsets: at header_bits=17 those of a
-  million-page index, spread here over a few thousand pages);
+  million-page index, spread here over a few thousand pages); the backend's
+  key map (Python) left out;
 * key alone: 16 (``PSMIndex`` value + row);
 * PyPI simhash: ``sys.getsizeof`` of ``SimhashIndex.bucket``, its keys, sets
   and strings, / stored pages (rough: Python objects);
@@ -65,23 +76,32 @@ event told by one agency twice: the labels are not perfect). For each pair:
 the two sketches. Expected chance matches per look-up in an index of N
 unrelated pages = N x P(d <= h) x P(m >= needed | d <= h):
 
-* P(d <= h): the measured fraction of unrelated pairs (pooled);
+* P(d <= h): the measured fraction of the population's pairs;
 * P(m >= needed | d <= h): the measured fraction among the unrelated
   candidates where it has mass; beyond the largest m measured it is the
   binomial tail of a Jaccard-0 pair (``sketch.chance_pass``).
 
-Two populations are projected: *other sites* (spotsigs x distractors: a random
-unrelated page) and *pooled* (all three groups); a pooled pair that passes
-has real shared text (its exact Jaccard is printed), and its rate, unlike a
-chance rate, depends on what the crawl holds.
+Two populations are projected. *Other sites* (spotsigs x distractors: a
+random unrelated page): its matches are chance matches, the ones the
+verification must hold off, and they grow with N; the target (<= 0.01 per
+look-up at 10^6 pages) applies to it. *Pooled* (all three groups): a pooled
+pair that passes shares real text (related stories, one site's own copies; its
+exact Jaccard is printed): a near-duplicate by content, not by chance, whose
+number depends on what the crawl holds, not on N; no target applies.
 
 Sweep: the table that chose the defaults, radius 18..24 x min_similarity
-0.10..0.25, every candidate checked and at header_bits=17, with the projected
-chance matches at 10^6 pages.
+0.10..0.25, every page stored as in the main table: every candidate checked
+(NumPy) and the backend at header_bits=17, with its probes per look-up and the
+projected chance matches at 10^6 pages for other sites.
+
+Exit status: 0 when the targets hold at the defaults (page P >= 0.99 and
+R >= 0.95 under the any-page rule, mixed P; <= 0.01 chance matches per
+look-up at 10^6 pages for other sites), 1 otherwise.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gzip
 import hashlib
 import json
@@ -117,6 +137,7 @@ from scrapy_simdup import Fingerprinter, SkippedPage
 from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, DEFAULT_PROBES_PER_KEY
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, chance_pass, matches_needed
 from scrapy_simdup.fingerprint.tokens import tokenize
+from scrapy_simdup.index.backend import MemoryBackend, Page
 from scrapy_simdup.index.verified import VerifiedIndex
 
 KEY_H = tuple(range(3, 17))
@@ -164,14 +185,35 @@ def key_matrix(H, h):
 
 
 def run_matrix(stream, D, P):
-    """Online (query, then add) page scores and pair P/R of a rule given as a distance matrix."""
-    scores, _ = stream.score_kept(stream.sub(D))
-    return scores, pair_pr(D < INF, P)
+    """Every page stored: page scores (any earlier page / best earlier page) and pair P/R of a rule
+    given as a distance matrix."""
+    return stream.score(stream.sub(D)), pair_pr(D < INF, P)
 
 
-def run_index(stream, P, store_all=False, **kw):
-    """The product path: VerifiedIndex, query then add when nothing matched (or always, with
-    ``store_all``). (scores, bytes per stored page, index)."""
+def _page(P, i):
+    return Page(int(P.values[i]), P.W[i], int(P.values2[i]), P.W2[i], P.sketches[i].tobytes())
+
+
+def run_backend(stream, P, **kw):
+    """The product path: ``MemoryBackend(VerifiedIndex(**kw))``, one ``check_and_add_many`` over the
+    stream (keys: the positions). Every page is stored; a flag names its best match.
+    (scores, index bytes per stored page, backend, {flagged position: position of the named page})."""
+    backend = MemoryBackend(VerifiedIndex(**kw))
+    pos = [p for p, i in enumerate(stream.idx) if P.valid[i]]
+    found = asyncio.run(backend.check_and_add_many([_page(P, stream.idx[p]) for p in pos], [str(p) for p in pos]))
+    assert len(backend) == len(pos), "the backend stores every checked page"
+    tally = OnlineTally(stream)
+    named = {}
+    for p, match in zip(pos, found):
+        if match is not None:
+            named[p] = int(match.duplicate_of)
+            tally.add(p, [named[p]])
+    return tally.scores(), backend.index.nbytes / max(1, len(backend)), backend, named
+
+
+def run_kept_only(stream, P, **kw):
+    """The older crawl: ``VerifiedIndex``, query, then add only when nothing matched. The any-page
+    rule sees every kept page that matched. (scores, bytes per stored page, index)."""
     idx = VerifiedIndex(**kw)
     tally = OnlineTally(stream)
     pos_of_row = []
@@ -182,7 +224,7 @@ def run_index(stream, P, store_all=False, **kw):
                           first=False)
         if found:
             tally.add(pos, [pos_of_row[m.id] for m in found])
-        if store_all or not found:
+        else:
             idx.add([int(P.values[i])], [int(P.values2[i])], P.sketches[i:i + 1])
             pos_of_row.append(pos)
     return tally.scores(), idx.nbytes / max(1, len(idx)), idx
@@ -211,7 +253,8 @@ def pypi_values(texts):
 
 
 def pypi_index_run(stream, values, valid, h):
-    """The package's own SimhashIndex at k = h, query then add: (flags strict, rough bytes per stored page)."""
+    """The package's own SimhashIndex at k = h, query then add every page: (flags strict, rough bytes
+    per stored page)."""
     import logging
 
     from simhash import Simhash, SimhashIndex
@@ -224,9 +267,8 @@ def pypi_index_run(stream, values, valid, h):
         s = Simhash(int(values[i]))
         if index.get_near_dups(s):
             flags += 1
-        else:
-            index.add(str(pos), s)
-            stored += 1
+        index.add(str(pos), s)
+        stored += 1
     size = sys.getsizeof(index.bucket) + sum(
         sys.getsizeof(k) + sys.getsizeof(v) + sum(sys.getsizeof(x) for x in v) for k, v in index.bucket.items())
     return flags, size / max(1, stored)
@@ -253,7 +295,7 @@ def minhash_sigs(items_per_page):
 
 
 def lsh_run(stream, sigs, valid, t):
-    """datasketch MinHashLSH online at threshold t: (scores, (b, r))."""
+    """datasketch MinHashLSH online at threshold t, every page inserted: (scores, (b, r))."""
     from datasketch import MinHashLSH
     lsh = MinHashLSH(threshold=t, num_perm=NUM_PERM)
     HV = np.array([m.hashvalues for m in sigs])
@@ -266,8 +308,7 @@ def lsh_run(stream, sigs, valid, t):
             cand = np.array(sorted(cand))
             est = (HV[stream.idx[cand]] == HV[i]).mean(1)
             tally.add(pos, cand[np.argsort(-est, kind="stable")])
-        else:
-            lsh.insert(int(pos), sigs[i])
+        lsh.insert(int(pos), sigs[i])
     return tally.scores(), (lsh.b, lsh.r)
 
 
@@ -323,26 +364,31 @@ def spot_hashes(texts):
 
 # ----------------------------------------------------------------- the comparison table
 
-def compare(P, stream, quick, extra_texts=None):
-    """Every row of the comparison on one page set. Returns ([Row], matrices)."""
+def compare(P, stream, quick, extra_texts=None, names=None):
+    """Every row of the comparison on one page set. Returns ([Row], matrices, seconds, [note line])."""
     t = time.perf_counter()
     H1, H2, M = hamming_matrix(P.values), hamming_matrix(P.values2), sketch_matrix(P.sketches)
     need = matches_needed(DEFAULT_MIN_SIMILARITY)
     rows = []
-    for name, kw in (("ours, defaults (VerifiedIndex())", {}),
+    D = ours_matrix(H1, H2, M, DEFAULT_DISTANCE, need)
+    pair = pair_pr(D < INF, P)
+    every, every_named = stream.score_named(stream.sub(D))
+    for name, kw in (("ours, defaults (MemoryBackend(VerifiedIndex()))", {}),
                      (f"ours, header_bits={MILLION_T}", {"header_bits": MILLION_T})):
-        sc, nb, idx = run_index(stream, P, **kw)
-        D = ours_matrix(H1, H2, M, DEFAULT_DISTANCE, need)
+        sc, nb, backend, named = run_backend(stream, P, **kw)
+        idx = backend.index
         note = f"t={idx.header_bits}, {idx.probes / max(1, stream.valid.sum()):.0f} probes/look-up"
         if kw:
             note += f"; bytes: 2 x 2^{MILLION_T} bucket offsets over {len(idx)} pages"
-        rows.append(Row(name, sc, pair_pr(D < INF, P), nb, note))
-    sc, pair = run_matrix(stream, ours_matrix(H1, H2, M, DEFAULT_DISTANCE, need), P)
-    rows.append(Row("ours' rule, every candidate", sc, pair, rows[0].nbytes, "no probe budget"))
-    for name, kw in (("ours, defaults, every page stored", {}),
-                     (f"ours, header_bits={MILLION_T}, every page stored", {"header_bits": MILLION_T})):
-        sc, nb, idx = run_index(stream, P, store_all=True, **kw)
-        rows.append(Row(name, sc, rows[0].pair, nb, "the issue's protocol (no page dropped)"))
+        same = sum(every_named.get(p) == k for p, k in named.items())
+        note += f"; {same} of {len(named)} flags as every candidate"
+        rows.append(Row(name, sc, pair, nb, note))
+    rows.append(Row("ours' rule, every candidate", every, pair, rows[0].nbytes,
+                    f"no probe budget: {len(every_named)} flags"))
+    notes = []
+    sc, nb, idx = run_kept_only(stream, P)
+    rows.append(Row("ours, defaults, kept pages only (older behaviour)", sc, pair, nb,
+                    f"query, add if new: {len(idx)} pages stored"))
     for h in KEY_H:
         sc, pair = run_matrix(stream, key_matrix(H1, h), P)
         rows.append(Row(f"key alone h <= {h}", sc, pair, 16))
@@ -376,10 +422,7 @@ def compare(P, stream, quick, extra_texts=None):
     c, (sc, pair) = best_of(res)
     vec = 12 * np.mean([f[0].shape[0] for f, ok in zip(P.feats, P.valid) if ok])
     rows.append(Row(f"exact cosine >= {c} (ceiling)", sc, pair, vec, "all pairs"))
-    D = np.where(P.valid[:, None] & P.valid[None, :] & (C >= c - 1e-6), -C, INF)
-    rows.append(Row(f"exact cosine >= {c}, every page stored", stream.score(stream.sub(D)), pair, vec,
-                    "the issue's protocol (no page dropped)"))
-    return rows, (H1, H2, M), time.perf_counter() - t
+    return rows, (H1, H2, M), time.perf_counter() - t, notes
 
 
 def print_table(rows):
@@ -458,11 +501,21 @@ def print_scale(U, quick):
           "   (expected counts for the spotsigs x distractor pairs)")
     pooled = U.groups["spotsigs x distractor"] | U.groups["cross-story spotsigs"] | U.groups["distractor x distractor"]
     pops = (("other sites", U.groups["spotsigs x distractor"]), ("pooled", pooled))
+    print("\nother sites: a random unrelated page (spotsigs x distractors). Its matches are chance matches, "
+          f"the ones the verification must hold off; they grow with N. THE TARGET APPLIES HERE: "
+          f"<= {SCALE_BUDGET} per look-up at 10^6 pages.")
+    print("pooled: all three groups. The pairs that pass share real text (related stories, one site's own "
+          "copies: see their exact J): near-duplicates by content, not chance; how many a look-up meets "
+          "depends on what the crawl holds, not on N, so the N columns are not a rate and no target applies.")
     hs = (16, 18, 20, 22, 24)
     print(f"\n{'population':<12} {'h':>3} | {'P(d<=h)':>8} {'P(m>=need|cand)':>16} {'source':>9} {'pass':>5} | "
           f"{'N=1e5':>9} {'N=1e6':>9} {'N=1e7':>9} | exact J of the pairs that pass")
+    prev = None
     verdict = None
     for pname, mask in pops:
+        if prev is not None:
+            print("-" * 12)
+        prev = pname
         for h in hs:
             pc, pm, src, npass = U.project(mask, h, need)
             e = [n * pc * pm for n in SCALE_N]
@@ -473,8 +526,8 @@ def print_scale(U, quick):
                   f"{e[0]:9.2e} {e[1]:9.2e} {e[2]:9.2e} | {jtxt}")
             if pname == "other sites" and h == DEFAULT_DISTANCE:
                 verdict = e[1]
-    print(f"defaults, a random unrelated page (other sites): {verdict:.2g} chance matches per look-up at 10^6 "
-          f"pages: {'PASS' if verdict <= SCALE_BUDGET else 'FAIL'} (target <= {SCALE_BUDGET})")
+    print(f"target, other sites at the defaults (h = {DEFAULT_DISTANCE}, >= {need} bytes): {verdict:.2g} chance "
+          f"matches per look-up at 10^6 pages <= {SCALE_BUDGET}: {'PASS' if verdict <= SCALE_BUDGET else 'FAIL'}")
     return verdict
 
 
@@ -488,26 +541,24 @@ def _binom_pmf():
 
 def print_sweep(P, stream, mats, U):
     H1, H2, M = mats
-    print("\n== the sweep that chose the defaults (spotsigs-dev + distractors; any-page rule, mixed P; query then "
-          "add, except 'every page stored' (all candidates checked); chance matches at 10^6 pages for a random "
-          "unrelated page, as above)")
-    print(f"{'radius':>6} {'min_sim':>7} {'needed':>6} | {'every candidate':^17} | {'header_bits=17':^17} | "
-          f"{'every page stored':^17} | {'probes/':>7} | {'chance':>8}")
-    print(f"{'':>6} {'':>7} {'':>6} |  P     R     F1   |  P     R     F1   |  P     R     F1   | look-up | at 1e6")
+    print("\n== the sweep that chose the defaults (spotsigs-dev + distractors, every page stored as in the "
+          "main table; any-page rule on the page a flag names, mixed P; chance matches at 10^6 pages "
+          "for a random unrelated page (other sites), as above)")
+    print(f"{'radius':>6} {'min_sim':>7} {'needed':>6} | {'every candidate':^17} | "
+          f"{f'header_bits={MILLION_T}':^17} | {'probes/':>7} | {'chance':>8}")
+    print(f"{'':>6} {'':>7} {'':>6} |  P     R     F1   |  P     R     F1   | look-up | at 1e6")
     other = U.groups["spotsigs x distractor"]
     for r in SWEEP_R:
         for s in SWEEP_S:
             need = matches_needed(s)
-            D = stream.sub(ours_matrix(H1, H2, M, r, need))
-            ex, _ = stream.score_kept(D)
-            c = stream.score(D)["any"]
-            sc, _, idx = run_index(stream, P, distance=r, min_similarity=s, header_bits=MILLION_T)
+            a = stream.score_named(stream.sub(ours_matrix(H1, H2, M, r, need)))[0]["any"]
+            sc, _, backend, _ = run_backend(stream, P, distance=r, min_similarity=s, header_bits=MILLION_T)
+            b = sc["any"]
             pc, pm, _, _ = U.project(other, r, need)
             mark = "  <- defaults" if (r, s) == (DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY) else ""
-            a, b = ex["any"], sc["any"]
             print(f"{r:>6} {s:>7.2f} {need:>6} | {a.p_mixed:.3f} {a.r:.3f} {a.f1:.3f} | "
-                  f"{b.p_mixed:.3f} {b.r:.3f} {b.f1:.3f} | {c.p_mixed:.3f} {c.r:.3f} {c.f1:.3f} | "
-                  f"{idx.probes / max(1, stream.valid.sum()):7.0f} | "
+                  f"{b.p_mixed:.3f} {b.r:.3f} {b.f1:.3f} | "
+                  f"{backend.index.probes / max(1, stream.valid.sum()):7.0f} | "
                   f"{1e6 * pc * pm:8.1e}{mark}")
 
 
@@ -544,16 +595,19 @@ def main(argv=None):
           f"{P.n - n_fp} from benchmarks/.cache/; defaults: SIMDUP_DISTANCE {DEFAULT_DISTANCE}, "
           f"SIMDUP_MIN_SIMILARITY {DEFAULT_MIN_SIMILARITY}, {DEFAULT_PROBES_PER_KEY} probes per key; "
           + (f"trafilatura {tv}" if tv else "trafilatura not installed"))
-    rows, mats, t_cmp = compare(P, stream, args.quick, {"trafilatura text": tt} if tt else None)
-    print("\n== spotsigs-dev + distractors-dragnet, query then add (a crawl); P: mixed precision "
+    rows, mats, t_cmp, notes = compare(P, stream, args.quick, {"trafilatura text": tt} if tt else None, names)
+    print("\n== spotsigs-dev + distractors-dragnet, every page stored (what a crawl does); P: mixed precision "
           "(distractor-distractor pairs left out)")
     print_table(rows)
+    print("\n".join(notes))
     ours = rows[0].scores["any"]
     million = rows[1].scores["any"]
-    print(f"targets at the defaults (any page): P {ours.p_mixed:.3f} >= 0.99 "
-          f"{'PASS' if ours.p_mixed >= 0.99 else 'FAIL'}, R {ours.r:.3f} >= 0.95 "
-          f"{'PASS' if ours.r >= 0.95 else 'FAIL'}; at header_bits={MILLION_T}: P {million.p_mixed:.3f}, "
-          f"R {million.r:.3f} ({'PASS' if million.r >= 0.95 and million.p_mixed >= 0.99 else 'FAIL'})")
+    p_ok, r_ok = ours.p_mixed >= 0.99, ours.r >= 0.95
+    print(f"target, page precision at the defaults (any page, mixed): {ours.p_mixed:.3f} >= 0.99: "
+          f"{'PASS' if p_ok else 'FAIL'}")
+    print(f"target, page recall at the defaults (any page): {ours.r:.3f} >= 0.95: {'PASS' if r_ok else 'FAIL'}")
+    print(f"(at header_bits={MILLION_T}: P {million.p_mixed:.3f}, R {million.r:.3f}: "
+          f"{'PASS' if million.r >= 0.95 and million.p_mixed >= 0.99 else 'FAIL'})")
     t1 = time.perf_counter()
     U = Unrelated(P, names, *mats)
     chance = print_scale(U, args.quick)
@@ -567,13 +621,16 @@ def main(argv=None):
         print(f"\n== synthetic near-duplicate site (_data.build_near_duplicate_site, report half): {S.n} pages, "
               f"{n_clusters} clusters, {s_stream.n_true} pages with an earlier page of their cluster, "
               f"{int((~S.valid).sum())} skipped; same stream rule, no distractors (P mixed = P strict)")
-        srows, _, _ = compare(S, s_stream, True)
+        srows, _, _, snotes = compare(S, s_stream, True)
         print_table(srows)
+        print("\n".join(snotes))
         t_syn = time.perf_counter() - t2
     print(f"\ntimes: fingerprinting {t_fp:.1f}s ({n_fp} pages), comparison {t_cmp:.1f}s, scale + sweep "
           f"{t_scale:.1f}s, synthetic {t_syn:.1f}s, total {time.perf_counter() - t0:.1f}s")
-    ok = ours.p_mixed >= 0.99 and ours.r >= 0.95 and chance <= SCALE_BUDGET
-    return 0 if ok or args.quick else 1
+    ok = p_ok and r_ok and chance <= SCALE_BUDGET
+    print(f"targets: {'all PASS' if ok else 'FAIL'}" + ("  [--quick subset: not the measured figures]"
+                                                          if args.quick else ""))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

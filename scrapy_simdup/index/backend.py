@@ -110,10 +110,10 @@ class MemoryBackend(IndexBackend):
     None). ``check_and_add`` never awaits between the query and the add, so
     it is atomic under the event loop.
 
-    A near-duplicate joins the index too, under the key of the page it
-    duplicates: a loose copy that resembles an earlier copy more than the
-    kept page is still found (copies of one story drift apart from site to
-    site), and a match always names a kept page. A revisit is not stored
+    A near-duplicate joins the index too, under its own key: a loose copy
+    that resembles an earlier copy more than the first one is still found
+    (copies of one story drift apart from site to site), and a match names
+    the page it resembles most. A page's own entry met again is not stored
     again.
     """
 
@@ -132,7 +132,6 @@ class MemoryBackend(IndexBackend):
         for i, v1, v2, key in zip(np.asarray(ids).tolist(), np.asarray(values).tolist(),
                                   np.asarray(values2).tolist(), keys):
             self.keys[int(i)] = key
-            # the kept page itself, not a near-duplicate stored under its key
             self._entry_of_key.setdefault(key, (int(i), int(v1), int(v2)))
 
     def _own_entry(self, page, key: str) -> Match | None:
@@ -157,12 +156,10 @@ class MemoryBackend(IndexBackend):
             return own
         best = self.index.query(page.value, page.value2, page.sketch, page.W, page.W2)
         row = int(self.index.add(page.value, page.value2, page.sketch)[0])
-        if best is not None:
-            match = Match(self.keys.get(best.id, f"#{best.id}"), best.distance, best.similarity)
-            self.keys[row] = match.duplicate_of
-            return match
         self.keys[row] = key
-        self._entry_of_key[key] = (row, int(page.value), int(page.value2))
+        self._entry_of_key.setdefault(key, (row, int(page.value), int(page.value2)))
+        if best is not None:
+            return Match(self.keys.get(best.id, f"#{best.id}"), best.distance, best.similarity)
         return None
 
     async def check_and_add(self, page, key: str) -> Match | None:

@@ -95,8 +95,7 @@ class PersistentBatchWriter:
         if self.store is not None and (match is None
                                        or not self.backend.same_key(match.duplicate_of, key)):
             self._stored_values.append((int(page.value), int(page.value2), page.sketch))
-            # a near-duplicate under the key of the page it duplicates
-            self._stored_keys.append(str(key if match is None else match.duplicate_of))
+            self._stored_keys.append(str(key))
         self.batches.append(page, key,                 # may flush (and snapshot)
                             match.distance if match is not None and not revisit else None)
 
