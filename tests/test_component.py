@@ -14,10 +14,12 @@ from scrapy.http import HtmlResponse, Request
 
 from scrapy_simdup import SimdupConfig, SimdupDownloaderMiddleware, SimdupPipeline
 from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError
-from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
-from scrapy_simdup.index.memory import PSMIndex
+from scrapy_simdup.fingerprint.fingerprinter import fingerprint_features
+from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, matches_needed, similarity
+from scrapy_simdup.index.backend import IndexBackend, MemoryBackend, Page
 from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, restore
-from scrapy_simdup.index.snapshot import IndexStore
+from scrapy_simdup.index.snapshot import IndexStore, records
+from scrapy_simdup.index.verified import VerifiedIndex
 from scrapy_simdup.integration.logstats import SimdupLogStats
 from scrapy_simdup.integration.pipeline import NearDuplicateItem
 from scrapy_simdup.storage import batchwriter
@@ -42,7 +44,7 @@ def _check(middleware, url, seed, meta=None):
 
 
 class _DownBackend(IndexBackend):
-    async def check_and_add(self, value, W, key):
+    async def check_and_add(self, page, key):
         raise IndexUnavailableError("Redis index at redis://***@h:6379/0 failed: "
                                     "Connection refused")
 
@@ -53,7 +55,7 @@ class _DownBackend(IndexBackend):
 # -- revisits ---------------------------------------------------------------------
 
 def test_memory_backend_knows_its_keys_as_restored():
-    backend = MemoryBackend(PSMIndex(distance=3))
+    backend = MemoryBackend(VerifiedIndex())
     assert backend.same_key("http://a/", "http://a/")
     assert not backend.same_key("http://a/", "http://b/")
     # index.keys stores a key with a newline escaped: a restored key is compared so
@@ -70,9 +72,10 @@ def test_redis_backend_knows_its_keys_as_stored():
 
 
 def _carry_over(old, new) -> None:
-    """What a restore from SIMDUP_DIR gives a new crawl: the old one's entries."""
-    keys = [old.backend.keys[i] for i in sorted(old.backend.keys)]
-    new.backend.load([old.backend._value_of_key[k] for k in keys], keys)
+    """What a restore from SIMDUP_DIR gives a new crawl: the old one's entries
+    (near-duplicates included)."""
+    values, values2, sketches, ids = old.backend.index.arrays()
+    new.backend.load(values, values2, sketches, [old.backend.keys[int(i)] for i in ids])
 
 
 def _recrawl(settings, first_urls, seed=1):
@@ -89,12 +92,16 @@ def _recrawl(settings, first_urls, seed=1):
 def test_a_revisit_is_counted_apart_and_kept_by_default():
     crawler, middleware = _recrawl({"SIMDUP_ENABLED": True}, ["http://a/"])
     tag = _check(middleware, "http://a/", 1)          # the page the last crawl stored
-    assert tag == {"simhash": tag["simhash"], "duplicate_of": None, "distance": None}
+    assert tag == {"simhash": tag["simhash"], "duplicate_of": None, "distance": None,
+                   "similarity": None}
+    assert len(middleware.backend) == 1                # a revisit is not stored again
     with pytest.raises(IgnoreRequest):                 # another URL: a near-duplicate
         _check(middleware, "http://b/", 1)
     stats = crawler.stats.get_stats()
     assert stats["simdup/revisits"] == 1 and stats["simdup/duplicates"] == 1
-    assert stats["simdup/dropped"] == 1 and stats["simdup/index_size"] == 1
+    # the near-duplicate is stored too, under its own key
+    assert stats["simdup/dropped"] == 1 and stats["simdup/index_size"] == 2
+    assert sorted(middleware.backend.keys.values()) == ["http://a/", "http://b/"]
 
 
 def test_the_same_url_twice_in_one_crawl_is_a_copy_not_a_revisit():
@@ -107,12 +114,18 @@ def test_the_same_url_twice_in_one_crawl_is_a_copy_not_a_revisit():
     assert stats["simdup/duplicates"] == 1 and "simdup/revisits" not in stats
 
 
+def _key(rng) -> int:
+    return int(rng.integers(0, 2**63, dtype=np.int64)) * 2 + 1
+
+
 def test_a_page_is_a_revisit_even_when_another_stored_page_is_found_first():
-    """PSM-F stops at its first hit: the page's own entry is looked up by key."""
+    """The look-up returns the best match (the most agreeing sketch bins): the
+    page's own entry is looked up by key, and is found when it verifies."""
     rng = np.random.default_rng(5)
+    agree_with_a = matches_needed(0.15) + 3
     misses = 0
     for _ in range(300):
-        a = int(rng.integers(0, 2**63, dtype=np.int64)) * 2 + 1
+        a = _key(rng)
         bits = rng.choice(64, 12, replace=False)
         c = a
         for b in bits:
@@ -120,12 +133,71 @@ def test_a_page_is_a_revisit_even_when_another_stored_page_is_found_first():
         a2 = a
         for b in bits[:4]:                            # 4 bits from A, 8 from C
             a2 ^= 1 << int(b)
-        backend = MemoryBackend(PSMIndex(distance=9))
-        asyncio.run(backend.check_and_add(a, rng.normal(size=64), "A"))
-        asyncio.run(backend.check_and_add(c, rng.normal(size=64), "C"))
-        match = asyncio.run(backend.check_and_add(a2, rng.normal(size=64), "A"))
-        misses += match is None or match.duplicate_of != "A" or match.distance != 4
+        sketch_a = rng.integers(0, 128, SKETCH_BYTES, dtype=np.uint8)
+        sketch_c = sketch_a + 128                     # no bin agrees: C is no copy of A
+        # A2's sketch agrees with C's in more bins than with A's: C is the best match
+        sketch_a2 = sketch_c.copy()
+        sketch_a2[:agree_with_a] = sketch_a[:agree_with_a]
+        backend = MemoryBackend(VerifiedIndex())
+        assert asyncio.run(backend.check_and_add(
+            Page(a, rng.normal(size=64), _key(rng), rng.normal(size=64), sketch_a.tobytes()),
+            "A")) is None
+        assert asyncio.run(backend.check_and_add(
+            Page(c, rng.normal(size=64), _key(rng), rng.normal(size=64), sketch_c.tobytes()),
+            "C")) is None
+        a2_page = Page(a2, rng.normal(size=64), _key(rng), rng.normal(size=64),
+                       sketch_a2.tobytes())
+        best = backend.index.query(a2_page.value, a2_page.value2, a2_page.sketch)
+        assert best is not None and backend.keys[best.id] == "C"
+        match = asyncio.run(backend.check_and_add(a2_page, "A"))
+        misses += match is None or match != ("A", 4, similarity(agree_with_a))
     assert misses == 0
+
+
+def _restored(backend) -> MemoryBackend:
+    """A new crawl's backend, restored from what ``backend`` stored."""
+    values, values2, sketches, ids = backend.index.arrays()
+    keys = [backend.keys[int(i)] for i in ids]
+    # what the snapshot records of each page: kept, or stored as a near-duplicate
+    kept = [backend._entry_of_key[k][3] for k in keys]
+    again = MemoryBackend(VerifiedIndex())
+    again.load(values, values2, sketches, keys, kept)
+    return again
+
+
+def _kept_and_copy():
+    words = [f"w{i}" for i in range(300)]
+    return (fingerprint_features(words),
+            fingerprint_features(words[:200] + [f"x{i}" for i in range(100)]))
+
+
+def _first_crawl(kept, copy) -> MemoryBackend:
+    backend = MemoryBackend(VerifiedIndex())
+    assert asyncio.run(backend.check_and_add(kept, "A")) is None
+    match = asyncio.run(backend.check_and_add(copy, "B"))
+    assert match.duplicate_of == "A" and match.similarity < 0.6
+    assert len(backend) == 2
+    return backend
+
+
+def test_a_near_duplicate_met_again_in_a_recrawl_is_not_stored_again():
+    kept, copy = _kept_and_copy()
+    backend = _first_crawl(kept, copy)
+    for _ in range(3):          # the same two pages, crawled again and again
+        backend = _restored(backend)
+        assert asyncio.run(backend.check_and_add(kept, "A")).duplicate_of == "A"  # a revisit
+        assert asyncio.run(backend.check_and_add(copy, "B")) is not None
+        assert len(backend) == 2
+
+
+def test_a_near_duplicate_met_again_in_a_recrawl_is_still_a_near_duplicate():
+    """A page dropped as a copy of A must not come back as a revisit of itself
+    (SIMDUP_ON_REVISIT keeps revisits by default) when the site is crawled again."""
+    kept, copy = _kept_and_copy()
+    backend = _restored(_first_crawl(kept, copy))
+    match = asyncio.run(backend.check_and_add(copy, "B"))
+    assert match is not None and not backend.same_key(match.duplicate_of, "B")
+    assert match.duplicate_of == "A"
 
 
 @pytest.mark.parametrize("on_revisit", ["tag", "drop"])
@@ -135,7 +207,7 @@ def test_on_revisit_tag_and_drop(on_revisit):
     if on_revisit == "tag":
         tag = _check(middleware, "http://a/", 1)
         assert tag["revisit"] is True and tag["duplicate_of"] == "http://a/"
-        assert tag["distance"] == 0
+        assert tag["distance"] == 0 and tag["similarity"] == 1.0
     else:       # dropped, whatever SIMDUP_ACTION is
         with pytest.raises(IgnoreRequest, match="near-duplicate of http://a/"):
             _check(middleware, "http://a/", 1)
@@ -150,6 +222,7 @@ def test_start_requests_are_checked_but_not_dropped():
     _check(middleware, "http://a/", 1)
     tag = _check(middleware, "http://b/", 1, meta={"is_start_request": True})
     assert tag["duplicate_of"] == "http://a/" and tag["distance"] == 0
+    assert tag["similarity"] == 1.0
     assert crawler.stats.get_value("simdup/duplicates") == 1
     assert crawler.stats.get_value("simdup/start_requests_kept") == 1
     strict = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_DROP_START_REQUESTS": True})
@@ -184,6 +257,7 @@ def test_a_page_whose_check_failed_carries_the_error():
     middleware = SimdupDownloaderMiddleware(crawler, config, backend=_DownBackend())
     tag = _check(middleware, "http://a/", 1)
     assert tag["duplicate_of"] is None and tag["distance"] is None
+    assert tag["similarity"] is None
     assert isinstance(tag["simhash"], int)      # fingerprinted, the look-up failed
     assert tag["error"] == ("index lookup failed: Redis index at redis://***@h:6379/0 "
                             "failed: Connection refused")
@@ -263,12 +337,13 @@ def test_fingerprints_not_written_at_close_are_reported_lost(tmp_path, monkeypat
 
 def test_a_snapshot_that_fails_at_close_counts_its_fingerprints_lost(tmp_path, monkeypatch):
     d = tmp_path / "simdup"
-    writer = PersistentBatchWriter(d, 10, backend=MemoryBackend(PSMIndex(distance=3)))
-    W = np.ones(64)
+    backend = MemoryBackend(VerifiedIndex())
+    writer = PersistentBatchWriter(d, 10, backend=backend)
     for i in range(4):
-        writer.add(i + 1, W, f"k{i}", None)
+        page = fingerprint_features(_text(i).split())
+        writer.add(page, f"k{i}", asyncio.run(backend.check_and_add(page, f"k{i}")))
     monkeypatch.setattr(IndexStore, "append", _full_disk)
-    with pytest.raises(OSError, match="4 kept fingerprints could not be added to the index "
+    with pytest.raises(OSError, match="4 stored fingerprints could not be added to the index "
                                       "snapshot") as err:
         asyncio.run(writer.close())
     assert writer.lost == 4 and err.value.errno == errno.ENOSPC
@@ -280,17 +355,17 @@ def test_a_snapshot_that_fails_at_close_counts_its_fingerprints_lost(tmp_path, m
 @pytest.mark.parametrize("error", [IsADirectoryError(errno.EISDIR, "Is a directory"),
                                    PermissionError(errno.EACCES, "Permission denied")])
 def test_any_os_error_reading_the_saved_state_is_corruption(tmp_path, monkeypatch, error):
-    IndexStore(tmp_path).append(np.arange(1, 4, dtype=np.uint64), ["a", "b", "c"])
+    IndexStore(tmp_path).append(records(np.arange(1, 4)), ["a", "b", "c"])
 
     def read_json(path, kind="file"):
         raise error
     monkeypatch.setattr("scrapy_simdup.storage.atomic.open_regular", read_json)
     with pytest.raises(CorruptFileError, match="index.json") as err:
-        restore(MemoryBackend(PSMIndex(distance=3)), tmp_path, on_error="stop")
+        restore(MemoryBackend(VerifiedIndex()), tmp_path, on_error="stop")
     assert err.value.path == str(tmp_path / "index.json")
     assert load_idf(tmp_path) is None        # no table named: a new crawl
     stats = {}
-    assert restore(MemoryBackend(PSMIndex(distance=3)), tmp_path, "keep",
+    assert restore(MemoryBackend(VerifiedIndex()), tmp_path, "keep",
                    stats.__setitem__) == 0
     assert stats == {"index_corrupt": 1} and list(tmp_path.glob("index.json.corrupt-*"))
 
@@ -313,18 +388,21 @@ def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
 # -- the start-up line -----------------------------------------------------------------
 
 @pytest.mark.parametrize("settings, expected", [
-    ({}, "Simdup: drop near-duplicate pages within 9 bits (PSM, recall 0.99), memory index, "
-         "no SIMDUP_DIR (nothing is kept after the crawl); revisits kept, start requests "
-         "not dropped"),
-    ({"SIMDUP_ACTION": "tag", "SIMDUP_SEARCH": "exact", "SIMDUP_DISTANCE": 4},
-     "Simdup: tag near-duplicate pages within 4 bits (exact), memory index, no SIMDUP_DIR "
-     "(nothing is kept after the crawl); revisits kept"),
+    ({}, "Simdup: drop near-duplicate pages within 22 bits of either key and similarity >= "
+         "0.15 (PSM, 2048 probes per key), memory index, no SIMDUP_DIR (nothing is kept after "
+         "the crawl); revisits kept, start requests not dropped"),
+    ({"SIMDUP_ACTION": "tag", "SIMDUP_SEARCH": "exact", "SIMDUP_DISTANCE": 4,
+      "SIMDUP_MIN_SIMILARITY": 0},
+     "Simdup: tag near-duplicate pages within 4 bits of either key (every flip set), memory "
+     "index, no SIMDUP_DIR (nothing is kept after the crawl); revisits kept"),
     ({"SIMDUP_INDEX": "redis://user:secret@h:6379/0", "SIMDUP_MAX_PROBES": 20,
       "SIMDUP_DIR": "/data/x", "SIMDUP_ON_REVISIT": "drop", "SIMDUP_DROP_START_REQUESTS": True},
-     "Simdup: drop near-duplicate pages within 9 bits (PSM, 20 probes), Redis index "
-     "redis://***@h:6379/0 key 'simdup:news', SIMDUP_DIR=/data/x (batch files); revisits "
-     "dropped, start requests dropped like other pages"),
-    ({"SIMDUP_INDEX": "redis://h:6379/0"}, "(PSM, recall 0.98), Redis index"),
+     "Simdup: drop near-duplicate pages within 22 bits of either key and similarity >= 0.15 "
+     "(PSM, 20 probes per key), Redis index redis://***@h:6379/0 key 'simdup:news', "
+     "SIMDUP_DIR=/data/x (batch files); revisits dropped, start requests dropped like other "
+     "pages"),
+    ({"SIMDUP_INDEX": "redis://h:6379/0", "SIMDUP_DISTANCE": 12, "SIMDUP_RECALL": 0.98},
+     "(PSM, recall 0.98), Redis index"),
 ])
 def test_the_start_up_line_gives_the_effective_setup(settings, expected):
     crawler = make_crawler({"SIMDUP_ENABLED": True, **settings})
@@ -336,13 +414,14 @@ def test_the_start_up_line_gives_the_effective_setup(settings, expected):
 def test_the_start_up_line_says_what_was_restored(tmp_path):
     d = tmp_path / "simdup"
     store = IndexStore(d)
-    store.append(np.arange(1, 1235, dtype=np.uint64), [f"http://p/{i}" for i in range(1234)])
+    store.append(records(np.arange(1, 1235)), [f"http://p/{i}" for i in range(1234)])
     crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_DIR": str(d)})
     middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     SimdupPipeline.from_crawler(crawler)
     assert middleware.logstats.setup("news").startswith(
-        f"Simdup: drop near-duplicate pages and items within 9 bits (PSM, recall 0.99), "
-        f"memory index, SIMDUP_DIR={d}: restored 1,234 fingerprints and 0 items; ")
+        f"Simdup: drop near-duplicate pages and items within 22 bits of either key and "
+        f"similarity >= 0.15 (PSM, 2048 probes per key), memory index, SIMDUP_DIR={d}: "
+        f"restored 1,234 fingerprints and 0 items; ")
 
 
 def test_summary_says_why_no_item_was_checked_and_counts_in_words():

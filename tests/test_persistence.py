@@ -4,6 +4,7 @@ Real crawls in fresh processes (tests/crawl_runner.py) against a local HTTP serv
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -16,8 +17,11 @@ import numpy as np
 import pytest
 
 from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.fingerprint.fingerprinter import fingerprint_features
 from scrapy_simdup.fingerprint.idf import IdfTable
-from scrapy_simdup.index.snapshot import IndexStore
+from scrapy_simdup.index.backend import MemoryBackend
+from scrapy_simdup.index.snapshot import RECORD_BYTES, IndexStore, records
+from scrapy_simdup.index.verified import VerifiedIndex
 from scrapy_simdup.storage.batchfile import list_batches, read_batch
 from tests.data_root import DATA_ROOT
 from tests.http_server import PageServer
@@ -110,7 +114,10 @@ def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
     assert sorted(dropped) == sorted(copies)
     assert all(r["duplicate_of"] == url.replace("/gz/", "/page/") and r["distance"] == 0
                for url, r in dropped.items())
-    assert IndexStore(d).load()[0].shape == (N_PAGES,)     # a revisit is not stored again
+    # a revisit is not stored again; a near-duplicate is, under its own key
+    stored, keys = IndexStore(d).load()
+    assert stored.shape == (N_PAGES + 5,)
+    assert sorted(keys[N_PAGES:]) == sorted(copies)
     # and the offline merge finds each page twice: pairs across the two crawls
     n_second = N_PAGES + 5
     out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "merge", str(d), "--json"],
@@ -219,6 +226,74 @@ def test_restart_with_other_feature_settings_is_refused(site, tmp_path):
     assert again["error"] is None and again["stats"].get("simdup/revisits") == N_PAGES
 
 
+# the recipe of the version that wrote format 1 (before the sketch's ".s1")
+FORMAT_1_RECIPE = "simdup-fp/t2.x3.f1:shingles+spots:k3:logtf:main:::lxml"
+
+
+def _format_1_snapshot(directory: Path, keys: list[str]) -> dict[str, bytes]:
+    """An index snapshot as the version before the verification sketch wrote
+    it: index.values holds key 1 alone (8 bytes a page). Returns its files."""
+    from zlib import crc32
+    directory.mkdir(parents=True, exist_ok=True)
+    values = np.random.default_rng(1).integers(0, 2**63, len(keys), dtype=np.int64)
+    values_data = values.astype("<u8").tobytes()
+    keys_data = "".join(k + "\n" for k in keys).encode()
+    header = {"format": "simdup-index", "version": 1, "count": len(keys),
+              "values_bytes": len(values_data), "values_crc32": crc32(values_data),
+              "keys_bytes": len(keys_data), "keys_crc32": crc32(keys_data),
+              "saved": 1_700_000_000.0, "search": "psm", "distance": 9,
+              "fingerprint": FORMAT_1_RECIPE}
+    files = {"index.values": values_data, "index.keys": keys_data,
+             "index.json": json.dumps(header).encode()}
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    return files
+
+
+def test_a_format_1_index_is_refused_below_the_integration_naming_no_setting(tmp_path):
+    from scrapy_simdup import SimdupConfig, VerifiedIndex
+    from scrapy_simdup.exceptions import ParameterError
+    from scrapy_simdup.index.backend import MemoryBackend
+    from scrapy_simdup.index.persist import restore
+    from scrapy_simdup.integration.backends import make_backend
+    files = _format_1_snapshot(tmp_path, [f"k{i}" for i in range(5)])
+    for on_error in ("keep", "stop"):       # not a corrupt file: never moved aside
+        with pytest.raises(ParameterError, match="index format 1") as err:
+            restore(MemoryBackend(VerifiedIndex()), tmp_path, on_error=on_error,
+                    fingerprint=FORMAT_1_RECIPE)
+        assert err.value.parameter == "dir" and "SIMDUP_" not in str(err.value)
+    config = SimdupConfig.from_settings({"SIMDUP_DIR": str(tmp_path)})
+    with pytest.raises(ValueError, match="^SIMDUP_DIR: .*index format 1"):
+        make_backend(config, None)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
+
+
+def test_a_format_1_index_is_refused_at_start_up_and_left_as_it_is(site, tmp_path):
+    """A SIMDUP_DIR saved before the verification sketch: its pages cannot be
+    verified, nor fingerprinted again from 8 bytes. The crawl stops at
+    start-up naming SIMDUP_DIR and saying what to do; the files are not
+    moved aside as a corrupt snapshot would be (SIMDUP_ON_ERROR = "keep", the
+    default), and following the advice starts a crawl afresh."""
+    d = tmp_path / "simdup"
+    files = _format_1_snapshot(d, [site.url(f"/page/{n}") for n in site.names])
+    refused = _crawl(tmp_path, site, d, name="refused")
+    error = refused["error"]
+    assert error and error.startswith("ValueError: SIMDUP_DIR: "), error
+    assert f"the index in {d} was saved by an older scrapy-simdup (index format 1" in error
+    assert f"Use a new directory, or move {d} away to start over" in error
+    assert not refused["responses"] and not refused["dropped"]
+    assert "simdup/checked" not in refused["stats"]
+    # untouched: same bytes, nothing moved aside, no batch written
+    assert {name: (d / name).read_bytes() for name in files} == files
+    assert sorted(p.name for p in d.glob("index.*")) == sorted(files)
+    assert not list(d.glob("*corrupt*")) and not list_batches(d)
+    # what the message says: moved away, the crawl starts over with a new index
+    d.rename(tmp_path / "simdup-format-1")
+    fresh = _crawl(tmp_path, site, d, name="fresh")
+    assert fresh["error"] is None and fresh["stats"]["simdup/checked"] == N_PAGES
+    assert IndexStore(d).meta["version"] == 2 and len(IndexStore(d).load()[0]) == N_PAGES
+
+
 def test_corrupt_index_is_reported_by_name(site, tmp_path):
     d = tmp_path / "simdup"
     _crawl(tmp_path, site, d, name="first")
@@ -302,15 +377,15 @@ def test_a_simdup_dir_in_use_by_another_crawl_is_refused_at_start_up(site, tmp_p
 
 def test_index_store_append_and_truncated_tail(tmp_path):
     store = IndexStore(tmp_path)
-    store.append(np.array([1, 2, 3], dtype=np.uint64), ["a", "b", "c"])
-    store.append(np.array([4], dtype=np.uint64), ["d\n"])
+    store.append(records([1, 2, 3]), ["a", "b", "c"])
+    store.append(records([4]), ["d\n"])
     # an append cut short by a crash: bytes past the committed length are ignored
     with open(tmp_path / "index.values", "ab") as f:
         f.write(b"\x07" * 5)
     values, keys = IndexStore(tmp_path).load()
-    assert values.tolist() == [1, 2, 3, 4] and keys == ["a", "b", "c", "d%0A"]
-    IndexStore(tmp_path).append(np.array([5], dtype=np.uint64), ["e"])
-    assert IndexStore(tmp_path).load()[0].tolist() == [1, 2, 3, 4, 5]
+    assert values["value"].tolist() == [1, 2, 3, 4] and keys == ["a", "b", "c", "d%0A"]
+    IndexStore(tmp_path).append(records([5]), ["e"])
+    assert IndexStore(tmp_path).load()[0]["value"].tolist() == [1, 2, 3, 4, 5]
     with open(tmp_path / "index.keys", "r+b") as f:
         f.truncate(3)
     with pytest.raises(CorruptFileError, match="index.keys.*truncated"):
@@ -322,9 +397,9 @@ def test_damaged_snapshot_headers_and_files_are_corrupt_not_crashes(tmp_path):
     anything is allocated (it was a MemoryError at start-up); an index file
     replaced by a directory likewise (it was an IsADirectoryError)."""
     import json as _json
-    IndexStore(tmp_path).append(np.arange(1, 4, dtype=np.uint64), ["a", "b", "c"])
+    IndexStore(tmp_path).append(records(np.arange(1, 4, dtype=np.uint64)), ["a", "b", "c"])
     header = _json.loads((tmp_path / "index.json").read_text())
-    huge = {**header, "count": 10 ** 12, "values_bytes": 8 * 10 ** 12}
+    huge = {**header, "count": 10 ** 12, "values_bytes": RECORD_BYTES * 10 ** 12}
     (tmp_path / "index.json").write_text(_json.dumps(huge))
     with pytest.raises(CorruptFileError, match="index.values.*truncated"):
         IndexStore(tmp_path).load()
@@ -340,7 +415,7 @@ def test_index_data_without_its_header_is_corrupt_not_empty(tmp_path):
     never silently taken for an empty index and overwritten."""
     from scrapy_simdup.index.persist import restore
     store = IndexStore(tmp_path)
-    store.append(np.arange(1, 6, dtype=np.uint64), [f"k{i}" for i in range(5)])
+    store.append(records(np.arange(1, 6, dtype=np.uint64)), [f"k{i}" for i in range(5)])
     (tmp_path / "index.json").unlink()
     assert IndexStore(tmp_path).exists()
     with pytest.raises(CorruptFileError, match="index.json"):
@@ -409,7 +484,7 @@ def test_idf_table_commits_with_the_index(site, tmp_path):
 
 
 def _corrupt_saved_index(directory):
-    IndexStore(directory).append(np.arange(1, 6, dtype=np.uint64), [f"k{i}" for i in range(5)],
+    IndexStore(directory).append(records(np.arange(1, 6)), [f"k{i}" for i in range(5)],
                                  {"fingerprint": "recipe-A"})
     data = bytearray((directory / "index.values").read_bytes())
     data[3] ^= 0x55
@@ -421,13 +496,13 @@ def test_a_corrupt_index_restored_with_stop_names_no_setting_below_the_integrati
         tmp_path, caplog):
     """restore() raises the file's error and counts it through its callback;
     the integration's make_backend() logs it naming SIMDUP_ON_ERROR."""
-    from scrapy_simdup import PSMIndex
+    from scrapy_simdup import VerifiedIndex
     from scrapy_simdup.index.backend import MemoryBackend
     from scrapy_simdup.index.persist import restore
     data = _corrupt_saved_index(tmp_path)
     told = {}
     with pytest.raises(CorruptFileError, match="index.values.*checksum") as err:
-        restore(MemoryBackend(PSMIndex()), tmp_path, on_error="stop",
+        restore(MemoryBackend(VerifiedIndex()), tmp_path, on_error="stop",
                 on_stat=told.__setitem__, fingerprint="recipe-A")
     assert "SIMDUP_" not in str(err.value) and "SIMDUP_" not in caplog.text
     assert told == {"index_corrupt": 1}
@@ -449,21 +524,21 @@ def test_a_corrupt_index_restored_with_stop_names_no_setting_below_the_integrati
 
 
 def test_an_index_of_another_recipe_names_simdup_dir_only_in_the_integration(tmp_path):
-    from scrapy_simdup import PSMIndex, SimdupConfig
+    from scrapy_simdup import SimdupConfig, VerifiedIndex
     from scrapy_simdup.exceptions import ParameterError
     from scrapy_simdup.index.backend import MemoryBackend
     from scrapy_simdup.index.persist import restore
     from scrapy_simdup.integration.backends import make_backend
-    IndexStore(tmp_path).append(np.arange(1, 6, dtype=np.uint64), [f"k{i}" for i in range(5)],
+    IndexStore(tmp_path).append(records(np.arange(1, 6)), [f"k{i}" for i in range(5)],
                                 {"fingerprint": "recipe-A"})
     with pytest.raises(ParameterError, match="made with 'recipe-A'.*cannot be compared") as err:
-        restore(MemoryBackend(PSMIndex()), tmp_path, fingerprint="recipe-B")
+        restore(MemoryBackend(VerifiedIndex()), tmp_path, fingerprint="recipe-B")
     assert err.value.parameter == "fingerprint" and "SIMDUP_" not in str(err.value)
     config = SimdupConfig.from_settings({"SIMDUP_DIR": str(tmp_path)})
     with pytest.raises(ValueError, match="SIMDUP_DIR: .*made with 'recipe-A'"):
         make_backend(config, None, fingerprint="recipe-B")
     told = {}
-    backend = MemoryBackend(PSMIndex())
+    backend = MemoryBackend(VerifiedIndex())
     assert restore(backend, tmp_path, on_stat=told.__setitem__, fingerprint="recipe-A") == 5
     assert told == {"index_restored": 5} and len(backend) == 5
 
@@ -471,16 +546,16 @@ def test_an_index_of_another_recipe_names_simdup_dir_only_in_the_integration(tmp
 def test_a_kill_between_table_and_index_commits_keeps_the_previous_pair(tmp_path):
     from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf
 
-    class Backend:          # what the writer needs of a memory backend to snapshot
-        pass
+    backend = MemoryBackend(VerifiedIndex())
     table = IdfTable(learn_pages=50, bits=10)
-    writer = PersistentBatchWriter(tmp_path, batch_size=3, backend=Backend(), idf=table)
+    writer = PersistentBatchWriter(tmp_path, batch_size=3, backend=backend, idf=table)
     writer.store = IndexStore(tmp_path)
     assert (tmp_path / "idf-00000.bin").exists()          # the id is on disk at once
-    W = np.ones(64)
+    pages = [fingerprint_features([f"w{i}-{j}" for j in range(40)]) for i in range(6)]
     for i in range(3):
         table.learn(np.array([i << 54], np.uint64))
-        writer.add(i + 1, W, f"u{i}", None)               # third add flushes + snapshots
+        writer.add(pages[i], f"u{i}", asyncio.run(backend.check_and_add(pages[i], f"u{i}")))
+        # (the third add flushes a batch and snapshots the index)
     assert IndexStore(tmp_path).meta["idf_file"] == "idf-00003.bin"
     assert [p.name for p in tmp_path.glob("idf-*.bin")] == ["idf-00003.bin"]
 
@@ -490,7 +565,7 @@ def test_a_kill_between_table_and_index_commits_keeps_the_previous_pair(tmp_path
     for i in range(3, 6):
         table.learn(np.array([i << 54], np.uint64))
         try:
-            writer.add(i + 1, W, f"u{i}", None)
+            writer.add(pages[i], f"u{i}", asyncio.run(backend.check_and_add(pages[i], f"u{i}")))
         except OSError:
             pass
     assert (tmp_path / "idf-00006.bin").exists()          # saved, never committed
@@ -505,7 +580,7 @@ def test_load_idf_corrupt_table_stops_or_goes_aside_with_the_index(tmp_path):
     table = IdfTable(learn_pages=3, bits=10)
     path = tmp_path / "idf-00000.bin"
     table.save(path)
-    IndexStore(tmp_path).append(np.array([5, 6], dtype=np.uint64), ["a", "b"],
+    IndexStore(tmp_path).append(records([5, 6]), ["a", "b"],
                                 {"idf_file": path.name})
     (tmp_path / "idf-00002.bin").write_bytes(b"never committed")
     assert load_idf(tmp_path).table_id == table.table_id
@@ -525,7 +600,7 @@ def test_load_idf_corrupt_table_stops_or_goes_aside_with_the_index(tmp_path):
 def test_a_named_idf_table_that_cannot_be_read_is_corrupt(tmp_path, monkeypatch, damage):
     from scrapy_simdup.index.persist import load_idf
     path = tmp_path / "idf-00002.bin"
-    IndexStore(tmp_path).append(np.array([5, 6], dtype=np.uint64), ["a", "b"],
+    IndexStore(tmp_path).append(records([5, 6]), ["a", "b"],
                                 {"idf_file": path.name})
     if damage == "directory":
         path.mkdir()

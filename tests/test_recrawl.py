@@ -89,8 +89,9 @@ def test_a_recrawl_follows_the_links_and_keeps_the_revisits(site, tmp_path):
     assert first["stats"]["simdup/checked"] == len(every)
     assert "simdup/duplicates" not in first["stats"] and "simdup/revisits" not in first["stats"]
     line = _setup_line(first)
-    assert line.startswith("INFO scrapy_simdup") and "drop near-duplicate pages and items " \
-        "within 9 bits (PSM, recall 0.99), memory index" in line
+    assert line.startswith("INFO scrapy_simdup") and (
+        "drop near-duplicate pages and items within 22 bits of either key and similarity "
+        ">= 0.15 (PSM, 2048 probes per key), memory index") in line
     assert f"SIMDUP_DIR={d}: restored 0 fingerprints and 0 items" in line
     assert "revisits kept, start requests not dropped" in line
 
@@ -115,7 +116,7 @@ def test_a_recrawl_follows_the_links_and_keeps_the_revisits(site, tmp_path):
     assert {r["url"] for r in tagged["responses"]} == every
     for r in tagged["responses"]:
         assert r["simdup"]["revisit"] is True and r["simdup"]["duplicate_of"] == r["url"]
-        assert r["simdup"]["distance"] == 0
+        assert r["simdup"]["distance"] == 0 and r["simdup"]["similarity"] == 1.0
     assert "revisits tagged" in _setup_line(tagged)
 
     # "drop": dropped like near-duplicates, but for the start page, which
@@ -147,6 +148,7 @@ def test_a_start_page_that_duplicates_another_stored_page_is_kept(site, tmp_path
     stats = again["stats"]
     (response,) = again["responses"]
     assert response["simdup"]["duplicate_of"] == original and "revisit" not in response["simdup"]
+    assert response["simdup"]["distance"] == 0 and response["simdup"]["similarity"] == 1.0
     assert stats["simdup/duplicates"] == stats["simdup/start_requests_kept"] == 1
     assert "simdup/dropped" not in stats and "simdup/revisits" not in stats
     # SIMDUP_DROP_START_REQUESTS = True: dropped like any near-duplicate

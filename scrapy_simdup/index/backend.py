@@ -113,37 +113,60 @@ class MemoryBackend(IndexBackend):
     A near-duplicate joins the index too, under its own key: a loose copy
     that resembles an earlier copy more than the first one is still found
     (copies of one story drift apart from site to site), and a match names
-    the page it resembles most. A page's own entry met again is not stored
-    again.
+    the stored page it resembles most. A key is stored once: met again, a
+    kept page is a revisit (its own entry matches) and a near-duplicate is
+    matched against the other pages again, never against itself.
     """
 
     def __init__(self, index, keys: dict[int, str] | None = None) -> None:
         self.index = index
         self.keys: dict[int, str] = {} if keys is None else keys
-        # key -> (id, value, value2): a page's own entry is found even when
-        # another page is the best match
-        self._entry_of_key: dict[str, tuple[int, int, int]] = {}
+        # key -> (id, value, value2, kept): the page stored under a key
+        self._entry_of_key: dict[str, tuple[int, int, int, bool]] = {}
+        # what was stored since the last take_stored(), when logging
+        self._stored_log: list | None = None
 
-    def load(self, values, values2, sketches, keys) -> None:
-        """Add entries saved by an earlier crawl (``keys`` as the snapshot stores them)."""
+    def log_stored(self) -> None:
+        """Keep what is stored from now on for :meth:`take_stored` (a snapshot writer)."""
+        if self._stored_log is None:
+            self._stored_log = []
+
+    def take_stored(self) -> list[tuple[int, int, bytes, str, bool]]:
+        """``(value, value2, sketch, key, kept)`` of each page stored since the
+        last call, in order; ``kept``: it matched nothing."""
+        if self._stored_log is None:
+            return []
+        taken, self._stored_log = self._stored_log, []
+        return taken
+
+    def put_back_stored(self, taken: list) -> None:
+        """Return what :meth:`take_stored` gave (its snapshot failed)."""
+        if self._stored_log is not None:
+            self._stored_log = list(taken) + self._stored_log
+
+    @property
+    def stored_pending(self) -> int:
+        return len(self._stored_log or ())
+
+    def load(self, values, values2, sketches, keys, kept=None) -> None:
+        """Add entries saved by an earlier crawl (``keys`` as the snapshot
+        stores them; ``kept``: which were kept pages, all when None)."""
         if not len(keys):
             return
         ids = self.index.add(values, values2, sketches)
-        for i, v1, v2, key in zip(np.asarray(ids).tolist(), np.asarray(values).tolist(),
-                                  np.asarray(values2).tolist(), keys):
+        kept = [True] * len(keys) if kept is None else [bool(k) for k in kept]
+        for i, v1, v2, key, was_kept in zip(np.asarray(ids).tolist(), np.asarray(values).tolist(),
+                                            np.asarray(values2).tolist(), keys, kept):
             self.keys[int(i)] = key
-            self._entry_of_key.setdefault(key, (int(i), int(v1), int(v2)))
+            self._entry_of_key[key] = (int(i), int(v1), int(v2), was_kept)
 
-    def _own_entry(self, page, key: str) -> Match | None:
-        """The entry stored under ``key`` (as given, or escaped as a snapshot
-        keeps it) when it is a verified match of ``page``."""
+    def _entry(self, key: str):
+        """``(stored key, entry)`` of ``key`` as given or as a snapshot keeps it."""
         for stored_key in (key, _escaped(key)):
             entry = self._entry_of_key.get(stored_key) if stored_key is not None else None
             if entry is not None:
-                found = self.index.verify(page, entry[1:], entry[0])
-                if found is not None:
-                    return Match(stored_key, found.distance, found.similarity)
-        return None
+                return stored_key, entry
+        return None, None
 
     @property
     def probes(self) -> int | None:  # type: ignore[override]
@@ -151,13 +174,26 @@ class MemoryBackend(IndexBackend):
         return int(self.index.probes)
 
     def _check_and_add(self, page, key: str) -> Match | None:
-        own = self._own_entry(page, key)
-        if own is not None:
-            return own
-        best = self.index.query(page.value, page.value2, page.sketch, page.W, page.W2)
-        row = int(self.index.add(page.value, page.value2, page.sketch)[0])
-        self.keys[row] = key
-        self._entry_of_key.setdefault(key, (row, int(page.value), int(page.value2)))
+        stored_key, entry = self._entry(key)
+        store = entry is None
+        if entry is not None and entry[3]:      # a kept page met again: a revisit?
+            own = self.index.verify(page, entry[1:3], entry[0])
+            if own is not None:
+                return Match(stored_key, own.distance, own.similarity)
+            store = True                        # it changed: store what it is now
+        best = None
+        for found in self.index.query(page.value, page.value2, page.sketch, page.W, page.W2,
+                                      first=False):
+            if entry is None or found.id != entry[0]:     # never the page's own entry
+                best = found
+                break
+        if store:
+            kept = best is None
+            row = int(self.index.add(page.value, page.value2, page.sketch)[0])
+            self.keys[row] = key
+            self._entry_of_key[key] = (row, int(page.value), int(page.value2), kept)
+            if self._stored_log is not None:
+                self._stored_log.append((int(page.value), int(page.value2), page.sketch, key, kept))
         if best is not None:
             return Match(self.keys.get(best.id, f"#{best.id}"), best.distance, best.similarity)
         return None

@@ -78,8 +78,8 @@ class PersistentBatchWriter:
             self.index_meta = {**self.index_meta, "idf_file": name}
         self.on_stat = on_stat
         self.store = IndexStore(self.directory) if backend is not None else None
-        self._stored_values: list[tuple] = []
-        self._stored_keys: list[str] = []
+        if backend is not None:
+            backend.log_stored()     # what it stores goes to the snapshot
         self.lost = 0
         self.batches = BatchWriter(self.directory, batch_size, on_flush=[self._on_flush],
                                    fingerprint=self.index_meta.get("fingerprint"),
@@ -87,15 +87,8 @@ class PersistentBatchWriter:
 
     def add(self, page, key, match, revisit: bool = False) -> None:
         """One checked page (a Fingerprint); ``match``: what the backend found
-        (None: a new page). The memory backend stores every page but its
-        own entry met again (a ``revisit``, stored before this crawl, goes to
-        the batch as no near-duplicate; the same key twice in this crawl is a
-        copy)."""
-        # what the backend stored: every page but its own entry met again
-        if self.store is not None and (match is None
-                                       or not self.backend.same_key(match.duplicate_of, key)):
-            self._stored_values.append((int(page.value), int(page.value2), page.sketch))
-            self._stored_keys.append(str(key))
+        (None: a new page). A ``revisit`` (``match`` is the page itself,
+        stored before) goes to the batch as no near-duplicate."""
         self.batches.append(page, key,                 # may flush (and snapshot)
                             match.distance if match is not None and not revisit else None)
 
@@ -106,7 +99,8 @@ class PersistentBatchWriter:
             self.on_stat("batch_records_flushed", self.batches.flushed_records)
 
     def snapshot(self) -> None:
-        if self.store is None or not self._stored_values:
+        """Append what the backend stored since the last snapshot."""
+        if self.store is None or not self.backend.stored_pending:
             return
         # the table first, then the index that names it: a kill between the two
         # leaves the previous commit (index and table) in force
@@ -115,13 +109,17 @@ class PersistentBatchWriter:
         if changed:
             self.idf.save(self.directory / name)
             self.index_meta = {**self.index_meta, "idf_file": name}
-        values, values2, sketches = zip(*self._stored_values)
+        stored = self.backend.take_stored()
+        values, values2, sketches, keys, kept = zip(*stored)
         sketch_rows = np.frombuffer(b"".join(sketches), dtype=np.uint8)
-        self.store.append(records(values, values2, sketch_rows), self._stored_keys,
-                          self.index_meta)
+        try:
+            self.store.append(records(values, values2, sketch_rows, kept), list(keys),
+                              self.index_meta)
+        except BaseException:
+            self.backend.put_back_stored(stored)    # tried again at the next snapshot
+            raise
         if changed:
             _remove_idf_files(self.directory, keep=name)
-        self._stored_values, self._stored_keys = [], []
 
     def flush(self) -> None:
         """Write the pending batch (if any) and snapshot the index."""
@@ -151,8 +149,8 @@ class PersistentBatchWriter:
                 return
             except OSError as exc:
                 error = exc
-        self.lost = len(self._stored_values)
-        raise BatchWriteError(error.errno, f"{self.lost:,} kept fingerprints could not be added "
+        self.lost = self.backend.stored_pending if self.backend is not None else 0
+        raise BatchWriteError(error.errno, f"{self.lost:,} stored fingerprints could not be added "
                               f"to the index snapshot in {self.directory} and are lost to the "
                               f"next crawl (the batch files have them): "
                               f"{_root_cause(error)}") from error
@@ -264,7 +262,7 @@ def restore(backend, directory, on_error: str = "keep", on_stat: StatCallback | 
     except CorruptFileError as exc:
         _saved_file_corrupt(exc, "index", on_error, on_stat, store.move_aside)
         return 0
-    backend.load(values["value"], values["value2"], values["sketch"], keys)
+    backend.load(values["value"], values["value2"], values["sketch"], keys, values["kept"])
     if on_stat is not None:
         on_stat("index_restored", len(values))
     return len(values)

@@ -5,8 +5,9 @@ items):
 
 ``index.values``
     The pages the index stored, in insertion order (index id ``i`` is record
-    ``i``), ``RECORD_BYTES`` each: key 1 and key 2 (``<u8``), then the
-    ``SKETCH_BYTES``-byte sketch. Append-only.
+    ``i``), ``RECORD_BYTES`` each: key 1 and key 2 (``<u8``), the
+    ``SKETCH_BYTES``-byte sketch and a byte: 1 for a kept page, 0 for a
+    near-duplicate (stored too, under its own key). Append-only.
 ``index.keys``
     UTF-8, one key (URL or item id) per line, in the same order. Append-only.
 ``index.json``
@@ -46,8 +47,10 @@ from scrapy_simdup.storage.batchfile import escape_url
 
 FORMAT = "simdup-index"
 VERSION = 2
-#: one record of ``index.values``: key 1, key 2, sketch
-RECORD = np.dtype([("value", "<u8"), ("value2", "<u8"), ("sketch", "u1", (SKETCH_BYTES,))])
+#: one record of ``index.values``: key 1, key 2, sketch, and whether the page
+#: was kept (1) or stored as a near-duplicate of an earlier page (0)
+RECORD = np.dtype([("value", "<u8"), ("value2", "<u8"), ("sketch", "u1", (SKETCH_BYTES,)),
+                   ("kept", "u1")])
 RECORD_BYTES = RECORD.itemsize
 HEADER_FILE = "index.json"
 FILES_GLOB = "index.*"          # the snapshot's files
@@ -58,11 +61,13 @@ def _empty_header() -> dict:
     return {"format": FORMAT, "version": VERSION, **dict.fromkeys(_INT_FIELDS, 0)}
 
 
-def records(values, values2=None, sketches=None) -> np.ndarray:
-    """A ``RECORD`` array of key 1 (and key 2 and sketches, zero when None)."""
+def records(values, values2=None, sketches=None, kept=None) -> np.ndarray:
+    """A ``RECORD`` array of key 1 (and key 2 and sketches, zero when None;
+    ``kept``, every page when None)."""
     values = np.asarray(values, dtype=np.uint64).reshape(-1)
     out = np.zeros(values.shape[0], dtype=RECORD)
     out["value"] = values
+    out["kept"] = 1 if kept is None else np.asarray(kept, dtype=np.uint8).reshape(-1)
     if values2 is not None:
         out["value2"] = np.asarray(values2, dtype=np.uint64).reshape(-1)
     if sketches is not None:
