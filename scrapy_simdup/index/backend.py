@@ -181,15 +181,11 @@ class MemoryBackend(IndexBackend):
             if own is not None:
                 return Match(stored_key, own.distance, own.similarity)
             store = True                        # it changed: store what it is now
-        best = None
-        for found in self.index.query(page.value, page.value2, page.sketch, page.W, page.W2,
-                                      first=False):
-            if entry is None or found.id != entry[0]:     # never the page's own entry
-                best = found
-                break
+        best = self.index.query(page.value, page.value2, page.sketch, page.W, page.W2,
+                                exclude=entry[0] if entry is not None else None)
         if store:
             kept = best is None
-            row = int(self.index.add(page.value, page.value2, page.sketch)[0])
+            row = self.index.add_fingerprint(page)
             self.keys[row] = key
             self._entry_of_key[key] = (row, int(page.value), int(page.value2), kept)
             if self._stored_log is not None:

@@ -209,45 +209,62 @@ class VerifiedIndex:
         return id_arr
 
     def add_fingerprint(self, fingerprint, id=None) -> int:
-        """Store a :class:`Fingerprint`; returns its id."""
-        ids = None if id is None else [id]
-        return int(self.add(fingerprint.value, fingerprint.value2, fingerprint.sketch, ids)[0])
+        """Store a :class:`Fingerprint` (or any page with ``value``, ``value2``
+        and ``sketch``); returns its id."""
+        if id is not None or self._ids is not None:
+            ids = None if id is None else [id]
+            return int(self.add(fingerprint.value, fingerprint.value2, fingerprint.sketch, ids)[0])
+        # one page, its id its row: the crawl's path, without the array conversions
+        sketch = fingerprint.sketch
+        if not isinstance(sketch, bytes) or len(sketch) != SKETCH_BYTES:
+            raise ValueError(f"a sketch must be {SKETCH_BYTES} bytes")
+        row = self._n
+        self._reserve(1)
+        rows = np.array([row], dtype=np.int64)
+        self.tables[0]._add_arrays(np.array([_as_value(fingerprint.value)], np.uint64), rows)
+        self.tables[1]._add_arrays(np.array([_as_value(fingerprint.value2)], np.uint64), rows)
+        self._sketches[row] = np.frombuffer(sketch, dtype=np.uint8)
+        self._n += 1
+        for table in self.tables:
+            table._set_sketches(self._sketches, self._n, self.needed)
+        return row
 
     # -- query ------------------------------------------------------------
     def query(self, value: int, value2: int, sketch: bytes, W=None, W2=None,
-              first: bool = True):
+              first: bool = True, exclude: int | None = None):
         """Verified matches of one page.
 
         ``first=True``: the best :class:`VerifiedMatch` or None. ``first=False``:
-        every verified match, best first."""
+        every verified match, best first. ``exclude``: a stored id to leave out
+        (the page's own entry)."""
         q = _as_sketches(sketch, 1)[0]
         self._probes += 2 * _probe_budget(self.header_bits, self.distance, self.max_probes)
-        parts_rows, parts_dist = [], []
-        for table, v, w in zip(self.tables, (value, value2), (W, W2)):
-            rows, dist = table._query_verified(_as_value(v), w, q)
-            parts_rows.append(rows)
-            parts_dist.append(dist)
-        rows = np.concatenate(parts_rows)
+        rows1, dist1 = self.tables[0]._query_verified(_as_value(value), W, q)
+        rows2, dist2 = self.tables[1]._query_verified(_as_value(value2), W2, q)
+        rows = np.concatenate((rows1, rows2))
+        dist = np.concatenate((dist1, dist2)).astype(np.int16)
+        ids = rows if self._ids is None else self._ids[rows]
+        if exclude is not None and rows.shape[0]:
+            keep = ids != exclude
+            rows, dist, ids = rows[keep], dist[keep], ids[keep]
         if not rows.shape[0]:
             return None if first else []
-        dist = np.concatenate(parts_dist).astype(np.int16)
         agree = hashing.sketch_matches(q, self._sketches, rows).astype(np.int16)
-        # best first: most agreeing bins, then the smaller distance, then the earlier row
+        if first:   # the most agreeing bins, then the smaller distance, then the earlier row
+            best = agree.max()
+            tied = np.flatnonzero(agree == best)
+            i = tied[np.lexsort((rows[tied], dist[tied]))[0]]
+            return VerifiedMatch(int(ids[i]), similarity(int(agree[i])), int(dist[i]))
         order = np.lexsort((rows, dist, -agree))
-        if first:
-            order = order[:1]
-        else:   # a page found by both keys once, at its smaller distance
-            _, once = np.unique(rows[order], return_index=True)
-            order = order[np.sort(once)]
-        ids = rows if self._ids is None else self._ids[rows]
+        _, once = np.unique(rows[order], return_index=True)   # a page found by both keys once
+        order = order[np.sort(once)]
         est = similarity(agree)
-        found = [VerifiedMatch(int(ids[i]), float(est[i]), int(dist[i])) for i in order]
-        return found[0] if first else found
+        return [VerifiedMatch(int(ids[i]), float(est[i]), int(dist[i])) for i in order]
 
-    def query_fingerprint(self, fingerprint, first: bool = True):
+    def query_fingerprint(self, fingerprint, first: bool = True, exclude: int | None = None):
         """:meth:`query` with a :class:`Fingerprint`'s keys, weights and sketch."""
         return self.query(fingerprint.value, fingerprint.value2, fingerprint.sketch,
-                          fingerprint.W, fingerprint.W2, first=first)
+                          fingerprint.W, fingerprint.W2, first=first, exclude=exclude)
 
     def verify(self, page, stored, row: int):
         """:class:`VerifiedMatch` of ``page`` against the page stored as
