@@ -1,34 +1,39 @@
-"""Shared index on Redis: throughput, memory, and the peers, in one run.
+"""Shared index on Redis (two keys, verified): cost and recall by probe budget.
 
-    python benchmarks/bench_redis.py            # 1M fingerprints (the reported run)
+    python benchmarks/bench_redis.py            # 1M unrelated pages + the real pages
     python benchmarks/bench_redis.py --quick    # 100k, for development
 
-Starts its own ``redis-server`` (Debian package) on a free loopback port, then:
+Starts its own ``redis-server`` (Debian package) on a free loopback port. For
+each probe budget K (buckets per key and look-up, ``SIMDUP_MAX_PROBES``), on a
+fresh index at the default distance (22), min_similarity (0.15) and header
+bits (t = 14):
 
-1. *Fill*: 1M checks of new documents (``_workload.background``: real simhash
-   computations of synthetic pages) through ``RedisBackend.check_and_add_many``
-   in batches (each one a PSM-F lookup + atomic insert): checks/second from one
-   process, and Redis ``INFO memory`` ``used_memory`` before/after, split into
-   the fingerprint index (buckets + bookkeeping) and the URL lists
-   (``MEMORY USAGE`` of the ``<key>:u:*`` keys).
-2. *Queries* on the filled index: 20k checks, half near-duplicates of stored
-   pages at distance 1..3 (real edits, ``_workload.query_set``), half new:
-   checks/second and recall (near-duplicates found).
-3. *4 processes* checking new streams against the same index at once.
-4. Peers measured here: the in-memory backend (``MemoryBackend`` on
-   ``PSMIndex``, the default index, one process: it is not shared) on the same
-   fill and queries; ``datasketch.MinHashLSH`` with Redis storage doing the
-   same check-and-insert (query, insert if no candidate; per page, and
-   batched with its query buffer and insertion session), 1 and 4 processes,
-   on precomputed MinHash signatures, compared with ours on the same number
-   of checks from an empty index.
+1. *Fill* with ``n`` unrelated pages (uniform random keys, random sketches:
+   what the bucket reads cost does not depend on their content), checked at
+   K = 1 (the fill is not what is measured).
+2. *Real pages*: spotsigs-dev (34 stories) mixed with distractors-dragnet,
+   fingerprinted by ``Fingerprinter()``, in the fixed order of
+   ``random.Random(7).shuffle``, checked in batches of ``--batch`` pages
+   (a crawl with many responses in flight coalesces about that many): checks
+   per second from one process, bytes Redis sent per check
+   (``INFO stats`` ``total_net_output_bytes``), and the flags: a spotsigs page
+   flagged as a duplicate of a page of the same story is correct; recall is
+   over the spotsigs pages whose story was met before, precision over every
+   flag (a distractor flagged as a copy of another distractor counts against
+   it, so this precision is lower than eval_real's).
+
+Also: Redis ``used_memory`` per stored page after the fill (the 54-byte
+records, the URL lists apart, and Redis' per-key overhead), and the
+in-memory ``VerifiedIndex`` at the same t and K on the same pages, whose
+verdicts the Redis index repeats (tests/test_redis_verified.py).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing as mp
+import gzip
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -41,18 +46,16 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
 
-from _workload import background, query_set
-
-from scrapy_simdup import SimdupConfig
+from scrapy_simdup import Fingerprinter
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY
+from scrapy_simdup.index.backend import MemoryBackend, Page
 from scrapy_simdup.index.redis.backend import RedisBackend
-from scrapy_simdup.index.redis.store import RedisIndexStore
-from scrapy_simdup.integration.backends import probe_budget
+from scrapy_simdup.index.verified import VerifiedIndex
+from tests.data_root import DATA_ROOT
 
-H = 3
 T = 14
-BATCH = 2048
+FILL_BATCH = 2048
 
 
 # ----------------------------------------------------------------- redis server
@@ -100,250 +103,152 @@ class Server:
 
 
 # ----------------------------------------------------------------- data
-def weights_for(values: np.ndarray, seed: int) -> np.ndarray:
-    """W consistent with ``values`` (sign = bit) for documents generated
-    without W (the background): magnitudes like a 300-shingle page."""
-    rng = np.random.default_rng(seed)
-    bits = ((values[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(bool)
-    mag = np.abs(rng.normal(0, 17.0, (values.shape[0], 64))) + 0.5
-    return np.where(bits, mag, -mag)
-
-
-def urls_for(start: int, n: int) -> list[str]:
-    return [f"https://site{i % 997}.example.com/news/2024/article-{i}.html"
-            for i in range(start, start + n)]
-
-
-# ----------------------------------------------------------------- ours
-def make_backend(url: str, base: str) -> RedisBackend:
-    store = RedisIndexStore(url, base, header_bits=T, distance=H)
-    store.check_server()
-    return RedisBackend(store, max_probes=probe_budget(SimdupConfig(distance=H), T))
-
-
-async def run_checks(backend, values, W, keys):
+def real_pages():
+    """[(story or None, url, Page)] in the fixed shuffled order."""
+    spot = sorted((DATA_ROOT / "spotsigs-dev").glob("*/*"))
+    dis = sorted((DATA_ROOT / "distractors-dragnet").glob("*"))
+    fp = Fingerprinter()
     out = []
-    for a in range(0, values.shape[0], BATCH):
-        out.extend(await backend.check_and_add_many(values[a:a + BATCH], W[a:a + BATCH],
-                                                    keys[a:a + BATCH]))
+    for path in spot + dis:
+        if not path.is_file() or path.name.lower().startswith("readme"):
+            continue
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        try:
+            f = fp.fingerprint_html(raw)
+        except Exception:  # noqa: BLE001 (pages without text are skipped, as in a crawl)
+            continue
+        story = path.parent.name if path.parent.parent.name == "spotsigs-dev" else None
+        out.append((story, f"https://real.example/{path.parent.name}/{path.name}",
+                    Page(f.value, np.asarray(f.W), f.value2, np.asarray(f.W2), f.sketch)))
+    random.Random(7).shuffle(out)
     return out
 
 
-def _ours_worker(url, base, seed, n, barrier, q):
-    values = background(n, seed=seed, log=None)
-    W = weights_for(values, seed)
-    keys = urls_for(seed * 10_000_000, n)
-    backend = make_backend(url, base)
-
-    async def go():
-        barrier.wait()
-        t0 = time.perf_counter()
-        res = await run_checks(backend, values, W, keys)
-        t1 = time.perf_counter()
-        await backend.close()
-        return t0, t1, sum(r is None for r in res)
-    q.put(asyncio.run(go()))
-
-
-def parallel(target, args_list):
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(len(args_list))
-    q = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(*a, barrier, q)) for a in args_list]
-    for p in procs:
-        p.start()
-    res = [q.get(timeout=3600) for _ in procs]
-    for p in procs:
-        p.join()
-    start = min(r[0] for r in res)
-    end = max(r[1] for r in res)
-    return end - start, res
-
-
-# ----------------------------------------------------------------- datasketch
-def minhash_stream(n: int, seed: int, num_perm=128, dup_fraction=0.5):
-    """Signatures: fresh random ones, and near-duplicates of earlier ones
-    (10 % of the permutations changed, Jaccard ~ 0.9)."""
+def unrelated_pages(n: int, seed: int):
     rng = np.random.default_rng(seed)
-    sigs = rng.integers(1, 2**32 - 1, (n, num_perm), dtype=np.uint64)
-    for i in range(1, n):
-        if rng.random() < dup_fraction:
-            j = int(rng.integers(0, i))
-            sigs[i] = sigs[j]
-            change = rng.choice(num_perm, num_perm // 10, replace=False)
-            sigs[i, change] = rng.integers(1, 2**32 - 1, change.shape[0], dtype=np.uint64)
-    return sigs
+    v1 = rng.integers(0, 2**64, n, dtype=np.uint64, endpoint=False)
+    v2 = rng.integers(0, 2**64, n, dtype=np.uint64, endpoint=False)
+    sk = rng.integers(0, 256, (n, 32), dtype=np.uint8)
+    W = np.ones(64)
+    return [Page(int(a), W, int(b), W, s.tobytes()) for a, b, s in zip(v1, v2, sk)]
 
 
-def datasketch_checks(port: int, basename: bytes, sigs, batched: bool, start=0):
-    from datasketch import LeanMinHash, MinHash, MinHashLSH
-    lsh = MinHashLSH(threshold=0.8, num_perm=sigs.shape[1], storage_config={
-        "type": "redis", "basename": basename,
-        "redis": {"host": "127.0.0.1", "port": port}})
-    mhs = [LeanMinHash(MinHash(num_perm=sigs.shape[1], hashvalues=s, scheme="legacy"))
-           for s in sigs]
-    keys = [f"https://site.example/{start + i}" for i in range(len(mhs))]
-    kept = 0
+def score(pages, flags_of):
+    """(precision, recall, flags) of ``flags_of[i]``: the index of the page
+    matched, or None."""
+    seen, correct, need, flags = set(), 0, 0, 0
+    for i, (story, _, _) in enumerate(pages):
+        if story is not None and story in seen:
+            need += 1
+        j = flags_of[i]
+        if j is not None:
+            flags += 1
+            correct += story is not None and pages[j][0] == story
+        if story is not None:
+            seen.add(story)
+    return correct / max(flags, 1), correct / max(need, 1), flags
+
+
+# ----------------------------------------------------------------- runs
+async def fill(srv, base, bg):
+    be = RedisBackend.open(srv.url, base, header_bits=T, max_probes=1)
+    for a in range(0, len(bg), FILL_BATCH):
+        await be.check_and_add_many(bg[a:a + FILL_BATCH],
+                                    [f"https://bg.example/{i}"
+                                     for i in range(a, min(a + FILL_BATCH, len(bg)))])
+    await be.close()
+
+
+async def real_run(srv, base, pages, k, batch):
+    be = RedisBackend.open(srv.url, base, header_bits=T, max_probes=k)
+    index_of = {url: i for i, (_, url, _) in enumerate(pages)}
+    out_before = int(srv.client.info("stats")["total_net_output_bytes"])
     t0 = time.perf_counter()
-    if not batched:
-        for k, m in zip(keys, mhs):
-            if not lsh.query(m):
-                lsh.insert(k, m, check_duplication=False)
-                kept += 1
-    else:
-        for a in range(0, len(mhs), 500):
-            part = list(zip(keys[a:a + 500], mhs[a:a + 500]))
-            for _, m in part:
-                lsh.add_to_query_buffer(m)
-            found = lsh.collect_query_buffer()
-            with lsh.insertion_session(buffer_size=500) as session:
-                for (k, m), f in zip(part, found):
-                    if not f:
-                        session.insert(k, m, check_duplication=False)
-                        kept += 1
-    return t0, time.perf_counter(), kept
+    got = []
+    for a in range(0, len(pages), batch):
+        got.extend(await be.check_and_add_many([p for _, _, p in pages[a:a + batch]],
+                                               [u for _, u, _ in pages[a:a + batch]]))
+    dt = time.perf_counter() - t0
+    sent = int(srv.client.info("stats")["total_net_output_bytes"]) - out_before
+    probes = be.probes
+    await be.close()
+    flags = [None if m is None else index_of.get(m.duplicate_of, -1) for m in got]
+    return dt, sent, probes, flags
 
 
-def _ds_worker(port, basename, seed, n, batched, barrier, q):
-    sigs = minhash_stream(n, seed)
-    barrier.wait()
-    q.put(datasketch_checks(port, basename, sigs, batched, start=seed * 10_000_000))
+def memory_flags(pages, k, n_bg):
+    """The in-memory verified index at the same t and K (no background: its
+    verdicts on the real pages do not depend on unrelated pages, up to chance
+    matches)."""
+    mem = MemoryBackend(VerifiedIndex(distance=DEFAULT_DISTANCE,
+                                      min_similarity=DEFAULT_MIN_SIMILARITY,
+                                      max_probes=k, header_bits=T))
+    got = asyncio.run(mem.check_and_add_many([p for _, _, p in pages], [u for _, u, _ in pages]))
+    index_of = {url: i for i, (_, url, _) in enumerate(pages)}
+    return [None if m is None else index_of.get(m.duplicate_of, -1) for m in got]
 
 
-# ----------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="100k fingerprints, small peers")
+    ap.add_argument("--quick", action="store_true", help="100k unrelated pages")
+    ap.add_argument("--n", type=int, help="unrelated pages in the index")
+    ap.add_argument("--batch", type=int, default=64, help="pages per check_and_add_many")
+    ap.add_argument("--budgets", default="16,64,256,1024,2048",
+                    help="probe budgets per key to measure")
     args = ap.parse_args()
-    n_fill = 100_000 if args.quick else 1_000_000
-    n_query = 4_000 if args.quick else 20_000
-    n_par = 25_000 if args.quick else 100_000        # per process
-    n_ds = 2_000 if args.quick else 10_000           # datasketch checks per run
-    print(f"# python benchmarks/bench_redis.py{' --quick' if args.quick else ''}")
-    print(f"# distance h={H}, Redis header bits t={T}, batch {BATCH}, "
-          f"probes per lookup {probe_budget(SimdupConfig(distance=H), T)} "
-          f"(default recall target), cores {os.cpu_count()}")
-    bg = background(n_fill, seed=1)
-    Wbg = weights_for(bg, 1)
-    keys = urls_for(0, n_fill)
-    qs = query_set(n_query, H, seed=2)
+    n = args.n or (100_000 if args.quick else 1_000_000)
+    budgets = [int(x) for x in args.budgets.split(",")]
+    print(f"# python benchmarks/bench_redis.py {' '.join(sys.argv[1:])}")
+    print(f"# distance {DEFAULT_DISTANCE}, min_similarity {DEFAULT_MIN_SIMILARITY}, header bits "
+          f"t={T}, {n:,} unrelated pages + the real pages, batches of {args.batch}, "
+          f"cores {os.cpu_count()}")
+    pages = real_pages()
+    n_spot = sum(s is not None for s, _, _ in pages)
+    print(f"# real pages: {n_spot} spotsigs-dev + {len(pages) - n_spot} distractors-dragnet")
+    bg = unrelated_pages(n, 1)
     srv = Server()
     import redis as _r
     print(f"# redis-server {srv.client.info('server')['redis_version']}, "
           f"redis-py {_r.__version__}")
-    rows = []
     try:
-        # 1. fill ------------------------------------------------------------
-        base = "bench:main"
         before = srv.used_memory()
-        backend = make_backend(srv.url, base)
-        srv.client.config_resetstat()
-        t0, c0 = time.perf_counter(), time.process_time()
-        res = asyncio.run(run_checks(backend, bg, Wbg, keys))
-        fill_dt, fill_cpu = time.perf_counter() - t0, time.process_time() - c0
-        server_us = sum(v["usec"] for k, v in srv.client.info("commandstats").items()
-                        if k.startswith("cmdstat_"))
-        stored = n_fill - sum(r is not None for r in res)
+        t0 = time.perf_counter()
+        asyncio.run(fill(srv, "bench:fill", bg))
+        fill_dt = time.perf_counter() - t0
         after = srv.used_memory()
         pipe = srv.client.pipeline(transaction=False)
-        ukeys = list(srv.client.scan_iter(match=base + ":u:*", count=10_000))
-        for k in ukeys:
-            pipe.memory_usage(k, samples=0)
+        ukeys = list(srv.client.scan_iter(match="bench:fill:u:*", count=10_000))
+        for key in ukeys:
+            pipe.memory_usage(key, samples=0)
         url_mem = int(sum(x or 0 for x in pipe.execute()))
-        idx_mem = after - before - url_mem
-        n_keys = srv.client.dbsize()
-        print(f"\n## fill: {n_fill:,} checks of new pages, one process")
-        print(f"redis   {n_fill / fill_dt:>10,.0f} checks/s  ({fill_dt:.1f} s, "
-              f"{stored:,} stored, {n_fill - stored:,} near-duplicates in the background)")
-        print(f"cpu     client {fill_cpu / n_fill * 1e6:.1f} us per check (process time), "
-              f"Redis {server_us / n_fill:.1f} us per check (INFO commandstats); bound with a free "
-              f"core each (not measured here): ~{1e6 / max(fill_cpu / n_fill * 1e6, server_us / n_fill):,.0f} checks/s")
-        print(f"memory  used_memory {before:,} -> {after:,} bytes; {n_keys:,} keys")
-        print(f"        fingerprint index {idx_mem:,} bytes = {idx_mem / stored:.1f} bytes "
-              f"per fingerprint (target <= 24)")
-        print(f"        URL lists (separate, {len(ukeys):,} keys) {url_mem:,} bytes = "
-              f"{url_mem / stored:.1f} bytes per URL "
-              f"(~{np.mean([len(k) for k in keys[:1000]]):.0f}-char URLs)")
-        rows.append(("fill", n_fill / fill_dt))
+        stored = int(srv.client.get("bench:fill:n"))
+        rec = sum(srv.client.strlen(key) for fam in "bc"
+                  for key in srv.client.scan_iter(match=f"bench:fill:{fam}:*", count=10_000))
+        print(f"\n## memory after filling {stored:,} pages (K = 1, {stored / fill_dt:,.0f} "
+              f"checks/s)")
+        print(f"records          {rec / stored:6.1f} bytes per page (40 key-1 + 14 key-2)")
+        print(f"index in Redis   {(after - before - url_mem) / stored:6.1f} bytes per page "
+              f"(used_memory, URL lists apart: with Redis' per-key overhead of "
+              f"{3 << T:,} keys)")
+        print(f"URL lists        {url_mem / stored:6.1f} bytes per page")
+        srv.client.delete(*[k for k in srv.client.scan_iter("bench:fill:*", count=10_000)])
 
-        # 2. queries -------------------------------------------------------------
-        dup_vals = qs["stored_dup"]
-        asyncio.run(run_checks(backend, dup_vals, weights_for(dup_vals, 3),
-                               urls_for(50_000_000, dup_vals.shape[0])))
-        qv, qW = qs["q_value"], qs["q_W"]
-        t0 = time.perf_counter()
-        qres = asyncio.run(run_checks(backend, qv, qW, urls_for(60_000_000, qv.shape[0])))
-        q_dt = time.perf_counter() - t0
-        found = np.array([r is not None for r in qres])
-        recall = found[qs["has_dup"]].mean()
-        fresh_hits = found[~qs["has_dup"]].mean()
-        asyncio.run(backend.close())
-        print(f"\n## queries on the filled index: {qv.shape[0]:,} checks, half near-duplicates "
-              f"(distance 1..{H}), one process")
-        print(f"redis   {qv.shape[0] / q_dt:>10,.0f} checks/s  recall {recall:.3f}, "
-              f"new pages matched {fresh_hits:.4f}")
-        rows.append(("queries", qv.shape[0] / q_dt))
-
-        # 3. four processes ---------------------------------------------------------
-        wall, par = parallel(_ours_worker, [(srv.url, base, 100 + k, n_par) for k in range(4)])
-        ours4 = 4 * n_par / wall
-        print(f"\n## 4 processes, {n_par:,} checks of new pages each, same index")
-        print(f"redis   {ours4:>10,.0f} checks/s aggregate ({wall:.1f} s wall); "
-              f"index size now {int(srv.client.get(base + ':n')):,}")
-
-        # 4a. in-memory backend ------------------------------------------------------
-        from scrapy_simdup.index.backend import MemoryBackend
-        from scrapy_simdup.integration.backends import make_index
-        mem = MemoryBackend(make_index(SimdupConfig(distance=H)))
-        t0 = time.perf_counter()
-        asyncio.run(mem.check_and_add_many(bg, Wbg, keys))
-        mem_fill = n_fill / (time.perf_counter() - t0)
-        asyncio.run(mem.check_and_add_many(dup_vals, weights_for(dup_vals, 3),
-                                           urls_for(50_000_000, dup_vals.shape[0])))
-        t0 = time.perf_counter()
-        mres = asyncio.run(mem.check_and_add_many(qv, qW, urls_for(60_000_000, qv.shape[0])))
-        mem_q = qv.shape[0] / (time.perf_counter() - t0)
-        mrecall = np.array([r is not None for r in mres])[qs["has_dup"]].mean()
-        print("\n## in-memory backend (PSMIndex, default settings; one process, not shared)")
-        print(f"memory  fill {mem_fill:>10,.0f} checks/s, queries {mem_q:,.0f} checks/s, "
-              f"recall {mrecall:.3f}")
-        del mem
-
-        # 4b. datasketch vs ours on the same number of checks -----------------------
-        print(f"\n## datasketch MinHashLSH (threshold 0.8, 128 perm) with Redis storage vs ours, "
-              f"{n_ds:,} check-and-insert each (half near-duplicates), from an empty index")
-        sigs = minhash_stream(n_ds, 7)
-        t0, t1, _ = datasketch_checks(srv.port, b"ds1", sigs, batched=False)
-        ds1 = n_ds / (t1 - t0)
-        t0, t1, _ = datasketch_checks(srv.port, b"ds2", sigs, batched=True)
-        ds1b = n_ds / (t1 - t0)
-        wall, _ = parallel(_ds_worker, [(srv.port, b"ds4", 200 + k, n_ds // 4, True)
-                                        for k in range(4)])
-        ds4 = n_ds / wall
-        sv = qv[:n_ds] if qv.shape[0] >= n_ds else qv
-        small = make_backend(srv.url, "bench:small")
-        t0 = time.perf_counter()
-        asyncio.run(run_checks(small, sv, qW[:sv.shape[0]], urls_for(0, sv.shape[0])))
-        ours_small = sv.shape[0] / (time.perf_counter() - t0)
-        asyncio.run(small.close())
-        best_ds1 = max(ds1, ds1b)
-        print(f"datasketch per page   {ds1:>10,.0f} checks/s (1 process)")
-        print(f"datasketch batched    {ds1b:>10,.0f} checks/s (1 process, query buffer + "
-              f"insertion session)")
-        print(f"datasketch batched    {ds4:>10,.0f} checks/s (4 processes)")
-        print(f"ours                  {ours_small:>10,.0f} checks/s (1 process, same size)")
-
-        print("\n## summary (targets: >= 50,000 checks/s from one process; <= 24 bytes per "
-              "fingerprint; >= 10x datasketch)")
-        print(f"one process, fill of {n_fill:,}:   {n_fill / fill_dt:>10,.0f} checks/s")
-        print(f"one process, queries at {stored:,}: {qv.shape[0] / q_dt:>10,.0f} checks/s")
-        print(f"four processes:                  {ours4:>10,.0f} checks/s")
-        print(f"bytes per fingerprint:           {idx_mem / stored:>10.1f}")
-        print(f"ours / in-memory backend:        fill {n_fill / fill_dt / mem_fill:.2f}x, "
-              f"queries {qv.shape[0] / q_dt / mem_q:.2f}x")
-        print(f"ours / datasketch (1 process):   {ours_small / best_ds1:.1f}x  "
-              f"(vs its best mode; {ours_small / ds1:.1f}x vs per page)")
-        print(f"ours / datasketch (4 processes): {ours4 / ds4:.1f}x")
+        print(f"\n## real pages on an index of {n:,} unrelated pages, by probe budget K "
+              f"(buckets per key and look-up)")
+        print(f"{'K':>6} {'checks/s':>10} {'ms/check':>9} {'KB sent/check':>14} "
+              f"{'probes/check':>13} {'P':>6} {'R':>6} {'flags':>6}   memory P / R (same t, K)")
+        for k in budgets:
+            base = f"bench:k{k}"
+            asyncio.run(fill(srv, base, bg))
+            dt, sent, probes, flags = asyncio.run(real_run(srv, base, pages, k, args.batch))
+            p, r, nf = score(pages, flags)
+            mp_, mr, _ = score(pages, memory_flags(pages, k, n))
+            print(f"{k:>6} {len(pages) / dt:>10,.0f} {dt / len(pages) * 1e3:>9.2f} "
+                  f"{sent / len(pages) / 1024:>14,.0f} {probes / len(pages):>13,.0f} "
+                  f"{p:>6.3f} {r:>6.3f} {nf:>6}   {mp_:.3f} / {mr:.3f}", flush=True)
+            srv.client.flushdb()
     finally:
         srv.close()
 

@@ -34,13 +34,16 @@ from scrapy_simdup.exceptions import IndexUnavailableError
 from scrapy_simdup.index.redis.store import RedisIndexStore
 
 ONE = [np.zeros(1, np.uint64)]
+SKETCH = np.zeros((1, 32), np.uint8)
 
 
 async def timed_check(store, value: int) -> tuple[float, bool]:
     """(seconds, failed) of one check-and-add."""
     t0 = time.perf_counter()
     try:
-        await store.check_and_add_many(np.array([value], np.uint64), ONE, [f"k{value}"])
+        await store.check_and_add_many(np.array([value], np.uint64),
+                                       np.array([value ^ 0x5DEECE66D], np.uint64), SKETCH,
+                                       (ONE, ONE), [f"k{value}"])
         return time.perf_counter() - t0, False
     except IndexUnavailableError:
         return time.perf_counter() - t0, True

@@ -1,10 +1,13 @@
 """The Redis index at the store level, against a real redis-server.
 
-The reference is a sequential PSM-F in pure Python: for each candidate in
-order, the first stored fingerprint within distance ``h`` in probe order
-(bucket by bucket, in insertion order inside a bucket), else insert. The store
+The protocol tests drive the store by key 1 (``KeyOneStore``: key 2
+unrelated, every sketch equal, so every candidate verifies). The reference is
+a sequential PSM-F in pure Python: for each candidate in order, a stored
+fingerprint within distance ``h`` in a probed bucket, else insert. The store
 must agree with its verdicts exactly for one process, whatever path decided
-(local check on the snapshot, or the Lua script's tail check).
+(local check on the snapshot, or the Lua script's tail check). The verified
+two-key rule on real pages, against the in-memory index, is in
+``test_redis_verified.py``.
 """
 import asyncio
 import multiprocessing as mp
@@ -16,6 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrapy_simdup.exceptions import IndexUnavailableError, ParameterError
+from scrapy_simdup.fingerprint.features import fmix64
+from scrapy_simdup.index.backend import Page
 from scrapy_simdup.index.redis.store import RedisIndexStore, StoreMatch
 from scrapy_simdup.integration.backends import setting_message
 from tests.data_root import DATA_ROOT
@@ -25,6 +30,38 @@ M64 = (1 << 64) - 1
 
 def run(coro):
     return asyncio.run(coro)
+
+
+ZERO_SKETCH = bytes(32)
+
+
+def key2(values):
+    """An independent second key (never within a few bits of another's by chance)."""
+    return fmix64(np.asarray(values, dtype=np.uint64) ^ np.uint64(0x5DEECE66D))
+
+
+class KeyOneStore(RedisIndexStore):
+    """The store driven by key 1 alone: key 2 unrelated and probed in its own
+    bucket only, every sketch equal (every candidate verifies), near-duplicates
+    not stored, as the tests of the protocol need."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("store_duplicates", False)
+        super().__init__(*args, **kw)
+
+    async def check_and_add_many(self, values, masks, keys=None, **kw):
+        values = np.ascontiguousarray(values, dtype=np.uint64).ravel()
+        n = values.shape[0]
+        if not callable(masks) and len(masks) != n:
+            raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
+        return await super().check_and_add_many(
+            values, key2(values), np.zeros((n, 32), np.uint8),
+            (masks, [np.zeros(1, np.uint64)] * n), keys, **kw)
+
+
+def page(value, W=None):
+    """A page of key ``value`` (key 2 unrelated, the sketch of every page)."""
+    return Page(int(value), W, int(key2(np.array([value], np.uint64))[0]), W, ZERO_SKETCH)
 
 
 class ReferenceStore:
@@ -55,7 +92,7 @@ _counter = iter(range(10**9))
 
 def new_store(server, t=8, h=3):
     base = f"test:{next(_counter)}:{time.monotonic_ns()}"
-    return RedisIndexStore(server.url, base, header_bits=t, distance=h)
+    return KeyOneStore(server.url, base, header_bits=t, distance=h)
 
 
 def as_tuple(m):
@@ -177,7 +214,7 @@ def _interleaved(server, foreign, before=None):
         a = await new_store(server, t=8, h=3).connect()
         if before is not None:
             await before(a)
-        b = RedisIndexStore(server.url, a.base, header_bits=8, distance=3)
+        b = KeyOneStore(server.url, a.base, header_bits=8, distance=3)
         await b.connect()
         real_read = a._read_buckets
 
@@ -250,7 +287,7 @@ def test_concurrent_coroutines_keep_one(redis_server):
     async def go():
         stores = [await new_store(redis_server, t=8).connect()]
         for _ in range(3):
-            s = RedisIndexStore(redis_server.url, stores[0].base, header_bits=8, distance=3)
+            s = KeyOneStore(redis_server.url, stores[0].base, header_bits=8, distance=3)
             stores.append(await s.connect())
         rng = np.random.default_rng(9)
         centres = rng.integers(0, 2**64, 200, dtype=np.uint64, endpoint=False)
@@ -272,7 +309,7 @@ def test_concurrent_coroutines_keep_one(redis_server):
 
 def _worker(url, base, seed, q):
     async def go():
-        store = await RedisIndexStore(url, base, header_bits=10, distance=3).connect()
+        store = await KeyOneStore(url, base, header_bits=10, distance=3).connect()
         rng = np.random.default_rng(1234)
         centres = rng.integers(0, 2**64, 2000, dtype=np.uint64, endpoint=False)
         mine = np.random.default_rng(seed)
@@ -308,7 +345,7 @@ def test_four_processes_keep_exactly_one_per_cluster(redis_server):
 def test_unreachable_at_startup_is_a_clear_error():
     from tests.redis_server import free_port
     url = f"redis://127.0.0.1:{free_port()}/0"
-    store = RedisIndexStore(url, "x", header_bits=8, params={"socket_connect_timeout": 1.0})
+    store = KeyOneStore(url, "x", header_bits=8, params={"socket_connect_timeout": 1.0})
     with pytest.raises(IndexUnavailableError, match=f"cannot use Redis at {url}") as err:
         store.check_server()
     assert "SIMDUP_" not in str(err.value)      # the store names values, not settings
@@ -317,7 +354,7 @@ def test_unreachable_at_startup_is_a_clear_error():
 def test_header_bits_mismatch(redis_server):
     store = new_store(redis_server, t=8)
     store.check_server()
-    other = RedisIndexStore(redis_server.url, store.base, header_bits=9)
+    other = KeyOneStore(redis_server.url, store.base, header_bits=9)
     with pytest.raises(ParameterError, match="9 header bits, but the index .* was created "
                                              "with 8") as err:
         other.check_server()
@@ -329,7 +366,7 @@ def test_store_errors_name_values_and_the_glue_names_the_setting(redis_server):
     start-up ValueError of the integration) names the setting it came from."""
     with pytest.raises(ParameterError, match="header bits must be an integer in 4..24, "
                                              "got 40") as err:
-        RedisIndexStore(redis_server.url, "k", header_bits=40)
+        KeyOneStore(redis_server.url, "k", header_bits=40)
     assert "SIMDUP_" not in str(err.value)
     with pytest.raises(ValueError, match="SIMDUP_REDIS_HEADER_BITS"):
         _backend(redis_server.url, SIMDUP_REDIS_HEADER_BITS=40)
@@ -364,9 +401,9 @@ def test_an_index_redis_lost_is_recreated_with_its_settings(redis_server):
 
     async def run():
         base = f"lost:{time.monotonic_ns()}"
-        a = await RedisIndexStore(redis_server.url, base, header_bits=8, distance=3,
+        a = await KeyOneStore(redis_server.url, base, header_bits=8, distance=3,
                                   fingerprint="recipe-A").connect()
-        b = await RedisIndexStore(redis_server.url, base, header_bits=8, distance=3,
+        b = await KeyOneStore(redis_server.url, base, header_bits=8, distance=3,
                                   fingerprint="recipe-A").connect()
         client = redis.Redis.from_url(redis_server.url)
         try:
@@ -377,7 +414,7 @@ def test_an_index_redis_lost_is_recreated_with_its_settings(redis_server):
             await a.check_and_add_many(np.array([2 << 60], np.uint64), [masks], ["a2"])
             assert client.get(base + ":t") == b"8"
             assert client.get(base + ":fingerprint") == b"recipe-A"
-            other = RedisIndexStore(redis_server.url, base, header_bits=8, distance=3,
+            other = KeyOneStore(redis_server.url, base, header_bits=8, distance=3,
                                     fingerprint="recipe-B")
             with pytest.raises(ValueError, match="recipe-A"):
                 other.check_server()
@@ -385,7 +422,7 @@ def test_an_index_redis_lost_is_recreated_with_its_settings(redis_server):
             # index re-created since, is refused at its next insertion
             for key in client.scan_iter(match=base + "*"):
                 client.delete(key)
-            c = await RedisIndexStore(redis_server.url, base, header_bits=9, distance=3,
+            c = await KeyOneStore(redis_server.url, base, header_bits=9, distance=3,
                                       fingerprint="recipe-A").connect()
             with pytest.raises(IndexUnavailableError, match="re-created with other settings"):
                 await b.check_and_add_many(np.array([3 << 60], np.uint64), [masks], ["b"])
@@ -404,7 +441,7 @@ def test_a_key_replaced_mid_crawl_is_named(redis_server):
 
     async def run():
         base = f"replaced:{time.monotonic_ns()}"
-        store = await RedisIndexStore(redis_server.url, base, header_bits=8, distance=3).connect()
+        store = await KeyOneStore(redis_server.url, base, header_bits=8, distance=3).connect()
         client = redis.Redis.from_url(redis_server.url)
         try:
             masks = header_masks(8, [0, 1])
@@ -426,15 +463,17 @@ def test_a_key_replaced_mid_crawl_is_named(redis_server):
 
 def test_bad_input(redis_server):
     with pytest.raises(ParameterError, match="Redis URL must start with redis://"):
-        RedisIndexStore("http://x", "k")
+        KeyOneStore("http://x", "k")
     with pytest.raises(ParameterError, match="header bits must be an integer in 4..24, got 0"):
-        RedisIndexStore(redis_server.url, "k", header_bits=0)
+        KeyOneStore(redis_server.url, "k", header_bits=0)
     with pytest.raises(ParameterError, match="header bits must be an integer in 4..24, got 25"):
-        RedisIndexStore(redis_server.url, "k", header_bits=25)
-    with pytest.raises(ParameterError, match="distance must be an integer in 0..16, got 17"):
-        RedisIndexStore(redis_server.url, "k", distance=17)
+        KeyOneStore(redis_server.url, "k", header_bits=25)
+    with pytest.raises(ParameterError, match="distance must be an integer in 0..24, got 25"):
+        KeyOneStore(redis_server.url, "k", distance=25)
+    with pytest.raises(ParameterError, match=r"min_similarity must be a number in \[0, 1\]"):
+        KeyOneStore(redis_server.url, "k", min_similarity=1.5)
     with pytest.raises(ParameterError, match="key prefix must be a non-empty string"):
-        RedisIndexStore(redis_server.url, "")
+        KeyOneStore(redis_server.url, "")
 
     async def go():
         store = await new_store(redis_server).connect()
@@ -442,6 +481,10 @@ def test_bad_input(redis_server):
             await store.check_and_add_many(np.array([1], np.uint64), [np.array([4], np.uint64)])
         with pytest.raises(ValueError, match="one array per value"):
             await store.check_and_add_many(np.array([1, 2], np.uint64), [np.zeros(1, np.uint64)])
+        with pytest.raises(ValueError, match="sketches must have shape"):
+            await RedisIndexStore.check_and_add_many(
+                store, np.array([1], np.uint64), np.array([1], np.uint64),
+                np.zeros((1, 16), np.uint8), ([np.zeros(1, np.uint64)],) * 2)
         # a foreign value under a bucket name is reported, not misread
         await store._client.set(store.base + ":b:00", b"abc")
         with pytest.raises(ValueError, match="not a simdup bucket"):
@@ -452,7 +495,7 @@ def test_bad_input(redis_server):
 
 def test_redis_lost_and_back(private_redis):
     async def go():
-        store = RedisIndexStore(private_redis.url, "lost", header_bits=8,
+        store = KeyOneStore(private_redis.url, "lost", header_bits=8,
                                 params={"socket_timeout": 2.0, "socket_connect_timeout": 2.0})
         await store.connect()
         one = [np.zeros(1, np.uint64)]
@@ -515,13 +558,13 @@ def test_backend_real_near_duplicates(redis_server):
         be = _backend(redis_server.url, SIMDUP_DISTANCE=3)
         assert be.store.base.endswith(":myspider") and len(be) == 0
         assert be.max_probes >= 1
-        first = await be.check_and_add_many([v for v, _ in originals],
-                                            np.stack([w for _, w in originals]),
+        first = await be.check_and_add_many([page(v, w) for v, w in originals],
                                             [f"https://a/{i}" for i in range(len(texts))])
         assert first == [None] * len(texts)
-        found = [await be.check_and_add(v, w, f"https://b/{i}")
+        found = [await be.check_and_add(page(v, w), f"https://b/{i}")
                  for i, (v, w) in enumerate(variants)]
-        assert len(be) == len(texts) + sum(m is None for m in found) and be.probes > 0
+        # a near-duplicate is stored too, under its own key
+        assert len(be) == 2 * len(texts) and be.probes > 0
         await be.close()
         return found
     found = run(go())
@@ -549,7 +592,7 @@ def test_backend_coalesces_concurrent_checks(redis_server):
             calls.append(len(a[0]))
             return await real(*a, **kw)
         be.store._snapshot = counting
-        jobs = [be.check_and_add(int(c) ^ (j << 2), W[i], f"u{i}-{j}")
+        jobs = [be.check_and_add(page(int(c) ^ (j << 2), W[i]), f"u{i}-{j}")
                 for j in range(2) for i, c in enumerate(centres)]
         res = await asyncio.gather(*jobs)
         await be.close()
@@ -571,8 +614,8 @@ def test_backend_settings_and_startup_errors(redis_server):
             _backend(redis_server.url, SIMDUP_REDIS_PARAMS=params)
     be = _backend(redis_server.url, SIMDUP_MAX_PROBES=7, SIMDUP_REDIS_HEADER_BITS="12")
     assert be.max_probes == 7 and be.store.header_bits == 12
-    assert _backend(redis_server.url, SIMDUP_RECALL=0.9).max_probes <= \
-        _backend(redis_server.url, SIMDUP_RECALL=0.99).max_probes
+    assert _backend(redis_server.url, SIMDUP_RECALL=0.9, SIMDUP_DISTANCE=3).max_probes <= \
+        _backend(redis_server.url, SIMDUP_RECALL=0.99, SIMDUP_DISTANCE=3).max_probes
 
 
 def test_backend_fault_is_raised_then_recovers(private_redis):
@@ -580,12 +623,12 @@ def test_backend_fault_is_raised_then_recovers(private_redis):
         be = _backend(private_redis.url, SIMDUP_REDIS_PARAMS={"socket_timeout": 2.0,
                                                              "socket_connect_timeout": 2.0})
         W = np.ones(64)
-        assert await be.check_and_add(1 << 40, W, "a") is None
+        assert await be.check_and_add(page(1 << 40, W), "a") is None
         private_redis.stop()
         with pytest.raises(IndexUnavailableError):
-            await be.check_and_add(2 << 40, W, "b")
+            await be.check_and_add(page(2 << 40, W), "b")
         private_redis.start()
-        assert await be.check_and_add(3 << 40, W, "c") is None
+        assert await be.check_and_add(page(3 << 40, W), "c") is None
         await be.close()
     run(go())
 
@@ -653,56 +696,121 @@ def test_snapshots_read_ahead_see_every_uncommitted_chunk(redis_server, ahead):
 
 
 # -- the compiled helpers against pure Python ------------------------------------
+def _scan_reference(b1, rec1, b2, rec2, probes1, probes2, v1, v2, sk, h, needed, shift):
+    """Best verified match, pure Python: records as (key, sketch) in key-1
+    buckets and (key 2, key-1 header, position) in key-2 buckets."""
+    best = None     # (-agree, distance, header, position, key 1)
+    missing = False
+    for hd in probes1:
+        for pos, (k1, s) in enumerate(rec1.get(hd, [])):
+            d = bin(k1 ^ v1).count("1")
+            if d <= h:
+                a = sum(x == y for x, y in zip(s, sk))
+                if a >= needed and (best is None or (-a, d) < best[:2]):
+                    best = (-a, d, hd, pos, k1)
+    for hd in probes2:
+        for k2, h1, pos in rec2.get(hd, []):
+            d2 = bin(k2 ^ v2).count("1")
+            if d2 <= h:
+                if h1 not in b1:
+                    missing = True
+                    continue
+                k1, s = rec1[h1][pos]
+                d = min(d2, bin(k1 ^ v1).count("1"))
+                a = sum(x == y for x, y in zip(s, sk))
+                if a >= needed and (best is None or (-a, d) < best[:2]):
+                    best = (-a, d, h1, pos, k1)
+    return best, missing
+
+
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
-def test_scan_first_buckets_matches_reference(data):
-    """Distinct buckets read once, probed through ``probe_bucket``: the same
-    first match as the pure Python scan of the probes in order."""
-    from scrapy_simdup._ext.redisbuckets import scan_first_buckets
-    n = data.draw(st.integers(0, 6))
-    h = data.draw(st.integers(0, 64))
-    values = data.draw(st.lists(st.integers(0, M64), min_size=n, max_size=n))
-    buckets = data.draw(st.lists(st.lists(st.integers(0, M64), max_size=5), min_size=1,
-                                 max_size=5))
-    for bucket in buckets:          # near copies of some value, so that matches happen
-        if bucket and n and data.draw(st.booleans()):
-            bucket[0] = values[data.draw(st.integers(0, n - 1))] ^ (
-                1 << data.draw(st.integers(0, 63)))
-    probes = [data.draw(st.lists(st.integers(0, len(buckets) - 1), max_size=4))
-              for _ in range(n)]
-    entries = np.array([e for b in buckets for e in b], dtype=np.uint64)
-    offsets = np.cumsum([0] + [len(b) for b in buckets]).astype(np.int64)
-    probe_bucket = np.array([b for plist in probes for b in plist], dtype=np.int64)
-    probe_start = np.cumsum([0] + [len(p) for p in probes]).astype(np.int64)
-    idx, dist = scan_first_buckets(entries, offsets, probe_bucket, probe_start,
-                                   np.array(values, dtype=np.uint64), h)
+def test_scan_verified_matches_reference(data):
+    """The compiled local check against pure Python, on random buckets with
+    near keys, sketches agreeing in 0..32 bytes, and key-2 records whose
+    key-1 bucket is sometimes not fetched."""
+    import struct
+
+    from scrapy_simdup._ext.redisbuckets import scan_verified
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    t = data.draw(st.sampled_from([4, 6, 8]))
+    shift = 64 - t
+    h = data.draw(st.integers(0, 8))
+    needed = data.draw(st.integers(0, 32))
+    centre1, centre2 = (int(x) for x in rng.integers(0, 2**63, 2))
+    csk = rng.integers(0, 256, 32, dtype=np.uint8)
+
+    def near(c):
+        for b in rng.choice(64, int(rng.integers(0, 12)), replace=False):
+            c ^= 1 << int(b)
+        return c
+
+    def sketch():
+        s = csk.copy()
+        k = int(rng.integers(0, 33))
+        s[rng.choice(32, k, replace=False)] = rng.integers(0, 256, k, dtype=np.uint8)
+        return bytes(s)
+    rec1, rec2 = {}, {}
+    for _ in range(int(rng.integers(0, 40))):
+        k1, k2 = near(centre1), near(centre2)
+        lst = rec1.setdefault(k1 >> shift, [])
+        rec2.setdefault(k2 >> shift, []).append((k2, k1 >> shift, len(lst)))
+        lst.append((k1, sketch()))
+    fetched1 = sorted(hd for hd in rec1 if rng.random() < 0.8)
+    b2 = sorted(rec2)
+    n = int(rng.integers(1, 6))
+    v1 = np.array([near(centre1) for _ in range(n)], np.uint64)
+    v2 = np.array([near(centre2) for _ in range(n)], np.uint64)
+    sks = [sketch() for _ in range(n)]
+    probes1 = [[hd for hd in fetched1 if rng.random() < 0.7] for _ in range(n)]
+    probes2 = [[hd for hd in b2 if rng.random() < 0.7] for _ in range(n)]
+    data1 = b"".join(struct.pack("<Q", k) + s for hd in fetched1 for k, s in rec1[hd])
+    off1 = np.cumsum([0] + [40 * len(rec1[hd]) for hd in fetched1]).astype(np.int64)
+    data2 = b"".join(struct.pack("<Q", k2) + h1.to_bytes(3, "little") + pos.to_bytes(3, "little")
+                     for hd in b2 for k2, h1, pos in rec2[hd])
+    off2 = np.cumsum([0] + [14 * len(rec2[hd]) for hd in b2]).astype(np.int64)
+    pb1 = np.array([fetched1.index(hd) for p in probes1 for hd in p], np.int64)
+    pb2 = np.array([b2.index(hd) for p in probes2 for hd in p], np.int64)
+    ps1 = np.cumsum([0] + [len(p) for p in probes1]).astype(np.int64)
+    ps2 = np.cumsum([0] + [len(p) for p in probes2]).astype(np.int64)
+    agree, dist, where, pos, key1, missing = scan_verified(
+        np.frombuffer(data1, np.uint8), off1, np.array(fetched1, np.uint64), pb1, ps1,
+        np.frombuffer(data2, np.uint8), off2, pb2, ps2, v1, v2,
+        np.frombuffer(b"".join(sks), np.uint8).reshape(n, 32), h, needed)
     for c in range(n):
-        want = (-1, -1)
-        for b in probes[c]:
-            for i in range(offsets[b], offsets[b + 1]):
-                d = bin(int(entries[i]) ^ values[c]).count("1")
-                if d <= h:
-                    want = (i, d)
-                    break
-            if want[0] >= 0:
-                break
-        assert (int(idx[c]), int(dist[c])) == want
+        best, miss = _scan_reference(set(fetched1), rec1, b2, rec2, probes1[c], probes2[c],
+                                     int(v1[c]), int(v2[c]), sks[c], h, needed, shift)
+        assert bool(missing[c]) == miss
+        if best is None:
+            assert agree[c] == -1
+        else:
+            # the best (agree, distance); ties may name another page
+            assert (agree[c], dist[c]) == (-best[0], best[1])
+            rec = rec1[int(where[c])][int(pos[c])]
+            assert rec[0] == int(key1[c])
+            assert sum(x == y for x, y in zip(rec[1], sks[c])) == agree[c]
 
 
-def test_scan_first_buckets_rejects_bad_layout():
-    from scrapy_simdup._ext.redisbuckets import scan_first_buckets
-    e = np.zeros(3, np.uint64)
+def test_scan_verified_rejects_bad_layout():
+    from scrapy_simdup._ext.redisbuckets import scan_verified
+    z8, z64, zi = np.zeros(0, np.uint8), np.zeros(0, np.uint64), np.zeros(0, np.int64)
     v = np.zeros(1, np.uint64)
-    ok = dict(entries=e, bucket_offsets=np.array([0, 3], np.int64),
-              probe_bucket=np.array([0], np.int64), probe_start=np.array([0, 1], np.int64))
-    scan_first_buckets(*ok.values(), v, 3)
-    for key, bad in (("probe_bucket", np.array([1], np.int64)),
-                     ("probe_bucket", np.array([-1], np.int64)),
-                     ("bucket_offsets", np.array([0, 2], np.int64)),
-                     ("bucket_offsets", np.array([1, 3], np.int64)),
-                     ("probe_start", np.array([0, 2], np.int64))):
+    sk = np.zeros((1, 32), np.uint8)
+    one = np.array([0, 0], np.int64)
+    ok = dict(data1=np.zeros(40, np.uint8), off1=np.array([0, 40], np.int64),
+              b1=np.zeros(1, np.uint64), pb1=zi, ps1=one, data2=z8,
+              off2=np.zeros(1, np.int64), pb2=zi, ps2=one)
+    scan_verified(*ok.values(), v, v, sk, 3, 5)
+    for key, bad in [("off1", np.array([0, 39], np.int64)),       # not whole records
+                     ("off1", np.array([0, 80], np.int64)),       # past the data
+                     ("pb1", np.array([1], np.int64)),            # no such bucket
+                     ("ps1", np.array([0, 2], np.int64)),         # more probes than listed
+                     ("b1", z64)]:                                # a header per bucket
         with pytest.raises(ValueError):
-            scan_first_buckets(*{**ok, key: bad}.values(), v, 3)
+            scan_verified(*{**ok, key: bad}.values(), v, v, sk, 3, 5)
+    with pytest.raises(ValueError):
+        scan_verified(*ok.values(), v, v, np.zeros((1, 16), np.uint8), 3, 5)
 
 
 @settings(max_examples=60, deadline=None)
@@ -844,23 +952,24 @@ def test_a_key_prefix_holding_other_data_is_a_clear_error(redis_server):
     try:
         client.set(base + ":t", "hello")
         with pytest.raises(ValueError, match="not a scrapy-simdup index"):
-            RedisIndexStore(redis_server.url, base, header_bits=8).check_server()
+            KeyOneStore(redis_server.url, base, header_bits=8).check_server()
         client.set(base + ":t", "8")
+        client.set(base + ":v", "2")
         client.set(base + ":fingerprint", b"\xff\xfe binary")
         with pytest.raises(ValueError, match="cannot be compared"):
-            RedisIndexStore(redis_server.url, base, header_bits=8,
+            KeyOneStore(redis_server.url, base, header_bits=8,
                             fingerprint="recipe").check_server()
         # a long recipe (a content XPath is part of it) is cut in the message
         client.set(base + ":fingerprint", "x" * 100_000)
         with pytest.raises(ValueError, match="100000 characters") as err:
-            RedisIndexStore(redis_server.url, base, header_bits=8,
+            KeyOneStore(redis_server.url, base, header_bits=8,
                             fingerprint="recipe").check_server()
         assert len(str(err.value)) < 1000
         # another Redis type under the prefix: the key prefix, not "Redis unavailable"
         other = f"foreign-hash:{time.monotonic_ns()}"
         client.hset(other + ":t", "a", "b")
         with pytest.raises(ParameterError, match="use another key prefix") as err:
-            RedisIndexStore(redis_server.url, other, header_bits=8).check_server()
+            KeyOneStore(redis_server.url, other, header_bits=8).check_server()
         assert err.value.parameter == "key_prefix"
     finally:
         client.close()

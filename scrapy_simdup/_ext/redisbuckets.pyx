@@ -1,70 +1,221 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Local Hamming check over the buckets fetched from Redis (PSM-F).
+"""Local check over the buckets fetched from Redis (two keys, verified).
 
-The Redis backend fetches, for a batch of candidates, every probed bucket in
-one MGET; the buckets are concatenated into one ``uint64`` array of packed
-fingerprints. This module finds, for each candidate, the first stored
-fingerprint within Hamming distance ``h`` in probe order (most likely flip set
-first), which is what PSM-F answers. No Scrapy, no Redis here.
+The Redis backend fetches, for a batch of candidates, every probed bucket of
+both keys in one MGET (``index.redis.lua`` documents the records). This module
+finds, for each candidate, its best verified match among them
+(:func:`scan_verified`), and which of its own insertions a chunk in flight
+may hide from the snapshot (:func:`own_flags`). No Scrapy, no Redis here.
 """
-from libc.stdint cimport int64_t, uint64_t, uint8_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t, uint8_t
 
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
+from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
 
 import numpy as np
 
+# record sizes: key 1 + sketch; key 2 + header and position of the key-1 record
+cdef enum:
+    REC1 = 40
+    REC2 = 14
 
-def scan_first_buckets(const uint64_t[::1] entries, const int64_t[::1] bucket_offsets,
-                       const int64_t[::1] probe_bucket, const int64_t[::1] probe_start,
-                       const uint64_t[::1] values, int h):
-    """First match per candidate (PSM-F over the fetched buckets).
 
-    ``values[c]`` is candidate ``c``; its probes are ``probe_start[c] ..
-    probe_start[c + 1] - 1`` (in probe order); probe ``p`` reads bucket
-    ``probe_bucket[p]``, whose entries are ``entries[bucket_offsets[b] :
-    bucket_offsets[b + 1]]`` (a bucket probed by many candidates is fetched
-    once). Returns ``(index int64[n], distance int16[n])``: the position in
-    ``entries`` of the first stored fingerprint within distance ``h`` of
-    ``values[c]`` and its distance, or ``-1`` / ``-1`` when there is none.
-    """
-    cdef Py_ssize_t n = values.shape[0], nb = bucket_offsets.shape[0] - 1
-    cdef Py_ssize_t nprobes = probe_bucket.shape[0], c, p, i, b
+cdef inline uint64_t _le64(const uint8_t *p) noexcept nogil:
+    # records are little-endian whatever the host
+    return (<uint64_t>p[0] | <uint64_t>p[1] << 8 | <uint64_t>p[2] << 16 |
+            <uint64_t>p[3] << 24 | <uint64_t>p[4] << 32 | <uint64_t>p[5] << 40 |
+            <uint64_t>p[6] << 48 | <uint64_t>p[7] << 56)
+
+
+cdef inline uint32_t _le24(const uint8_t *p) noexcept nogil:
+    return <uint32_t>p[0] | <uint32_t>p[1] << 8 | <uint32_t>p[2] << 16
+
+
+cdef inline Py_ssize_t _find(const uint64_t[::1] sorted_, uint64_t x) noexcept nogil:
+    """Position of ``x`` in the ascending ``sorted_``, or -1."""
+    cdef Py_ssize_t lo = 0, hi = sorted_.shape[0], mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if sorted_[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < sorted_.shape[0] and sorted_[lo] == x:
+        return lo
+    return -1
+
+
+def _check_probes(const int64_t[::1] offsets, Py_ssize_t size, const int64_t[::1] probe_bucket,
+                  const int64_t[::1] probe_start, Py_ssize_t n, int rec, str family):
+    cdef Py_ssize_t nb = offsets.shape[0] - 1, p, b, c
     if probe_start.shape[0] != n + 1:
-        raise ValueError(f"probe_start must have len(values) + 1 = {n + 1} items, "
+        raise ValueError(f"probe_start{family} must have len(values) + 1 = {n + 1} items, "
                          f"got {probe_start.shape[0]}")
-    if probe_start[0] != 0 or probe_start[n] != nprobes:
-        raise ValueError("probe_start must start at 0 and end at the number of probes")
-    if nb < 0 or bucket_offsets[0] != 0 or bucket_offsets[nb] != entries.shape[0]:
-        raise ValueError("bucket_offsets must start at 0 and end at len(entries)")
-    for b in range(nb):
-        if bucket_offsets[b + 1] < bucket_offsets[b]:
-            raise ValueError("bucket_offsets must be non-decreasing")
-    for p in range(nprobes):
-        if not 0 <= probe_bucket[p] < nb:
-            raise ValueError("probe_bucket must name buckets 0 .. len(bucket_offsets) - 2")
+    if probe_start[0] != 0 or probe_start[n] != probe_bucket.shape[0]:
+        raise ValueError(f"probe_start{family} must start at 0 and end at the number of probes")
     for c in range(n):
         if probe_start[c + 1] < probe_start[c]:
-            raise ValueError("probe_start must be non-decreasing")
-    index = np.full(n, -1, dtype=np.int64)
+            raise ValueError(f"probe_start{family} must be non-decreasing")
+    if nb < 0 or offsets[0] != 0 or offsets[nb] != size:
+        raise ValueError(f"offsets{family} must start at 0 and end at len(data{family})")
+    for b in range(nb):
+        if offsets[b + 1] < offsets[b] or (offsets[b + 1] - offsets[b]) % rec:
+            raise ValueError(f"offsets{family} must be non-decreasing, whole records of "
+                             f"{rec} bytes")
+    for p in range(probe_bucket.shape[0]):
+        if not 0 <= probe_bucket[p] < nb:
+            raise ValueError(f"probe_bucket{family} must name buckets "
+                             f"0 .. len(offsets{family}) - 2")
+
+
+def scan_verified(const uint8_t[::1] data1, const int64_t[::1] offsets1,
+                  const uint64_t[::1] buckets1, const int64_t[::1] probe_bucket1,
+                  const int64_t[::1] probe_start1,
+                  const uint8_t[::1] data2, const int64_t[::1] offsets2,
+                  const int64_t[::1] probe_bucket2, const int64_t[::1] probe_start2,
+                  const uint64_t[::1] values1, const uint64_t[::1] values2,
+                  const uint8_t[:, ::1] sketches, int h, int needed):
+    """Best verified match per candidate over the fetched buckets of both keys.
+
+    Key-1 buckets (``data1``; bucket ``b`` is ``data1[offsets1[b]:offsets1[b + 1]]``,
+    header ``buckets1[b]``, ascending) hold 40-byte records: key 1 (uint64 LE)
+    and the sketch. Key-2 buckets (``data2``, ``offsets2``) hold 14-byte
+    records: key 2, then the header of the page's key-1 bucket and the
+    position of its record there (uint24 LE each). Candidate ``c`` probes the
+    key-1 buckets ``probe_bucket1[probe_start1[c]:probe_start1[c + 1]]``
+    (likewise for key 2). A stored page within ``h`` of ``values1[c]`` by key 1
+    or of ``values2[c]`` by key 2 is a match when at least ``needed`` bytes of
+    its sketch equal ``sketches[c]``. Best: most equal bytes, then the smaller
+    distance (of key 1; for a page found by key 2, the smaller of the two,
+    key 1 being read with the sketch), then the first in probe order (key 1
+    first).
+
+    A page found by key 2 whose key-1 bucket was not fetched cannot be
+    verified here: ``missing[c]`` is 1 then (fetch those buckets and scan
+    again). Returns ``(agree int16, distance int16, header uint64, position
+    int64, key1 uint64, missing uint8)`` per candidate; ``agree`` is -1 when
+    no match was found.
+    """
+    cdef Py_ssize_t n = values1.shape[0], c, p, b, o, end, b1
+    if values2.shape[0] != n or sketches.shape[0] != n or sketches.shape[1] != SIMDUP_SKETCH_BINS:
+        raise ValueError(f"values2 and sketches must have one row per value ({n}); "
+                         f"sketches {SIMDUP_SKETCH_BINS} bytes each")
+    if buckets1.shape[0] != offsets1.shape[0] - 1:
+        raise ValueError("buckets1 must have one header per key-1 bucket")
+    for b in range(1, buckets1.shape[0]):
+        if buckets1[b] <= buckets1[b - 1]:
+            raise ValueError("buckets1 must be ascending")
+    _check_probes(offsets1, data1.shape[0], probe_bucket1, probe_start1, n, REC1, "1")
+    _check_probes(offsets2, data2.shape[0], probe_bucket2, probe_start2, n, REC2, "2")
+    agree = np.full(n, -1, dtype=np.int16)
     dist = np.full(n, -1, dtype=np.int16)
-    cdef int64_t[::1] index_v = index
+    header = np.zeros(n, dtype=np.uint64)
+    position = np.full(n, -1, dtype=np.int64)
+    key1 = np.zeros(n, dtype=np.uint64)
+    missing = np.zeros(n, dtype=np.uint8)
+    cdef short[::1] agree_v = agree
     cdef short[::1] dist_v = dist
-    cdef uint64_t v
-    cdef int d
+    cdef uint64_t[::1] header_v = header
+    cdef int64_t[::1] position_v = position
+    cdef uint64_t[::1] key1_v = key1
+    cdef uint8_t[::1] missing_v = missing
+    cdef const uint8_t *d1 = &data1[0] if data1.shape[0] else NULL
+    cdef const uint8_t *d2 = &data2[0] if data2.shape[0] else NULL
+    cdef const uint8_t *q
+    cdef const uint8_t *rec
+    cdef uint64_t v1, v2, k1, hd
+    cdef int d, dd, a, best_a, best_d
+    cdef int64_t pos
     with nogil:
         for c in range(n):
-            v = values[c]
-            for p in range(probe_start[c], probe_start[c + 1]):
-                b = probe_bucket[p]
-                for i in range(bucket_offsets[b], bucket_offsets[b + 1]):
-                    d = simdup_popcount64(entries[i] ^ v)
+            v1 = values1[c]
+            v2 = values2[c]
+            q = &sketches[c, 0]
+            best_a = -1
+            best_d = 65
+            for p in range(probe_start1[c], probe_start1[c + 1]):
+                b = probe_bucket1[p]
+                end = offsets1[b + 1]
+                o = offsets1[b]
+                while o < end:
+                    d = simdup_popcount64(_le64(d1 + o) ^ v1)
                     if d <= h:
-                        index_v[c] = i
-                        dist_v[c] = <short>d
-                        break
-                if index_v[c] >= 0:
-                    break
-    return index, dist
+                        a = simdup_sketch_matches(q, d1 + o + 8)
+                        if a >= needed and (a > best_a or (a == best_a and d < best_d)):
+                            best_a, best_d = a, d
+                            header_v[c] = buckets1[b]
+                            position_v[c] = (o - offsets1[b]) // REC1
+                            key1_v[c] = _le64(d1 + o)
+                    o += REC1
+            for p in range(probe_start2[c], probe_start2[c + 1]):
+                b = probe_bucket2[p]
+                end = offsets2[b + 1]
+                o = offsets2[b]
+                while o < end:
+                    dd = simdup_popcount64(_le64(d2 + o) ^ v2)
+                    if dd <= h:
+                        hd = _le24(d2 + o + 8)
+                        pos = _le24(d2 + o + 11)
+                        b1 = _find(buckets1, hd)
+                        if b1 < 0 or offsets1[b1] + (pos + 1) * REC1 > offsets1[b1 + 1]:
+                            missing_v[c] = 1
+                        else:
+                            rec = d1 + offsets1[b1] + pos * REC1
+                            k1 = _le64(rec)
+                            d = simdup_popcount64(k1 ^ v1)
+                            if dd < d:
+                                d = dd
+                            a = simdup_sketch_matches(q, rec + 8)
+                            if a >= needed and (a > best_a or (a == best_a and d < best_d)):
+                                best_a, best_d = a, d
+                                header_v[c] = hd
+                                position_v[c] = pos
+                                key1_v[c] = k1
+                    o += REC2
+            if best_a >= 0:
+                agree_v[c] = <short>best_a
+                dist_v[c] = <short>best_d
+    return agree, dist, header, position, key1, missing
+
+
+def missing_buckets(const uint8_t[::1] data2, const int64_t[::1] offsets2,
+                    const int64_t[::1] probe_bucket2, const int64_t[::1] probe_start2,
+                    const uint64_t[::1] values2, const uint8_t[::1] which,
+                    const uint64_t[::1] buckets1, int h):
+    """The key-1 bucket headers (sorted, distinct) that the key-2 matches of
+    the candidates with ``which[c]`` set lie in and that are not among
+    ``buckets1``: what :func:`scan_verified` needs fetched to verify them."""
+    cdef Py_ssize_t n = values2.shape[0], c, p, b, o, end, m = 0
+    _check_probes(offsets2, data2.shape[0], probe_bucket2, probe_start2, n, REC2, "2")
+    if which.shape[0] != n:
+        raise ValueError("which must have one flag per value")
+    cdef Py_ssize_t cap = 0
+    for c in range(n):
+        if which[c]:
+            for p in range(probe_start2[c], probe_start2[c + 1]):
+                b = probe_bucket2[p]
+                cap += (offsets2[b + 1] - offsets2[b]) // REC2
+    out = np.zeros(cap, dtype=np.uint64)
+    cdef uint64_t[::1] out_v = out
+    cdef const uint8_t *d2 = &data2[0] if data2.shape[0] else NULL
+    cdef uint64_t v2, hd
+    with nogil:
+        for c in range(n):
+            if not which[c]:
+                continue
+            v2 = values2[c]
+            for p in range(probe_start2[c], probe_start2[c + 1]):
+                b = probe_bucket2[p]
+                end = offsets2[b + 1]
+                o = offsets2[b]
+                while o < end:
+                    if simdup_popcount64(_le64(d2 + o) ^ v2) <= h:
+                        hd = _le24(d2 + o + 8)
+                        if _find(buckets1, hd) < 0:
+                            out_v[m] = hd
+                            m += 1
+                    o += REC2
+    return np.unique(out[:m])
 
 
 cdef struct OwnTable:

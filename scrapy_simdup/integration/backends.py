@@ -154,7 +154,7 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
         return RedisBackend.open(
             config.index, key_prefix, header_bits=config.redis_header_bits,
             distance=config.distance, max_probes=probe_budget(config, config.redis_header_bits),
-            params=config.redis_params,
+            min_similarity=config.min_similarity, params=config.redis_params,
             fingerprint=fingerprint or config.make_fingerprinter().version)
     except ParameterError as exc:
         raise ValueError(setting_message(exc)) from exc

@@ -1,74 +1,116 @@
 """The server-side half of the Redis index: one Lua script, check-and-insert.
 
 Layout under a base key ``B`` (the key prefix: in a crawl, ``SIMDUP_REDIS_KEY``
-with the spider name):
+with the spider name). A page has two 64-bit keys and a 32-byte sketch
+(``fingerprint.sketch``); ``<h1>`` and ``<h2>`` are the top ``t`` bits of its
+keys (lower-case hex, ``ceil(t / 4)`` digits):
 
-``B:b:<header>``  one Redis string per bucket: the packed little-endian uint64
-                  fingerprints whose top ``t`` bits are ``<header>`` (lower-case
-                  hex, ``ceil(t / 4)`` digits), in insertion order. Append-only
-                  (written with SET of old + new: an exact-size string, where
-                  APPEND would leave up to 100 % growth slack).
-``B:n``           number of fingerprints inserted (an integer string): the
-                  index size and the insertion sequence number.
-``B:log``         the most recent insertions, in order, one entry each: the
-                  header (its ``d`` hex digits, as in the bucket name) and the
-                  8-byte token of the ``check_and_add_many`` call that made
-                  it; entries ``B:n - len/(d+8) + 1 .. B:n``. Trimmed to the
-                  last ``LOG_KEEP`` bytes when it passes ``LOG_MAX``.
-``B:id``          a token naming this incarnation of the index; a Redis that
-                  lost its data (restart without persistence, FLUSHDB) has no
-                  ``B:id`` or a new one, which tells writers their snapshot is
-                  from another life.
-``B:t``           the header size ``t``, fixed when the index is created.
-``B:u:<header>``  the keys (URLs) of the bucket's pages, in the same order:
-                  each a uint16 LE length and the UTF-8 bytes. Append-only.
+``B:b:<h1>``  key-1 bucket: one Redis string of 40-byte records, key 1
+              (uint64 LE) then the sketch, in insertion order.
+``B:c:<h2>``  key-2 bucket: 14-byte records, key 2 (uint64 LE), then the
+              header ``<h1>`` and the position (in records) of the page's
+              record in ``B:b:<h1>`` (uint24 LE each): where its key 1 and
+              sketch are.
+``B:u:<h1>``  the keys (URLs) of the pages of ``B:b:<h1>``, in the same order:
+              each a uint16 LE length and the UTF-8 bytes.
+``B:n``       number of pages inserted (an integer string): the index size
+              and the insertion sequence number.
+``B:log``     the most recent insertions, in order, one entry each: both
+              headers (``2d`` hex digits) and the 8-byte token of the
+              ``check_and_add_many`` call that made it; entries
+              ``B:n - len/(2d+8) + 1 .. B:n``. Trimmed to the last
+              ``LOG_KEEP`` bytes when it passes ``LOG_MAX``.
+``B:id``      a token naming this incarnation of the index; a Redis that
+              lost its data (restart without persistence, FLUSHDB) has no
+              ``B:id`` or a new one, which tells writers their snapshot is
+              from another life.
+``B:t``       the header size ``t``, fixed when the index is created.
+``B:v``       the layout (``FORMAT``): an index without it was written by
+              an older version, whose buckets hold no sketches.
+``B:fingerprint``  the ``Fingerprinter.version`` of the pages.
+
+54 bytes a page (URLs apart): 40 in ``B:b``, 14 in ``B:c``; plus Redis' own
+cost of the ``3 * 2**t`` bucket keys (about 70 bytes each), which is fixed.
+Buckets are append-only (written with SET of old + new: an exact-size
+string, where APPEND would leave up to 100 % growth slack).
+
+The match rule (``index.verified``): a stored page is a candidate when key 1
+is within ``h`` bits of the query's key 1, or key 2 of its key 2, in a probed
+bucket; it is a match when at least ``needed`` bytes of the sketches agree.
+The best match has the most agreeing bytes, then the smaller distance.
 
 Protocol (two round trips for a batch of pages, one for a batch of
-duplicates):
+duplicates; three when a key-2 candidate's key-1 bucket was not read):
 
-1. *Snapshot*: ``MGET B:n B:id <all probed buckets>``: one atomic command.
-2. *Local check* in the compiled core; a candidate with a match in the
-   snapshot is a duplicate (the match was in the index at the snapshot's
-   instant: the answer is linearisable there).
+1. *Snapshot*: ``MGET B:n B:id <probed key-1 buckets> <probed key-2
+   buckets>``: one atomic command.
+2. *Local check* in the compiled core: a candidate with a verified match in
+   the snapshot is a duplicate (the match was in the index at the snapshot's
+   instant: the answer is linearisable there). A key-2 record names the key-1
+   record that holds its sketch; when that key-1 bucket was not in the
+   snapshot it is read (``MGET B:id <buckets>``) and the check repeated.
+   Records are never changed once written, and both records of a page are
+   written by the same script, so the later read holds the record the
+   snapshot's key-2 record names (unless the index was reset meanwhile:
+   ``B:id`` tells, and the script then checks everything).
 3. *Check-and-insert* (this script) for the others, with, per candidate, its
-   value, its probed headers (own header first) and the byte length each
-   probed bucket had in the snapshot.
+   keys and sketch, its probed buckets of each key (own bucket first), the
+   byte length each had in the snapshot, and its best match in the snapshot
+   if it has one: a page matched in the snapshot goes to the script only when
+   an earlier page of the same call (not in the snapshot) may be a better
+   match, so that the best match is the one a sequential check would name.
 
 Why the script's answer equals a sequential one (atomic across processes):
 a Lua script runs atomically on the Redis server. Buckets are append-only, so
 a bucket whose current length equals its snapshot length has exactly the
 content the client checked, and a bucket that grew has the checked prefix plus
-a tail: the script checks only tails. Every insertion increments ``B:n`` and
-logs its header in the same script, so the headers inserted since the
-snapshot are the last ``n_now - n_snap`` log entries: only those buckets (and
-the ones this very script call appended to, which also resolves near-duplicate
-pages *within* one batch) can have tails, and their tails are checked with
-the same distance ``h`` as the client (full 64-bit Hamming distance).
-Insertions logged by *other* writers (another token) are always re-checked.
-The call's own insertions (its earlier chunk still in flight, earlier pages of
-the same script call) are re-checked only for the candidates the client
-flagged: the client knows their values and computes, in NumPy, which of them
-land in a candidate's probed buckets within ``h``; for an unflagged candidate
-none of them can match, so skipping them changes nothing. If the
-log no longer reaches back to the snapshot, or the index was reset (``B:id``
+a tail: the script checks only tails, with the same rule as the client
+(distance ``h`` on the bucket's key, then the sketch; a key-2 record's sketch
+is read from the key-1 record it names). Every insertion increments ``B:n``
+and logs both its headers in the same script, so the buckets written since
+the snapshot are those of the last ``n_now - n_snap`` log entries: only those
+buckets (and the ones this very script call appended to, which also resolves
+near-duplicate pages *within* one batch) can have tails. Insertions logged by
+*other* writers (another token) are always re-checked. The call's own
+insertions (its earlier chunk still in flight, earlier pages of the same
+script call) are re-checked only for the candidates the client flagged: the
+client knows their keys and computes which of them land in a candidate's
+probed buckets within ``h`` (of either key); for an unflagged candidate none
+of them can be a candidate, so skipping them changes nothing. If the log no
+longer reaches back to the snapshot, or the index was reset (``B:id``
 changed or ``B:n`` went down), every probed bucket is checked, from its start
 when it is shorter than in the snapshot. So at the instant the script runs
-the candidate is compared with every fingerprint in its probed buckets, and is
-inserted only if none is within ``h``: of two processes that meet two
+the page is compared with every page in its probed buckets, and is inserted
+only if none is a verified match: of two processes that meet two
 near-duplicate pages at the same moment, the second script to run sees the
 first one's insertion and reports a duplicate (exactly one kept), as long as
-the two probe each other's buckets (the PSM recall condition, the same as for
-two pages in one process).
+one probes the other's bucket by one of the keys (the PSM recall condition,
+the same as for two pages in one process).
 
-Reply: one item per candidate, ``0`` when inserted, else ``{fingerprint (8
-bytes), distance, key or ""}``.
+With ``dups`` (the default of the store, as the in-memory backend does), a
+near-duplicate is inserted too, under its own key (URL), so that a later
+copy closer to it than to the first one is still found, and a match names
+the stored page it resembles most; a page whose best match is stored under
+its own key (a revisit), or whose key its own key-1 bucket already lists (a
+near-duplicate met again), is not inserted again. Every page then goes to
+the script (with its best match in the snapshot, if any).
+
+Reply: one item per candidate, ``0`` when inserted as new, else ``{key 1 (8
+bytes), distance, key or "", agreeing sketch bytes, 1 if inserted too}``.
 """
 
 #: the start of the script's error reply when the index was re-created with
-#: other settings than the writer's (header bits, fingerprint recipe)
+#: other settings than the writer's (header bits, fingerprint recipe, layout)
 SETTINGS_MISMATCH = "SIMDUP-SETTINGS"
 
-LOG_MAX = 1 << 18       # bytes of log before trimming (21,845 insertions with t = 14)
+#: the layout of the buckets (``B:v``): two keys and the sketch
+FORMAT = "2"
+#: bytes of a key-1 record (key 1, sketch) and of a key-2 record (key 2, key 1, position)
+RECORD1, RECORD2 = 40, 14
+#: most records a key-1 bucket can hold (positions are 24-bit)
+MAX_BUCKET_RECORDS = 1 << 24
+
+LOG_MAX = 1 << 18       # bytes of log before trimming (7,281 insertions with t = 14)
 LOG_KEEP = 1 << 17      # bytes kept after trimming (whole entries)
 
 CHECK_AND_INSERT = r"""
@@ -77,11 +119,20 @@ local h = tonumber(ARGV[2])
 local n_snap = tonumber(ARGV[3])
 local id_snap = ARGV[4]
 local w = tonumber(ARGV[5])
-local vals, counts, heads, seens = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-local id_new = ARGV[10]
-local flags, tok = ARGV[11], ARGV[12]
-local e = w + 8    -- log entry: header digits, writer token
+local vals1, vals2, sketches = ARGV[6], ARGV[7], ARGV[8]
+local counts1, counts2 = ARGV[9], ARGV[10]
+local bk1, bl1, pi1 = ARGV[11], ARGV[12], ARGV[13]
+local bk2, bl2, pi2 = ARGV[14], ARGV[15], ARGV[16]
+local id_new = ARGV[17]
+local flags, tok = ARGV[18], ARGV[19]
+local needed = tonumber(ARGV[20])
+-- per candidate, its best match in the snapshot, if any: agreeing bytes + 1
+-- (0: none), distance, key 1, position (14 bytes) and header (w digits)
+local lbest, lhead = ARGV[21], ARGV[22]
+local dups = ARGV[23] == '1'    -- store near-duplicates too (under their own keys)
+local e = 2 * w + 8    -- log entry: both headers' digits, writer token
 local bxor, band, rshift = bit.bxor, bit.band, bit.rshift
+local byte, sub, unpack = string.byte, string.sub, struct.unpack
 
 local function pop(x)
   x = x - band(rshift(x, 1), 0x55555555)
@@ -92,20 +143,39 @@ local function pop(x)
   return band(x, 0x3F)
 end
 
+local function u24(x)
+  return string.char(band(x, 255), band(rshift(x, 8), 255), band(rshift(x, 16), 255))
+end
+
+-- equal bytes of the query sketch q and the 32 bytes of s at position i
+local function agree(q, s, i)
+  local a = 0
+  for k = 0, 31 do
+    if byte(q, k + 1) == byte(s, i + k) then a = a + 1 end
+  end
+  return a
+end
+
 local nkey, logkey, idkey = base .. ':n', base .. ':log', base .. ':id'
-local uprefix = base .. ':u:'
-local bprefix = base .. ':b:'
+local uprefix, bprefix, cprefix = base .. ':u:', base .. ':b:', base .. ':c:'
 -- the writer's settings ride in its id (32 hex digits, 2 digits of header
 -- bits, the fingerprint recipe): an index Redis lost and that is re-created
 -- here records them again, and a writer whose settings differ from the
--- index's is refused instead of mixing incomparable fingerprints
-local t_mine, fp_mine = tonumber(string.sub(id_new, 33, 34)), string.sub(id_new, 35)
-local tkey, fkey = base .. ':t', base .. ':fingerprint'
+-- index's is refused instead of mixing incomparable pages
+local t_mine, fp_mine = tonumber(sub(id_new, 33, 34)), sub(id_new, 35)
+local tkey, fkey, vkey = base .. ':t', base .. ':fingerprint', base .. ':v'
 local t_now = redis.call('GET', tkey)
 if not t_now then
   redis.call('SET', tkey, tostring(t_mine))
-elseif tonumber(t_now) ~= t_mine then
-  return redis.error_reply('SIMDUP-SETTINGS header bits ' .. t_now)
+  redis.call('SET', vkey, 'FORMAT')
+else
+  local v_now = redis.call('GET', vkey)
+  if v_now ~= 'FORMAT' then
+    return redis.error_reply('SIMDUP-SETTINGS layout ' .. (v_now or '1'))
+  end
+  if tonumber(t_now) ~= t_mine then
+    return redis.error_reply('SIMDUP-SETTINGS header bits ' .. t_now)
+  end
 end
 if fp_mine ~= '' then
   local fp_now = redis.call('GET', fkey)
@@ -115,6 +185,7 @@ if fp_mine ~= '' then
     return redis.error_reply('SIMDUP-SETTINGS fingerprint ' .. fp_now)
   end
 end
+local hexfmt = '%0' .. w .. 'x'
 local id_now = redis.call('GET', idkey)
 if not id_now then
   redis.call('SET', idkey, id_new)
@@ -123,7 +194,8 @@ end
 local n_now = tonumber(redis.call('GET', nkey) or '0')
 
 -- which buckets may have changed since the snapshot
-local check_all, from_start, changed, foreign, has_foreign = false, false, {}, {}, false
+local check_all, from_start = false, false
+local changed1, changed2, foreign1, foreign2, has_foreign = {}, {}, {}, {}, false
 if id_now ~= id_snap or n_now < n_snap then
   check_all, from_start = true, true
 elseif n_now > n_snap then
@@ -134,106 +206,192 @@ elseif n_now > n_snap then
   else
     local log = redis.call('GETRANGE', logkey, loglen - need * e, -1)
     for i = 1, #log, e do
-      local hd = string.sub(log, i, i + w - 1)
-      changed[hd] = true
-      if string.sub(log, i + w, i + e - 1) ~= tok then
-        foreign[hd] = true
+      local hd1, hd2 = sub(log, i, i + w - 1), sub(log, i + w, i + 2 * w - 1)
+      changed1[hd1], changed2[hd2] = true, true
+      if sub(log, i + 2 * w, i + e - 1) ~= tok then
+        foreign1[hd1], foreign2[hd2] = true, true
         has_foreign = true
       end
     end
   end
 end
 
-local out, newlog, pending = {}, {}, {}
--- insertions of this call, per bucket, written once at the end (exact size)
-local addb, addu, touched = {}, {}, {}
+-- this call's insertions: records by bucket, written once at the end (exact size)
+local own1, own2, touched1, touched2, base1 = {}, {}, {}, {}, {}
+local newlog, out = {}, {}
 
--- the key of entry k (0-based) of a bucket's key list
+-- the key of entry k (0-based) of a key-1 bucket's key list
 local function key_at(hd, k)
   local s = redis.call('GET', uprefix .. hd)
   if not s then return '' end
   local pos = 1
   for _ = 1, k do
     if pos + 1 > #s then return '' end
-    pos = pos + 2 + struct.unpack('<I2', s, pos)
+    pos = pos + 2 + unpack('<I2', s, pos)
   end
   if pos + 1 > #s then return '' end
-  local len = struct.unpack('<I2', s, pos)
-  return string.sub(s, pos + 2, pos + 1 + len)
+  local len = unpack('<I2', s, pos)
+  return sub(s, pos + 2, pos + 1 + len)
 end
+
+-- whether key-1 bucket hd lists the key url (stored, or inserted by this call)
+local function listed(hd, url)
+  for _, r in ipairs(own1[hd] or {}) do
+    if r.url == url then return true end
+  end
+  local s = redis.call('GET', uprefix .. hd)
+  return s ~= false and string.find(s, struct.pack('<I2', #url) .. url, 1, true) ~= nil
+end
+
 local inserted = 0
-local pp = 0
-for c = 1, #vals / 8 do
-  local lo, hi = struct.unpack('<I4I4', vals, c * 8 - 7)
-  local np = struct.unpack('<I2', counts, c * 2 - 1)
-  local found, fd, fhd, fk = nil, 0, nil, 0
-  local ppc = pp
-  local own = string.sub(heads, pp * w + 1, pp * w + w)
-  local mine = string.byte(flags, c) == 1
+local pp1, pp2 = 0, 0
+for c = 1, #vals1 / 8 do
+  local lo1, hi1 = unpack('<I4I4', vals1, c * 8 - 7)
+  local lo2, hi2 = unpack('<I4I4', vals2, c * 8 - 7)
+  local q = sub(sketches, c * 32 - 31, c * 32)
+  local np1 = unpack('<I2', counts1, c * 2 - 1)
+  local np2 = unpack('<I2', counts2, c * 2 - 1)
+  local mine = byte(flags, c) == 1
+  -- best so far: agreeing bytes, distance, key 1, and its key or where it is
+  local ba, bd, bv, burl, bhd, bpos = -1, 99, nil, nil, nil, 0
+  local la = byte(lbest, c * 14 - 13) - 1
+  if la >= 0 then
+    ba, bd, bv = la, byte(lbest, c * 14 - 12), sub(lbest, c * 14 - 11, c * 14 - 4)
+    bpos, bhd = unpack('<I4', lbest, c * 14 - 3), sub(lhead, c * w - w + 1, c * w)
+  end
+  local function consider(a, d, v, url, hd, pos)
+    if a >= needed and (a > ba or (a == ba and d < bd)) then
+      ba, bd, bv, burl, bhd, bpos = a, d, v, url, hd, pos
+    end
+  end
+  -- the own buckets (first probes), where the page goes if new
+  local j1, j2 = unpack('<I4', pi1, pp1 * 4 + 1), unpack('<I4', pi2, pp2 * 4 + 1)
+  local own_hd1, own_hd2 = sub(bk1, j1 * w + 1, j1 * w + w), sub(bk2, j2 * w + 1, j2 * w + w)
   if check_all or mine or has_foreign then
-    for p = 1, np do
-      if found then break end
-      local hd = string.sub(heads, pp * w + 1, pp * w + w)
-      local ours = mine and addb[hd]
+    for p = pp1, pp1 + np1 - 1 do
+      local j = unpack('<I4', pi1, p * 4 + 1)
+      local hd = sub(bk1, j * w + 1, j * w + w)
+      local ours = mine and own1[hd]
       if ours then
-        for _, e in ipairs(ours) do
-          local a, b = struct.unpack('<I4I4', e)
-          local d = pop(bxor(a, lo)) + pop(bxor(b, hi))
-          if d <= h then
-            found, fd = e, d
-            break
-          end
+        for _, r in ipairs(ours) do
+          local d = pop(bxor(r.lo1, lo1)) + pop(bxor(r.hi1, hi1))
+          if d <= h then consider(agree(q, r.sk, 1), d, r.v1, r.url) end
         end
       end
-      if not found and (check_all or (mine and changed[hd]) or foreign[hd]) then
+      if check_all or (mine and changed1[hd]) or foreign1[hd] then
         local key = bprefix .. hd
         local len = redis.call('STRLEN', key)
-        local seen = struct.unpack('<I4', seens, pp * 4 + 1)
-        local start = seen
-        if from_start or len < seen then start = 0 end
+        local start = unpack('<I4', bl1, j * 4 + 1)
+        if from_start or len < start then start = 0 end
         if len > start then
           local data = redis.call('GETRANGE', key, start, len - 1)
-          for i = 1, #data - 7, 8 do
-            local a, b = struct.unpack('<I4I4', data, i)
-            local d = pop(bxor(a, lo)) + pop(bxor(b, hi))
+          for i = 1, #data - 39, 40 do
+            local a, b = unpack('<I4I4', data, i)
+            local d = pop(bxor(a, lo1)) + pop(bxor(b, hi1))
             if d <= h then
-              found, fd = string.sub(data, i, i + 7), d
-              fhd, fk = hd, (start + i - 1) / 8
-              break
+              consider(agree(q, data, i + 8), d, sub(data, i, i + 7), nil, hd,
+                       (start + i - 1) / 40)
             end
           end
         end
       end
-      pp = pp + 1
+    end
+    for p = pp2, pp2 + np2 - 1 do
+      local j = unpack('<I4', pi2, p * 4 + 1)
+      local hd = sub(bk2, j * w + 1, j * w + w)
+      local ours = mine and own2[hd]
+      if ours then
+        for _, r in ipairs(ours) do
+          local d2 = pop(bxor(r.lo2, lo2)) + pop(bxor(r.hi2, hi2))
+          if d2 <= h then
+            local d = math.min(d2, pop(bxor(r.lo1, lo1)) + pop(bxor(r.hi1, hi1)))
+            consider(agree(q, r.sk, 1), d, r.v1, r.url)
+          end
+        end
+      end
+      if check_all or (mine and changed2[hd]) or foreign2[hd] then
+        local key = cprefix .. hd
+        local len = redis.call('STRLEN', key)
+        local start = unpack('<I4', bl2, j * 4 + 1)
+        if from_start or len < start then start = 0 end
+        if len > start then
+          local data = redis.call('GETRANGE', key, start, len - 1)
+          for i = 1, #data - 13, 14 do
+            local a, b = unpack('<I4I4', data, i)
+            local d2 = pop(bxor(a, lo2)) + pop(bxor(b, hi2))
+            if d2 <= h then
+              local h0, h1, h2, p0, p1, p2 = byte(data, i + 8, i + 13)
+              local pos = p0 + p1 * 256 + p2 * 65536
+              local hd1 = string.format(hexfmt, h0 + h1 * 256 + h2 * 65536)
+              -- key 1 and the sketch, from the key-1 record
+              local r1 = redis.call('GETRANGE', bprefix .. hd1, pos * 40, pos * 40 + 39)
+              if #r1 == 40 then
+                local k1lo, k1hi = unpack('<I4I4', r1, 1)
+                local d = math.min(d2, pop(bxor(k1lo, lo1)) + pop(bxor(k1hi, hi1)))
+                consider(agree(q, r1, 9), d, sub(r1, 1, 8), nil, hd1, pos)
+              end
+            end
+          end
+        end
+      end
     end
   end
-  pp = ppc + np
-  if found then
-    out[c] = {found, fd, pending[found] or key_at(fhd, fk)}
+  pp1, pp2 = pp1 + np1, pp2 + np2
+  local url, insert = ARGV[23 + c], true
+  if ba >= 0 then
+    local found = burl or key_at(bhd, bpos)
+    -- a near-duplicate joins the index under its own key, once: not a page
+    -- whose match is stored under its own key (a revisit), nor one whose key
+    -- its own bucket already lists (met again, it matched an equal page)
+    insert = dups and found ~= url and not listed(own_hd1, url)
+    out[c] = {bv, bd, found, ba, insert and 1 or 0}
   else
-    local v = string.sub(vals, c * 8 - 7, c * 8)
-    local t = addb[own]
-    if not t then
-      t = {}
-      addb[own], addu[own] = t, {}
-      touched[#touched + 1] = own
-    end
-    t[#t + 1] = v
-    inserted = inserted + 1
-    newlog[inserted] = own .. tok
-    local url = ARGV[12 + c]
-    local tu = addu[own]
-    tu[#tu + 1] = struct.pack('<I2', #url) .. url
-    pending[v] = url
     out[c] = 0
+  end
+  if insert then
+    local r = {v1 = sub(vals1, c * 8 - 7, c * 8), sk = q, url = url,
+               lo1 = lo1, hi1 = hi1, lo2 = lo2, hi2 = hi2}
+    local t1 = own1[own_hd1]
+    if not t1 then
+      t1 = {}
+      own1[own_hd1] = t1
+      touched1[#touched1 + 1] = own_hd1
+      base1[own_hd1] = redis.call('STRLEN', bprefix .. own_hd1) / 40
+    end
+    local pos = base1[own_hd1] + #t1
+    if pos >= MAX_RECORDS then
+      return redis.error_reply('SIMDUP-FULL bucket ' .. own_hd1)
+    end
+    t1[#t1 + 1] = r
+    r.rec2 = sub(vals2, c * 8 - 7, c * 8) .. u24(tonumber(own_hd1, 16)) .. u24(pos)
+    local t2 = own2[own_hd2]
+    if not t2 then
+      t2 = {}
+      own2[own_hd2] = t2
+      touched2[#touched2 + 1] = own_hd2
+    end
+    t2[#t2 + 1] = r
+    inserted = inserted + 1
+    newlog[inserted] = own_hd1 .. own_hd2 .. tok
   end
 end
 
-for _, own in ipairs(touched) do
-  -- SET, not APPEND: APPEND leaves up to 100 % growth slack in every bucket
-  local bk, uk = bprefix .. own, uprefix .. own
-  redis.call('SET', bk, (redis.call('GET', bk) or '') .. table.concat(addb[own]))
-  redis.call('APPEND', uk, table.concat(addu[own]))    -- keys: reported apart, speed first
+-- SET, not APPEND: APPEND leaves up to 100 % growth slack in every bucket
+for _, hd in ipairs(touched1) do
+  local recs, urls = {}, {}
+  for i, r in ipairs(own1[hd]) do
+    recs[i] = r.v1 .. r.sk
+    urls[i] = struct.pack('<I2', #r.url) .. r.url
+  end
+  local bk = bprefix .. hd
+  redis.call('SET', bk, (redis.call('GET', bk) or '') .. table.concat(recs))
+  redis.call('APPEND', uprefix .. hd, table.concat(urls))  -- keys: reported apart, speed first
+end
+for _, hd in ipairs(touched2) do
+  local recs = {}
+  for i, r in ipairs(own2[hd]) do recs[i] = r.rec2 end
+  local ck = cprefix .. hd
+  redis.call('SET', ck, (redis.call('GET', ck) or '') .. table.concat(recs))
 end
 if inserted > 0 then
   redis.call('INCRBY', nkey, inserted)
@@ -244,7 +402,8 @@ if inserted > 0 then
   end
 end
 return out
-""".replace("LOG_MAX", str(LOG_MAX)).replace("LOG_KEEP", str(LOG_KEEP))
+""".replace("LOG_MAX", str(LOG_MAX)).replace("LOG_KEEP", str(LOG_KEEP)).replace(
+    "'FORMAT'", repr(FORMAT)).replace("MAX_RECORDS", str(MAX_BUCKET_RECORDS))
 
 
 # The keys (URLs) of stored fingerprints, by bucket and position: for matches

@@ -1,10 +1,11 @@
 """The Redis store of the shared PSM index.
 
-``RedisIndexStore`` keeps the bucket layout, the pipelined snapshot read, the
-local Hamming check (compiled, ``_ext.redisbuckets``) and the atomic Lua
-check-and-insert (``index.redis.lua``, which documents the layout and proves
-the protocol). It takes probe masks, not volatility: it knows nothing of
-PSM's flip-set order (``index.redis.backend`` turns pages into probe masks).
+``RedisIndexStore`` keeps the bucket layout (two keys per page, the sketch
+beside key 1), the pipelined snapshot read, the local verified check
+(compiled, ``_ext.redisbuckets``) and the atomic Lua check-and-insert
+(``index.redis.lua``, which documents the layout and proves the protocol). It
+takes probe masks, not volatility: it knows nothing of PSM's flip-set order
+(``index.redis.backend`` turns pages into probe masks).
 
 It takes plain values (URL, key prefix, header bits...: in a crawl, from the
 ``SIMDUP_*`` settings). Its errors name the value at fault; a
@@ -18,6 +19,8 @@ bucket rewritten under a global lock, so it is not done. ``t`` = 14 gives 16,384
 4M fingerprints a bucket holds 8 to 256 of them, so Redis' per-key overhead
 (about 70 bytes) is small against 8 bytes per fingerprint, and fewer header
 bits mean a near-duplicate's header is more often among the first probes.
+An index written by an older layout (no ``<key>:v``: buckets without
+sketches) is refused at start-up.
 """
 from __future__ import annotations
 
@@ -35,13 +38,28 @@ import numpy as np
 
 from scrapy_simdup._ext import redisbuckets
 from scrapy_simdup._limits import (
+    DEFAULT_DISTANCE,
+    DEFAULT_MIN_SIMILARITY,
     DEFAULT_REDIS_HEADER_BITS,
     MAX_DISTANCE,
     MAX_REDIS_HEADER_BITS,
     MIN_REDIS_HEADER_BITS,
 )
 from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
-from scrapy_simdup.index.redis.lua import CHECK_AND_INSERT, KEYS_AT, SETTINGS_MISMATCH
+from scrapy_simdup.fingerprint.sketch import (
+    SKETCH_BYTES,
+    check_min_similarity,
+    matches_needed,
+    similarity,
+)
+from scrapy_simdup.index.redis.lua import (
+    CHECK_AND_INSERT,
+    FORMAT,
+    KEYS_AT,
+    RECORD1,
+    RECORD2,
+    SETTINGS_MISMATCH,
+)
 
 __all__ = ["RedisIndexStore", "StoreMatch", "safe_url", "stored_key"]
 
@@ -51,27 +69,32 @@ _HEXDIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 class _Snapshot(NamedTuple):
     """What round trip 1 read and the local check found, for one chunk."""
-    values: np.ndarray          # the candidates
-    counts: np.ndarray          # probes per candidate
-    probe_start: np.ndarray     # candidate c's probes: probe_start[c] .. probe_start[c + 1] - 1
-    headers: np.ndarray         # per probe: the bucket header (the first is the candidate's own)
-    lens: np.ndarray            # per probe: its bucket's byte length in the snapshot
-    entries: np.ndarray         # the fingerprints of the distinct buckets read, concatenated
-    idx: np.ndarray             # per candidate: position in entries of its first match, or -1
-    dist: np.ndarray            # ... and its distance
+    values: np.ndarray          # key 1 of the candidates
+    values2: np.ndarray         # key 2
+    sketches: np.ndarray        # uint8[n, SKETCH_BYTES]
+    counts: tuple               # probes per candidate, per key
+    probe_start: tuple          # per key: candidate c's probes are [c] .. [c + 1] - 1
+    headers: tuple              # per key, per probe: the bucket header (own bucket first)
+    probe_bucket: tuple         # per key, per probe: index in buckets[key]
+    buckets: tuple              # per key: the bucket headers read (ascending)
+    lens: tuple                 # per key: their byte lengths when read
+    agree: np.ndarray           # per candidate: agreeing sketch bytes of its best match, or -1
+    dist: np.ndarray            # ... its distance
+    where: np.ndarray           # ... its key-1 bucket header
+    pos: np.ndarray             # ... and position (record) there
+    key1: np.ndarray            # ... and its key 1
     n_snap: int                 # B:n at the snapshot
     id_snap: bytes              # B:id at the snapshot
-    buckets: np.ndarray         # the distinct bucket headers read
-    bucket_offsets: np.ndarray  # bucket b's entries: entries[bucket_offsets[b] : [b + 1]]
 
 
 @dataclass(frozen=True)
 class StoreMatch:
-    """A stored fingerprint within the distance of a candidate."""
+    """A stored page that verifies as a match of a candidate: its key 1, the
+    smaller key distance, its key (URL) and the estimated similarity."""
     value: int
     distance: int
     key: str | None
-
+    similarity: float = 1.0
 
 
 def _redis():
@@ -93,13 +116,19 @@ class RedisIndexStore:
     prefix (in a crawl ``SIMDUP_REDIS_KEY`` filled in); ``header_bits`` in
     4..24 and ``distance`` in 0..16 (``scrapy_simdup._limits``); ``params``
     extra keyword arguments for ``redis.asyncio.Redis.from_url``, which
-    override the bounded timeouts set here. A bad value is a
+    override the bounded timeouts set here; ``min_similarity`` the estimated
+    Jaccard similarity a candidate needs (0: the keys alone decide);
+    ``store_duplicates``: a near-duplicate is stored too, under its own key
+    (as ``MemoryBackend`` does; a revisit is not). A bad value is a
     :class:`ParameterError` naming the parameter (``"url"``, ``"key_prefix"``,
     ``"header_bits"``, ``"distance"``, ``"params"``).
     """
 
     def __init__(self, url: str, base: str, header_bits: int = DEFAULT_REDIS_HEADER_BITS,
-                 distance: int = 3, params: dict | None = None, fingerprint: str | None = None):
+                 distance: int = DEFAULT_DISTANCE, params: dict | None = None,
+                 fingerprint: str | None = None,
+                 min_similarity: float = DEFAULT_MIN_SIMILARITY,
+                 store_duplicates: bool = True):
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ParameterError("url", f"the Redis URL must start with redis://, rediss:// "
                                         f"or unix://, got {url!r}")
@@ -115,6 +144,10 @@ class RedisIndexStore:
                 or not 0 <= distance <= MAX_DISTANCE:
             raise ParameterError("distance", f"the distance must be an integer in "
                                              f"0..{MAX_DISTANCE}, got {distance!r}")
+        try:
+            min_similarity = check_min_similarity(min_similarity)
+        except ValueError as exc:
+            raise ParameterError("min_similarity", str(exc)) from None
         if params is not None and not isinstance(params, dict):
             raise ParameterError("params", f"the connection options must be a dict, "
                                            f"got {params!r}")
@@ -123,24 +156,29 @@ class RedisIndexStore:
         self.header_bits = header_bits
         self.fingerprint = fingerprint   # Fingerprinter.version, kept at <base>:fingerprint
         self.distance = distance
+        self.min_similarity = min_similarity
+        # a near-duplicate joins the index under its own key, as in memory
+        self.store_duplicates = bool(store_duplicates)
+        self.needed = matches_needed(min_similarity)
         self.shift = 64 - header_bits
         self.hex_digits = (header_bits + 3) // 4
-        self._bprefix = (base + ":b:").encode()
+        # bucket families: key 1 (with the sketches), key 2
+        self._prefixes = ((base + ":b:").encode(), (base + ":c:").encode())
         self._fmt = b"%s%0" + str(self.hex_digits).encode() + b"x"
-        self._keytab = None
         self._resp_tab = None
-        if header_bits <= 16:   # all bucket names once (<= 65,536 short bytes)
-            p, f = self._bprefix, self._fmt
-            self._keytab = [f % (p, i) for i in range(1 << header_bits)]
-            # ... and each as a RESP bulk string: one row per bucket (all bucket
-            # names have the same length), so an MGET of thousands of buckets
-            # is one NumPy gather instead of packing thousands of arguments
-            self._resp_tab = np.frombuffer(b"".join(
-                b"$%d\r\n%s\r\n" % (len(k), k) for k in self._keytab),
-                dtype=np.uint8).reshape(1 << header_bits, -1)
+        if header_bits <= 16:   # all bucket names once, as RESP bulk strings:
+            # one row per bucket (all bucket names of a family have the same
+            # length), so an MGET of thousands of buckets is one NumPy gather
+            # instead of packing thousands of arguments
+            f = self._fmt
+            self._resp_tab = tuple(np.frombuffer(b"".join(
+                b"$%d\r\n%s\r\n" % (len(f % (p, i)), f % (p, i))
+                for i in range(1 << header_bits)), dtype=np.uint8).reshape(1 << header_bits, -1)
+                for p in self._prefixes)
         # MGET's first two arguments, B:n and B:id, packed once
         self._resp_head = b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in
                                    ((base + ":n").encode(), (base + ":id").encode()))
+        self._resp_id = b"$%d\r\n%s\r\n" % (len(base) + 3, (base + ":id").encode())
         # 32 hex digits, then what CHECK_AND_INSERT checks against the index
         self._id_new = f"{uuid.uuid4().hex}{header_bits:02d}{fingerprint or ''}"
         opts = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0,
@@ -173,7 +211,9 @@ class RedisIndexStore:
         Raises :class:`IndexUnavailableError` naming the URL when Redis cannot
         be reached, :class:`ParameterError` when the index was created with
         another ``t`` (``"header_bits"``), from fingerprints of another recipe
-        (``"fingerprint"``), or the prefix holds other data (``"key_prefix"``).
+        (``"fingerprint"``), by an older version of this store (no sketches:
+        ``"key_prefix"``, the message says what to do), or the prefix holds
+        other data (``"key_prefix"``).
         """
         redis = _redis()
         client = self._make_client(redis)
@@ -184,7 +224,22 @@ class RedisIndexStore:
                 raise ParameterError("params", f"the connection options are not usable for "
                                                f"{safe_url(self.url)}: {exc}") from None
             base = self.base
+            # an index of an older layout has B:t or B:n but no B:v
+            layout, old_t, old_n = client.mget(base + ":v", base + ":t", base + ":n")
+            if layout is None and (old_t is not None or old_n is not None):
+                try:
+                    int(old_t or 0), int(old_n or 0)
+                except ValueError:
+                    raise ParameterError("key_prefix", f"{self.base!r} already holds keys that "
+                                         f"are not a scrapy-simdup index ({self.base}:t = "
+                                         f"{old_t!r}, {self.base}:n = {old_n!r}); use another "
+                                         f"key prefix") from None
+                layout = b"1"
+            if layout is not None and _text(layout) != FORMAT:
+                raise ParameterError("key_prefix", _old_layout_message(
+                    base, safe_url(self.url), _text(layout)))
             pipe = client.pipeline(transaction=True)
+            pipe.set(base + ":v", FORMAT, nx=True)
             pipe.set(base + ":t", self.header_bits, nx=True)
             pipe.set(base + ":id", self._id_new, nx=True)
             if self.fingerprint:   # the first process to start records its recipe
@@ -266,29 +321,29 @@ class RedisIndexStore:
         digits = (headers[:, None] >> shifts) & np.uint64(15)
         return _HEXDIGITS[digits.astype(np.intp)].tobytes()
 
-    def _keys(self, headers):
-        tab = self._keytab
-        if tab is not None:
-            return [tab[h] for h in headers]
-        p, f = self._bprefix, self._fmt
+    def _keys(self, family: int, headers):
+        p, f = self._prefixes[family], self._fmt
         return [f % (p, h) for h in headers]
 
-    async def check_and_add_many(self, values, masks, keys: Sequence | None = None,
-                                 chunk: int = 2048, ahead: int = 2):
-        """PSM-F check and insert for a batch.
+    async def check_and_add_many(self, values, values2, sketches, masks,
+                                 keys: Sequence | None = None, chunk: int = 2048,
+                                 ahead: int = 2):
+        """PSM check (two keys, verified) and insert for a batch.
 
-        ``values``: uint64 fingerprints; ``masks[i]``: uint64 header XOR masks
-        for ``values[i]`` in probe order (mask 0 first, then the most likely
-        flip sets), already shifted into the top header bits (or a callable
-        ``masks(a, b)`` giving them for ``values[a:b]``, as a list or as a
-        tuple ``(all masks, count per value)``, computed while Redis works on
-        earlier chunks); ``keys[i]``: the page's key (URL)
-        or None. Returns, per value, ``None`` (new: inserted) or a
-        :class:`StoreMatch`, as if the values were checked one after the
-        other. Raises :class:`IndexUnavailableError` on Redis faults (nothing is
-        half-done for a value: the script is atomic).
+        ``values``, ``values2``: the pages' two uint64 keys; ``sketches``:
+        uint8[n, SKETCH_BYTES] (or a sequence of bytes). ``masks``: the header
+        XOR masks of each key in probe order (mask 0 first, then the most
+        likely flip sets), already shifted into the top header bits: a pair
+        ``(masks1, masks2)`` of per-page lists, or a callable ``masks(a, b)``
+        giving that pair for pages ``a:b`` (each item of the pair a list of
+        arrays, or a tuple ``(all masks, count per page)``), computed while
+        Redis works on earlier chunks. ``keys[i]``: the page's key (URL) or
+        None. Returns, per page, ``None`` (new: inserted) or a
+        :class:`StoreMatch` (the best verified match), as if the pages were
+        checked one after the other. Raises :class:`IndexUnavailableError` on
+        Redis faults (nothing is half-done for a page: the script is atomic).
 
-        Chunks of ``chunk`` values are pipelined: the snapshots of the next
+        Chunks of ``chunk`` pages are pipelined: the snapshots of the next
         ``ahead`` chunks are read while this one is checked and its script
         runs, so the client and Redis work at the same time; the scripts run
         in order, one at a time, and a script sees every insertion made after
@@ -297,9 +352,13 @@ class RedisIndexStore:
         snapshot was sent may match.
         """
         values = np.ascontiguousarray(values, dtype=np.uint64).ravel()
+        values2 = np.ascontiguousarray(values2, dtype=np.uint64).ravel()
         n = values.shape[0]
-        if not callable(masks) and len(masks) != n:
-            raise ValueError(f"masks must have one array per value ({n}), got {len(masks)}")
+        if values2.shape[0] != n:
+            raise ValueError(f"values2 must have one key per value ({n}), got {values2.shape[0]}")
+        sketches = _as_sketches(sketches, n)
+        if not callable(masks) and (len(masks) != 2 or any(len(m) != n for m in masks)):
+            raise ValueError(f"masks must be a pair of lists with one array per value ({n})")
         if keys is not None and len(keys) != n:
             raise ValueError(f"keys must have one key per value ({n}), got {len(keys)}")
         if not 1 <= chunk <= 65535:     # (per-bucket counts travel as uint16)
@@ -312,15 +371,16 @@ class RedisIndexStore:
         bounds = [(a, min(n, a + chunk)) for a in range(0, n, chunk)]
         out: list = []
         token = os.urandom(8)        # names this call's insertions in the log
-        inserted_by: list = []       # per chunk checked: (values, own headers) of its new ones
+        inserted_by: list = []       # per chunk checked: (keys, own headers) of its new ones
         committed = 0                # chunks whose script has returned
         reads: deque = deque()       # (snapshot task, chunks committed when it was started)
         pending = None               # the script of the previous chunk
 
         def read(k):
             a, b = bounds[k]
-            m = masks(a, b) if callable(masks) else masks[a:b]
-            reads.append((asyncio.ensure_future(self._snapshot(values[a:b], m)), committed))
+            m = masks(a, b) if callable(masks) else (masks[0][a:b], masks[1][a:b])
+            reads.append((asyncio.ensure_future(self._snapshot(
+                values[a:b], values2[a:b], sketches[a:b], m)), committed))
 
         try:
             for k in range(len(bounds)):
@@ -334,9 +394,11 @@ class RedisIndexStore:
                     out.extend(await pending)
                     pending = None
                     committed = k
-                is_new = state.idx < 0
-                own = state.headers[state.probe_start[:-1]]     # each one's own bucket
-                inserted_by.append((state.values[is_new], own[is_new]))
+                is_new = state.agree < 0
+                if self.store_duplicates:   # (every page but a revisit is inserted)
+                    is_new = np.ones_like(is_new)
+                own = [hd[ps[:-1]][is_new] for hd, ps in zip(state.headers, state.probe_start)]
+                inserted_by.append((state.values[is_new], own[0], state.values2[is_new], own[1]))
                 a, b = bounds[k]
                 pending = asyncio.ensure_future(
                     self._commit(state, None if keys is None else keys[a:b], flags, token))
@@ -355,19 +417,25 @@ class RedisIndexStore:
     def _own_flags(self, state, earlier) -> np.ndarray:
         """Per candidate, 1 if an insertion of this call that the snapshot may
         miss (an earlier new candidate of this chunk, or one of the chunks in
-        ``earlier``: ``(values, own headers)`` of those not committed when the
-        snapshot was read) lands in one of its probed buckets *within distance
-        h*: only then must the script re-check this call's own insertions for
-        it. Insertions of other writers are always re-checked (``index.redis.lua``)."""
+        ``earlier``: ``(keys 1, headers 1, keys 2, headers 2)`` of those not
+        committed when the snapshot was read) lands in one of its probed
+        buckets of either key *within distance h* of that key: only then must
+        the script re-check this call's own insertions for it. Insertions of
+        other writers are always re-checked (``index.redis.lua``)."""
         earlier = [e for e in earlier if e[0].shape[0]]
-        ev = np.concatenate([e[0] for e in earlier]) if earlier else np.zeros(0, np.uint64)
-        eh = np.concatenate([e[1] for e in earlier]) if earlier else np.zeros(0, np.uint64)
-        return redisbuckets.own_flags(state.values, state.probe_start, state.headers, state.idx,
-                                      ev, eh, self.distance)
+        flags = None
+        idx = np.where((state.agree < 0) | self.store_duplicates, -1, 0).astype(np.int64)
+        for f, vals in enumerate((state.values, state.values2)):
+            ev = np.concatenate([e[2 * f] for e in earlier]) if earlier else np.zeros(0, np.uint64)
+            eh = np.concatenate([e[2 * f + 1] for e in earlier]) if earlier else \
+                np.zeros(0, np.uint64)
+            got = redisbuckets.own_flags(vals, state.probe_start[f], state.headers[f], idx,
+                                         ev, eh, self.distance)
+            flags = got if flags is None else flags | got
+        return flags
 
-    async def _snapshot(self, values, masks) -> _Snapshot:
-        """Round trip 1: MGET the probed buckets; local check (compiled)."""
-        RedisError = _redis().exceptions.RedisError
+    def _probes(self, values, masks):
+        """(counts, probe_start, headers) of one key's masks."""
         n = values.shape[0]
         if isinstance(masks, tuple):    # (all masks, count per value): already flat
             allmasks = np.ascontiguousarray(masks[0], dtype=np.uint64)
@@ -389,83 +457,153 @@ class RedisIndexStore:
         if allmasks[probe_start[:-1]].any():
             raise ValueError("every masks[i] must start with 0 (the page's own bucket)")
         headers = (np.repeat(values, counts) ^ allmasks) >> np.uint64(self.shift)
+        return counts, probe_start, headers
+
+    def _parts(self, family, buckets, res):
+        """Bucket strings read (None: empty) -> (data uint8, offsets, lengths)."""
+        rec = (RECORD1, RECORD2)[family]
+        parts = [b if b is not None else b"" for b in res]
+        lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        if (lens % rec).any():
+            bad = int(buckets[int(np.flatnonzero(lens % rec)[0])])
+            raise ParameterError("key_prefix", f"Redis key {self._keys(family, [bad])[0]!r} is "
+                                 f"not a simdup bucket (length not a multiple of {rec}): is the "
+                                 f"key prefix {self.base!r} shared with something else?")
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        return np.frombuffer(b"".join(parts), dtype=np.uint8), offsets, lens
+
+    async def _snapshot(self, values, values2, sketches, masks) -> _Snapshot:
+        """Round trip 1: MGET the probed buckets of both keys; local check
+        (compiled); a second read when a key-2 match's sketch is in a key-1
+        bucket not read."""
+        RedisError = _redis().exceptions.RedisError
+        probes = [self._probes(v, m) for v, m in zip((values, values2), masks)]
+        counts = tuple(p[0] for p in probes)
+        probe_start = tuple(p[1] for p in probes)
+        headers = tuple(p[2] for p in probes)
         # candidates of a chunk share many buckets: each is read once
-        buckets, probe_bucket = np.unique(headers, return_inverse=True)
+        (b1, pb1), (b2, pb2) = (np.unique(h, return_inverse=True) for h in headers)
+        pb1, pb2 = pb1.astype(np.int64).ravel(), pb2.astype(np.int64).ravel()
         try:
             # 1. snapshot: one atomic MGET
-            res = await self._read_buckets(buckets)
+            res = await self._read_buckets((b1, b2))
             n_snap = int(res[0] or 0)
             id_snap = res[1] or b""
-            parts = [b if b is not None else b"" for b in res[2:]]
-            bucket_lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-            if (bucket_lens & 7).any():
-                bad = int(buckets[int(np.flatnonzero(bucket_lens & 7)[0])])
-                raise ParameterError("key_prefix", f"Redis key {self._keys([bad])[0]!r} is not "
-                                     f"a simdup bucket (length not a multiple of 8): is the key "
-                                     f"prefix {self.base!r} shared with something else?")
-            entries = np.frombuffer(b"".join(parts), dtype="<u8")
-            bucket_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-            np.cumsum(bucket_lens >> 3, out=bucket_offsets[1:])
+            data1, off1, lens1 = self._parts(0, b1, res[2:2 + b1.shape[0]])
+            data2, off2, lens2 = self._parts(1, b2, res[2 + b1.shape[0]:])
             # 2. local check
-            idx, dist = redisbuckets.scan_first_buckets(entries, bucket_offsets, probe_bucket,
-                                                        probe_start, values, self.distance)
+            h, need = self.distance, self.needed
+            found = redisbuckets.scan_verified(data1, off1, b1, pb1, probe_start[0], data2, off2,
+                                               pb2, probe_start[1], values, values2, sketches,
+                                               h, need)
+            if found[5].any():
+                # key-2 matches whose sketches lie in key-1 buckets not read yet
+                extra = redisbuckets.missing_buckets(data2, off2, pb2, probe_start[1], values2,
+                                                     found[5], b1, h)
+                more = await self._read_buckets((extra, extra[:0]), head=False)
+                if (more[0] or b"") == id_snap:     # else reset meanwhile: the script checks
+                    d_x, _, lens_x = self._parts(0, extra, more[1:])
+                    allb = np.concatenate((b1, extra))
+                    order = np.argsort(allb, kind="stable")
+                    rank = np.empty_like(order)
+                    rank[order] = np.arange(order.shape[0])
+                    lens_all = np.concatenate((lens1, lens_x))[order]
+                    starts = np.concatenate((off1[:-1], off1[-1] + np.cumsum(lens_x) - lens_x))
+                    data_all = np.concatenate((data1, d_x))
+                    pieces = [data_all[starts[i]:starts[i] + lens_all[k]]
+                              for k, i in enumerate(order.tolist())]
+                    b1, lens1, pb1 = allb[order], lens_all, rank[pb1]
+                    data1 = np.concatenate(pieces) if pieces else data1[:0]
+                    off1 = np.zeros(b1.shape[0] + 1, dtype=np.int64)
+                    np.cumsum(lens1, out=off1[1:])
+                    found = redisbuckets.scan_verified(
+                        data1, off1, b1, pb1, probe_start[0], data2, off2, pb2, probe_start[1],
+                        values, values2, sketches, h, need)
         except RedisError as exc:
             raise self._failed(exc) from exc
-        return _Snapshot(values, counts, probe_start, headers, bucket_lens[probe_bucket],
-                         entries, idx, dist, n_snap, id_snap, buckets, bucket_offsets)
+        agree, dist, where, pos, key1, _ = found
+        return _Snapshot(values, values2, sketches, counts, probe_start, headers, (pb1, pb2),
+                         (b1, b2), (lens1, lens2), agree, dist, where, pos, key1,
+                         n_snap, id_snap)
 
-    async def _read_buckets(self, buckets) -> list:
-        """``MGET B:n B:id <buckets>``: one atomic command."""
+    async def _read_buckets(self, buckets, head: bool = True) -> list:
+        """``MGET B:n B:id <key-1 buckets> <key-2 buckets>``: one atomic
+        command (``head=False``: ``B:id`` only)."""
         base = self.base
+        names = [base + ":n", base + ":id"] if head else [base + ":id"]
         if self._resp_tab is not None and _packs_resp(self._client):
+            head_resp = self._resp_head if head else self._resp_id
             return await self._client.execute_command("MGET", PackedCommand(
-                self._resp_head + self._resp_tab[buckets.astype(np.intp)].tobytes(),
-                2 + buckets.shape[0]))
-        return await self._client.mget([base + ":n", base + ":id"] +
-                                       self._keys(buckets.tolist()))
+                head_resp + b"".join(tab[b.astype(np.intp)].tobytes()
+                                     for tab, b in zip(self._resp_tab, buckets)),
+                len(names) + sum(b.shape[0] for b in buckets)))
+        return await self._client.mget(names + self._keys(0, buckets[0].tolist()) +
+                                       self._keys(1, buckets[1].tolist()))
+
+    @staticmethod
+    def _local_best(state: _Snapshot, sel) -> bytes:
+        """Per selected candidate, its best match in the snapshot for the
+        script: agreeing bytes + 1 (0: none), distance, key 1 (LE), position."""
+        rec = np.zeros(int(sel.sum()), dtype=[("a", "u1"), ("d", "u1"), ("k", "<u8"),
+                                              ("p", "<u4")])
+        found = state.agree[sel] >= 0
+        rec["a"] = np.where(found, state.agree[sel] + 1, 0)
+        rec["d"] = np.where(found, state.dist[sel], 0)
+        rec["k"] = state.key1[sel]
+        rec["p"] = np.where(found, state.pos[sel], 0)
+        return rec.tobytes()
 
     async def _commit(self, state: _Snapshot, keys, flags=None, token=b"\0" * 8):
         """Round trip 2: the atomic script for the new ones, the keys of the matches."""
         exceptions = _redis().exceptions
         NoScriptError, RedisError = exceptions.NoScriptError, exceptions.RedisError
-        values, counts, headers, lens, idx, dist = (state.values, state.counts, state.headers,
-                                                    state.lens, state.idx, state.dist)
-        entries, n_snap, id_snap = state.entries, state.n_snap, state.id_snap
-        buckets, bucket_offsets = state.buckets, state.bucket_offsets
-        n = values.shape[0]
+        n = state.values.shape[0]
         base = self.base
-        is_new = idx < 0
+        # to the script: the new ones, and the matched ones that an earlier
+        # page of this call (not in the snapshot) may match better
+        is_new = state.agree < 0
+        if flags is not None:
+            is_new = is_new | (flags != 0)
+        if self.store_duplicates:   # every page is inserted (unless a revisit)
+            is_new = np.ones_like(is_new)
         new = np.flatnonzero(is_new).tolist()
         local = np.flatnonzero(~is_new).tolist()
         try:
             # 3. one pipeline: atomic check-and-insert of the new ones, keys of the matches
             script_args = None
             if new:
-                sel = np.repeat(is_new, counts)
                 if keys is None:
                     argv_keys = [b""] * len(new)
                 else:
                     argv_keys = [_key_bytes(keys[i]) for i in new]
-                script_args = (0, base, self.distance, n_snap, id_snap, self.hex_digits,
-                               values[is_new].astype("<u8").tobytes(),
-                               counts[is_new].astype("<u2").tobytes(),
-                               self._hex(headers[sel]),
-                               lens[sel].astype("<u4").tobytes(),
-                               self._id_new,
+                fam = []
+                for f in range(2):
+                    sel = np.repeat(is_new, state.counts[f])
+                    fam += [self._hex(state.buckets[f]),
+                            state.lens[f].astype("<u4").tobytes(),
+                            state.probe_bucket[f][sel].astype("<u4").tobytes()]
+                script_args = (0, base, self.distance, state.n_snap, state.id_snap,
+                               self.hex_digits,
+                               state.values[is_new].astype("<u8").tobytes(),
+                               state.values2[is_new].astype("<u8").tobytes(),
+                               state.sketches[is_new].tobytes(),
+                               state.counts[0][is_new].astype("<u2").tobytes(),
+                               state.counts[1][is_new].astype("<u2").tobytes(),
+                               *fam, self._id_new,
                                (np.ones(n, np.uint8) if flags is None else flags)[is_new]
-                               .tobytes(), token, *argv_keys)
-            match_values = entries[idx[~is_new]]
+                               .tobytes(), token, self.needed,
+                               self._local_best(state, is_new),
+                               self._hex(state.where[is_new]),
+                               b"1" if self.store_duplicates else b"0", *argv_keys)
             if local:
-                # the bucket and the position in it of each match: its key is
-                # entry `pos` of the bucket's key list
-                m_idx = idx[~is_new]
-                m_bucket = np.searchsorted(bucket_offsets, m_idx, "right") - 1
-                m_pos = m_idx - bucket_offsets[m_bucket]
+                # each match's key is entry `pos` of its key-1 bucket's key list:
                 # one request per distinct (bucket, position), grouped by bucket
-                asked, where = np.unique(np.stack((m_bucket, m_pos)), axis=1,
+                m_where, m_pos = state.where[~is_new], state.pos[~is_new].astype(np.uint64)
+                asked, where = np.unique(np.stack((m_where, m_pos)), axis=1,
                                          return_inverse=True)
                 ub, per_bucket = np.unique(asked[0], return_counts=True)
-                keys_args = (0, base + ":u:", self.hex_digits, self._hex(buckets[ub]),
+                keys_args = (0, base + ":u:", self.hex_digits, self._hex(ub),
                              per_bucket.astype("<u2").tobytes(),
                              asked[1].astype("<u4").tobytes())
             replies = []
@@ -490,6 +628,9 @@ class RedisIndexStore:
         except RedisError as exc:
             if SETTINGS_MISMATCH in str(exc):
                 theirs = _short(str(exc).split(SETTINGS_MISMATCH + " ", 1)[1])
+                if theirs.startswith("layout"):
+                    raise IndexConflictError("key_prefix", _old_layout_message(
+                        base, safe_url(self.url), theirs.split(" ", 1)[1])) from exc
                 raise IndexConflictError(
                     "header_bits" if theirs.startswith("header bits") else "fingerprint",
                     f"the index at {base!r} ({safe_url(self.url)}) was re-created with other "
@@ -504,15 +645,18 @@ class RedisIndexStore:
             for i, item in zip(new, replies[0]):
                 if item != 0:
                     val = struct.unpack("<Q", item[0])[0]
-                    out[i] = StoreMatch(val, int(item[1]), _text(item[2]))
+                    out[i] = StoreMatch(val, int(item[1]), _text(item[2]),
+                                        similarity(int(item[3])))
+                    inserted += int(item[4])
                 else:
                     inserted += 1
             r = 1
-        self.last_size = n_snap + inserted
+        self.last_size = state.n_snap + inserted
         if local:
             found_keys = replies[r]
-            for i, v, k in zip(local, match_values.tolist(), np.ravel(where).tolist()):
-                out[i] = StoreMatch(v, int(dist[i]), _text(found_keys[k]))
+            for i, k in zip(local, np.ravel(where).tolist()):
+                out[i] = StoreMatch(int(state.key1[i]), int(state.dist[i]), _text(found_keys[k]),
+                                    similarity(int(state.agree[i])))
         return out
 
     def _failed(self, exc) -> IndexUnavailableError:
@@ -536,7 +680,7 @@ class RedisIndexStore:
         """Delete the whole index (all buckets and bookkeeping keys)."""
         client = self._client
         batch = []
-        for pattern in (":b:*", ":u:*"):
+        for pattern in (":b:*", ":c:*", ":u:*"):
             async for k in client.scan_iter(match=self.base + pattern, count=1000):
                 batch.append(k)
                 if len(batch) >= 1000:
@@ -594,6 +738,26 @@ def _hiredis_connection_class():
 
             _HIREDIS_CONN.append(HiredisPackedConnection)
     return _HIREDIS_CONN[0]
+
+
+def _as_sketches(sketches, n: int) -> np.ndarray:
+    """bytes of each page, or uint8[n, SKETCH_BYTES] -> uint8[n, SKETCH_BYTES]."""
+    if not isinstance(sketches, np.ndarray):
+        items = [bytes(x) for x in sketches]
+        if any(len(x) != SKETCH_BYTES for x in items):
+            raise ValueError(f"each sketch must be {SKETCH_BYTES} bytes")
+        sketches = np.frombuffer(b"".join(items), dtype=np.uint8).reshape(-1, SKETCH_BYTES)
+    if sketches.dtype != np.uint8 or sketches.shape != (n, SKETCH_BYTES):
+        raise ValueError(f"sketches must have shape ({n}, {SKETCH_BYTES}) and dtype uint8")
+    return np.ascontiguousarray(sketches)
+
+
+def _old_layout_message(base: str, url: str, layout) -> str:
+    return (f"the index at {base!r} ({url}) was written by an older scrapy-simdup (bucket "
+            f"layout {layout}, this version needs {FORMAT}): its buckets hold no verification "
+            f"sketches, so its pages cannot be checked by this version's match rule. Use a new "
+            f"key prefix (SIMDUP_REDIS_KEY), or delete the old index's keys (redis-cli --scan "
+            f"--pattern '{base}:*' | xargs redis-cli unlink) and crawl again")
 
 
 def _key_bytes(key) -> bytes:
