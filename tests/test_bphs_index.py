@@ -41,7 +41,7 @@ def test_tables_argument():
     with pytest.raises(ValueError, match="blocks"):
         BPHSIndex(3, blocks=3)
     with pytest.raises(ValueError, match="distance"):
-        BPHSIndex(17)
+        BPHSIndex(25)
     with pytest.raises(ValueError, match="value"):
         idx.query(-3)
     with pytest.raises(ValueError, match="lookup"):

@@ -75,7 +75,7 @@ def test_uniform_when_no_weights():
 @pytest.mark.parametrize("kwargs, word", [
     (dict(W=np.zeros(64), header_bits=0, distance=3), "header_bits"),
     (dict(W=np.zeros(64), header_bits=31, distance=3), "header_bits"),
-    (dict(W=np.zeros(64), header_bits=8, distance=17), "distance"),
+    (dict(W=np.zeros(64), header_bits=8, distance=25), "distance"),
     (dict(W=np.zeros(64), header_bits=8, distance=-1), "distance"),
     (dict(W=np.zeros(63), header_bits=8, distance=2), "W"),
     (dict(W=np.full(64, np.nan), header_bits=8, distance=2), "W"),
