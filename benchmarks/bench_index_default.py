@@ -108,21 +108,21 @@ def crawl_index_at_scale(n, log):
     bgs = rng.integers(0, 256, (m, SKETCH_BYTES)).astype(np.uint8)
     rows = []
     verified = VerifiedIndex()
-    verified.add(bg1, bg2, bgs, ids=np.arange(m, dtype=np.int64) + (1 << 40))
+    verified.add(bg1, bg2, bgs)          # rows 0..m-1: background
 
     def v_lookup(fp):
         found = verified.query_fingerprint(fp)
         return None if found is None else found.id
     rows.append(("VerifiedIndex() (the default now)", verified,
-                 crawl_protocol(pages, v_lookup, lambda fp: verified.add_fingerprint(fp, len(verified)))))
+                 crawl_protocol(pages, v_lookup, verified.add_fingerprint)))
     plain = PSMIndex(distance=PLAIN_DISTANCE, recall=DEFAULT_RECALL)
-    plain.add(bg1, np.arange(m, dtype=np.int64) + (1 << 40))
+    plain.add(bg1)
 
     def p_lookup(fp):
         found = plain.query(fp.value, fp.W)
         return None if not found else int(min(found, key=lambda hit: hit[1])[0])
     rows.append((f"PSMIndex(distance={PLAIN_DISTANCE}, recall={DEFAULT_RECALL}) (before)", plain,
-                 crawl_protocol(pages, p_lookup, lambda fp: int(plain.add(fp.value, len(plain))[0]))))
+                 crawl_protocol(pages, p_lookup, lambda fp: int(plain.add(fp.value)[0]))))
     w = max(len(r[0]) for r in rows)
     log(f"{'index':<{w}}  {'P':>5} {'R':>5} {'F1':>5}  {'bg flags':>8}  {'ms/look-up':>10}  "
         f"{'B/page':>6}  t")
