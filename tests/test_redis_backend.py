@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from scrapy_simdup.exceptions import IndexUnavailableError, ParameterError
 from scrapy_simdup.fingerprint.features import fmix64
 from scrapy_simdup.index.backend import Page
+from scrapy_simdup.index.redis.lua import FORMAT
 from scrapy_simdup.index.redis.store import RedisIndexStore, StoreMatch
 from scrapy_simdup.integration.backends import setting_message
 from tests.data_root import DATA_ROOT
@@ -774,7 +775,7 @@ def test_scan_verified_matches_reference(data):
     pb2 = np.array([b2.index(hd) for p in probes2 for hd in p], np.int64)
     ps1 = np.cumsum([0] + [len(p) for p in probes1]).astype(np.int64)
     ps2 = np.cumsum([0] + [len(p) for p in probes2]).astype(np.int64)
-    agree, dist, where, pos, key1, missing = scan_verified(
+    agree, dist, where, pos, key1, missing, *_ = scan_verified(
         np.frombuffer(data1, np.uint8), off1, np.array(fetched1, np.uint64), pb1, ps1,
         np.frombuffer(data2, np.uint8), off2, pb2, ps2, v1, v2,
         np.frombuffer(b"".join(sks), np.uint8).reshape(n, 32), h, needed)
@@ -827,7 +828,9 @@ def test_keys_at_script_matches_reference(redis_server, lists, asks):
     prefix = f"keysat:{next(_counter)}:u:"
     blobs = []
     for i, (keys, cut) in enumerate(lists):
-        blob = b"".join(len(x).to_bytes(2, "little") + x for x in keys)
+        # uint16 LE length, the near-duplicate flag byte, the key
+        blob = b"".join(len(x).to_bytes(2, "little") + bytes([i % 2]) + x
+                        for i, x in enumerate(keys))
         blob = blob[:-cut] if cut else blob
         blobs.append(blob)
         if blob:
@@ -842,12 +845,12 @@ def test_keys_at_script_matches_reference(redis_server, lists, asks):
     for b, k in asks:
         blob, pos, key = blobs[b], 0, b""
         for _ in range(k + 1):
-            if pos + 2 > len(blob):
+            if pos + 3 > len(blob):
                 key = b""
                 break
             length = int.from_bytes(blob[pos:pos + 2], "little")
-            key = blob[pos + 2:pos + 2 + length] if pos + 2 + length <= len(blob) else b""
-            pos += 2 + length
+            key = blob[pos + 3:pos + 3 + length] if pos + 3 + length <= len(blob) else b""
+            pos += 3 + length
         want.append(key)
     assert got == want
     client.close()
@@ -954,7 +957,7 @@ def test_a_key_prefix_holding_other_data_is_a_clear_error(redis_server):
         with pytest.raises(ValueError, match="not a scrapy-simdup index"):
             KeyOneStore(redis_server.url, base, header_bits=8).check_server()
         client.set(base + ":t", "8")
-        client.set(base + ":v", "2")
+        client.set(base + ":v", FORMAT)
         client.set(base + ":fingerprint", b"\xff\xfe binary")
         with pytest.raises(ValueError, match="cannot be compared"):
             KeyOneStore(redis_server.url, base, header_bits=8,

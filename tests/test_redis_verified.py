@@ -7,6 +7,9 @@ distance, min_similarity and probes: the verdicts (duplicate or not, the
 estimated similarity and the distance) are the same. Also: two processes
 checking the same pages keep each at most once and store each once, an index of the older layout
 is refused at start-up with what to do, and the layout costs 54 bytes a page.
+A page met again (a second pass, another process) is decided as in memory:
+a kept page is a revisit, a near-duplicate is a near-duplicate of another
+stored page again (never of itself) and is not stored twice.
 """
 import asyncio
 import gzip
@@ -19,7 +22,7 @@ import pytest
 
 from scrapy_simdup import Fingerprinter
 from scrapy_simdup.exceptions import IndexConflictError, ParameterError
-from scrapy_simdup.index.backend import MemoryBackend, Page
+from scrapy_simdup.index.backend import Match, MemoryBackend, Page
 from scrapy_simdup.index.redis.backend import RedisBackend
 from scrapy_simdup.index.verified import VerifiedIndex
 from tests.data_root import DATA_ROOT
@@ -155,6 +158,7 @@ def test_two_processes_keep_each_page_at_most_once(redis_server, pages):
 
 
 def test_fifty_four_bytes_a_page(redis_server, pages):
+    """54 bytes a page in the buckets; the kept flag rides in the key lists."""
     import redis
     base = _base()
 
@@ -168,10 +172,12 @@ def test_fifty_four_bytes_a_page(redis_server, pages):
     try:
         total = {fam: sum(client.strlen(k) for k in client.scan_iter(f"{base}:{fam}:*"))
                  for fam in "bc"}
-        assert client.get(f"{base}:v") == b"2"
+        assert client.get(f"{base}:v") == b"3"
+        urls = sum(client.strlen(k) for k in client.scan_iter(f"{base}:u:*"))
     finally:
         client.close()
     assert total == {"b": 40 * kept, "c": 14 * kept}
+    assert urls == sum(3 + len(k.encode()) for k, _ in pages)   # length, flag, key
 
 
 def _old_index(url, base):
@@ -226,3 +232,259 @@ def test_an_old_layout_written_mid_crawl_is_refused(redis_server, pages):
         assert err.value.parameter == "key_prefix"
         await be.close()
     asyncio.run(go())
+
+
+def test_an_index_of_layout_2_is_refused(redis_server):
+    """Layout 2 stored near-duplicates without saying so: met again, they
+    would pass as revisits. Refused at start-up, with what to do."""
+    import redis
+    base = _base()
+    client = redis.Redis.from_url(redis_server.url)
+    client.set(base + ":v", "2")
+    client.set(base + ":t", "14")
+    client.close()
+    with pytest.raises(ParameterError, match="layout 2.*revisit.*SIMDUP_REDIS_KEY"):
+        RedisBackend.open(redis_server.url, base)
+
+
+def _pair(pages):
+    """Two real pages, the second a near-duplicate of the first (in memory)."""
+    for i in range(len(pages)):
+        for j in range(i + 1, len(pages)):
+            mem = _memory(22, 0.15, None, 8)
+
+            async def go(a=pages[i], b=pages[j], mem=mem):
+                return [await mem.check_and_add(p, k) for k, p in (a, b)]
+            first, second = asyncio.run(go())
+            if first is None and second is not None and second.similarity < 1:
+                return pages[i], pages[j]
+    pytest.skip("no near-duplicate pair")
+
+
+def test_a_near_duplicate_met_again_is_not_a_revisit(redis_server, pages):
+    """The bug: a near-duplicate is stored under its own URL too; met again
+    (another process, the next crawl) it must be reported as a near-duplicate
+    of the kept page, not as a revisit of itself, and not be stored again. A
+    kept page met again is a revisit."""
+    (ka, a), (kb, b) = _pair(pages)
+    base = _base()
+
+    async def crawl(items, batch):
+        be = RedisBackend.open(redis_server.url, base, header_bits=8, max_probes=None)
+        if batch:
+            got = await be.check_and_add_many([p for _, p in items], [k for k, _ in items])
+        else:
+            got = [await be.check_and_add(p, k) for k, p in items]
+        size = len(be)
+        await be.close()
+        return got, size
+    first, size = asyncio.run(crawl([(ka, a), (kb, b)], False))
+    assert first[0] is None and first[1].duplicate_of == ka and size == 2
+    for batch in (False, True):
+        # a new backend: what another process or the next crawl sees
+        (again_b, again_a), size = asyncio.run(crawl([(kb, b), (ka, a)], batch))
+        assert again_b.duplicate_of == ka          # the kept page, not itself
+        assert (again_b.similarity, again_b.distance) == (first[1].similarity, first[1].distance)
+        assert again_a.duplicate_of == ka          # the kept page: a revisit
+        assert again_a.distance == 0 and again_a.similarity == 1.0
+        assert size == 2                           # nothing stored again
+    # met alone: the near-duplicate's only other match is the kept page
+    (alone,), size = asyncio.run(crawl([(kb, b)], False))
+    assert alone.duplicate_of == ka and size == 2
+
+
+def test_a_near_duplicate_whose_only_match_is_itself(redis_server, pages):
+    """A near-duplicate met again changed so that only its own record still
+    verifies (its bytes that agreed with the kept page now differ): it
+    matches nothing, and is still not stored twice, as in memory."""
+    (ka, a), (kb, b) = _pair(pages)
+    same = np.frombuffer(a.sketch, np.uint8) == np.frombuffer(b.sketch, np.uint8)
+    if 32 - same.sum() < 5:
+        pytest.skip("the pair's sketches agree too much")
+    sk = np.frombuffer(b.sketch, np.uint8).copy()
+    sk[same] += 1
+    changed = b._replace(sketch=sk.tobytes())
+    base = _base()
+    mem = _memory(22, 0.15, None, 8)
+
+    async def go():
+        be = RedisBackend.open(redis_server.url, base, header_bits=8, max_probes=None)
+        out = []
+        for backend in (mem, be):
+            await backend.check_and_add(a, ka)
+            await backend.check_and_add(b, kb)
+            out.append(await backend.check_and_add(changed, kb))
+        # and in a batch, from another backend (another process)
+        other = RedisBackend.open(redis_server.url, base, header_bits=8, max_probes=None)
+        out.append((await other.check_and_add_many([changed, a], [kb, ka]))[0])
+        n = len(other)
+        await be.close()
+        await other.close()
+        return out, n
+    (m, r, r2), n = asyncio.run(go())
+    assert m is None and r is None and r2 is None
+    assert n == len(mem) == 2
+
+
+def _second_pass_worker(url, base, pages, t, max_probes, batch, q):
+    async def go():
+        be = RedisBackend.open(url, base, header_bits=t, max_probes=max_probes)
+        got = []
+        for a in range(0, len(pages), batch):
+            got.extend(await be.check_and_add_many([p for _, p in pages[a:a + batch]],
+                                                   [k for k, _ in pages[a:a + batch]]))
+        n = len(be)
+        await be.close()
+        return [k for k, _ in pages], [None if m is None else tuple(m) for m in got], n
+    q.put(asyncio.run(go()))
+
+
+@pytest.mark.parametrize("t, max_probes, batch, other_process", [
+    (8, None, 1, False),         # every bucket probed, one page at a time
+    (8, None, 40, True),         # batches, in another process
+    (14, 64, 25, False),         # a probe budget per key
+])
+def test_second_pass_same_verdicts_as_memory(redis_server, pages, t, max_probes, batch,
+                                             other_process):
+    """Two passes over the same real pages: in the second, Redis and memory
+    give the same verdicts: each kept page is a revisit of itself, each
+    near-duplicate a near-duplicate of another page, and nothing is stored
+    again."""
+    subset = pages[:400]
+    keys = [k for k, _ in subset]
+    memory = _memory(22, 0.15, max_probes, t)
+    base = _base()
+
+    async def first():
+        be = RedisBackend.open(redis_server.url, base, header_bits=t, max_probes=max_probes)
+        got = await be.check_and_add_many([p for _, p in subset], keys)
+        await be.close()
+        return [await memory.check_and_add(p, k) for k, p in subset], got
+    expected1, got1 = asyncio.run(first())
+    assert [m is None for m in got1] == [m is None for m in expected1]
+    second_order = list(subset)
+    random.Random(3).shuffle(second_order)
+    if other_process:
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        proc = ctx.Process(target=_second_pass_worker,
+                           args=(redis_server.url, base, second_order, t, max_probes, batch, q))
+        proc.start()
+        _, got2, size = q.get(timeout=180)
+        proc.join(30)
+        got2 = [None if m is None else Match(*m) for m in got2]
+    else:
+        got2, size = asyncio.run(_second_pass_worker_inline(redis_server.url, base,
+                                                             second_order, t, max_probes,
+                                                             batch))
+
+    async def second_memory():
+        return [await memory.check_and_add(p, k) for k, p in second_order]
+    expected2 = asyncio.run(second_memory())
+    kept = {k for k, m in zip(keys, expected1) if m is None}
+    assert len(kept) < len(subset) - 50                 # real near-duplicates were met
+    for (k, _), e, g in zip(second_order, expected2, got2):
+        assert e is not None and g is not None          # every page is stored: all match
+        if k in kept:
+            assert e.duplicate_of == k and g.duplicate_of == k       # a revisit
+            assert (g.similarity, g.distance) == (1.0, 0)
+        else:
+            assert e.duplicate_of != k and g.duplicate_of != k       # never itself
+    if max_probes is None:
+        assert _verdicts(got2) == _verdicts(expected2)
+    else:
+        assert [v[0] for v in _verdicts(got2)] == [v[0] for v in _verdicts(expected2)]
+    same = sum(g.duplicate_of == e.duplicate_of for g, e in zip(got2, expected2))
+    assert same >= 0.95 * len(subset)
+    assert size == len(memory) == len(subset)           # nothing stored again
+
+
+async def _second_pass_worker_inline(url, base, pages, t, max_probes, batch):
+    be = RedisBackend.open(url, base, header_bits=t, max_probes=max_probes)
+    got = []
+    for a in range(0, len(pages), batch):
+        if batch == 1:
+            got.append(await be.check_and_add(pages[a][1], pages[a][0]))
+        else:
+            got.extend(await be.check_and_add_many([p for _, p in pages[a:a + batch]],
+                                                   [k for k, _ in pages[a:a + batch]]))
+    n = len(be)
+    await be.close()
+    return got, n
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_page_whose_key_moved_bucket_is_decided_as_in_memory(redis_server, pages, batch):
+    """Met again after a change that moved key 1 to another bucket (its top
+    bit flipped), a page has no own entry in its new bucket: its old record
+    is found as its best match, and is still its own entry: a near-duplicate
+    is checked again with it set apart (a near-duplicate of the kept page,
+    not stored again), a kept page is a revisit."""
+    (ka, a), (kb, b) = _pair(pages)
+    top = 1 << 63
+    moved_a = a._replace(value=a.value ^ top)
+    moved_b = b._replace(value=b.value ^ top)
+    mem = _memory(22, 0.15, None, 8)
+    base = _base()
+
+    async def go():
+        be = RedisBackend.open(redis_server.url, base, header_bits=8, max_probes=None)
+        other = RedisBackend.open(redis_server.url, base, header_bits=8, max_probes=None)
+        out = []
+        for backend in (mem, be):
+            await backend.check_and_add_many([a, b], [ka, kb])
+        for backend in (mem, other):
+            if batch:
+                out.append(await backend.check_and_add_many([moved_b, moved_a], [kb, ka]))
+            else:
+                out.append([await backend.check_and_add(moved_b, kb),
+                            await backend.check_and_add(moved_a, ka)])
+        n = len(other)
+        await be.close()
+        await other.close()
+        return out, n
+    (m, r), n = asyncio.run(go())
+    assert m[0].duplicate_of == r[0].duplicate_of == ka       # not itself
+    assert (r[0].similarity, r[0].distance) == (m[0].similarity, m[0].distance)
+    assert m[1].duplicate_of == r[1].duplicate_of == ka       # a revisit
+    assert (r[1].similarity, r[1].distance) == (m[1].similarity, m[1].distance) == (1.0, 0)
+    assert n == len(mem) == 2                                 # nothing stored again
+
+
+def test_two_processes_meet_the_stored_pages_again_at_once(redis_server, pages):
+    """After a first crawl, two processes re-crawl the same real pages at the
+    same time, in different orders: each kept page is a revisit, each
+    near-duplicate a near-duplicate of another page, in both; nothing is
+    stored again."""
+    subset = pages[:300]
+    keys = [k for k, _ in subset]
+    base = _base()
+
+    async def first():
+        be = RedisBackend.open(redis_server.url, base, header_bits=10, max_probes=64)
+        got = await be.check_and_add_many([p for _, p in subset], keys)
+        await be.close()
+        return got
+    got1 = asyncio.run(first())
+    kept = {k for k, m in zip(keys, got1) if m is None}
+    assert len(kept) < len(subset) - 40
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    orders = []
+    for seed in range(2):
+        order = list(subset)
+        random.Random(seed + 11).shuffle(order)
+        orders.append(order)
+    procs = [ctx.Process(target=_second_pass_worker,
+                         args=(redis_server.url, base, order, 10, 64, 16, q))
+             for order in orders]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=180) for _ in procs]
+    for p in procs:
+        p.join(30)
+    for order_keys, got, size in results:
+        assert size == len(subset)                      # nothing stored again
+        for k, m in zip(order_keys, got):
+            assert m is not None
+            assert (m[0] == k) == (k in kept), (k, m)   # a revisit iff kept

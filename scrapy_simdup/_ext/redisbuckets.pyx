@@ -45,6 +45,15 @@ cdef inline Py_ssize_t _find(const uint64_t[::1] sorted_, uint64_t x) noexcept n
     return -1
 
 
+cdef inline void _own_seen(short[::1] oa, short[::1] od, uint64_t[::1] ok, Py_ssize_t c,
+                           int a, int d, uint64_t k1) noexcept nogil:
+    # the own record, met by key 1 and/or key 2: the smaller distance
+    oa[c] = <short>a
+    if d < od[c]:
+        od[c] = <short>d
+    ok[c] = k1
+
+
 def _check_probes(const int64_t[::1] offsets, Py_ssize_t size, const int64_t[::1] probe_bucket,
                   const int64_t[::1] probe_start, Py_ssize_t n, int rec, str family):
     cdef Py_ssize_t nb = offsets.shape[0] - 1, p, b, c
@@ -74,7 +83,8 @@ def scan_verified(const uint8_t[::1] data1, const int64_t[::1] offsets1,
                   const uint8_t[::1] data2, const int64_t[::1] offsets2,
                   const int64_t[::1] probe_bucket2, const int64_t[::1] probe_start2,
                   const uint64_t[::1] values1, const uint64_t[::1] values2,
-                  const uint8_t[:, ::1] sketches, int h, int needed):
+                  const uint8_t[:, ::1] sketches, int h, int needed,
+                  own_header=None, own_pos=None):
     """Best verified match per candidate over the fetched buckets of both keys.
 
     Key-1 buckets (``data1``; bucket ``b`` is ``data1[offsets1[b]:offsets1[b + 1]]``,
@@ -92,9 +102,14 @@ def scan_verified(const uint8_t[::1] data1, const int64_t[::1] offsets1,
 
     A page found by key 2 whose key-1 bucket was not fetched cannot be
     verified here: ``missing[c]`` is 1 then (fetch those buckets and scan
-    again). Returns ``(agree int16, distance int16, header uint64, position
-    int64, key1 uint64, missing uint8)`` per candidate; ``agree`` is -1 when
-    no match was found.
+    again). ``own_header[c]``, ``own_pos[c]`` (uint64, int64; position -1 or
+    None: none) name the record stored under the candidate's own key: it is
+    never its match (a key is not its own near-duplicate), it is reported
+    apart. Returns ``(agree int16, distance int16, header uint64, position
+    int64, key1 uint64, missing uint8, own_agree int16, own_distance int16,
+    own_key1 uint64)`` per candidate; ``agree`` is -1 when no match was
+    found, ``own_agree`` -1 when the own record is not a candidate (within
+    ``h`` by a probed key) in the buckets read, else its equal sketch bytes.
     """
     cdef Py_ssize_t n = values1.shape[0], c, p, b, o, end, b1
     if values2.shape[0] != n or sketches.shape[0] != n or sketches.shape[1] != SIMDUP_SKETCH_BINS:
@@ -107,6 +122,19 @@ def scan_verified(const uint8_t[::1] data1, const int64_t[::1] offsets1,
             raise ValueError("buckets1 must be ascending")
     _check_probes(offsets1, data1.shape[0], probe_bucket1, probe_start1, n, REC1, "1")
     _check_probes(offsets2, data2.shape[0], probe_bucket2, probe_start2, n, REC2, "2")
+    if own_pos is None:
+        own_pos = np.full(n, -1, dtype=np.int64)
+        own_header = np.zeros(n, dtype=np.uint64)
+    cdef const int64_t[::1] opos = np.ascontiguousarray(own_pos, dtype=np.int64)
+    cdef const uint64_t[::1] ohdr = np.ascontiguousarray(own_header, dtype=np.uint64)
+    if opos.shape[0] != n or ohdr.shape[0] != n:
+        raise ValueError(f"own_header and own_pos must have one item per value ({n})")
+    own_agree = np.full(n, -1, dtype=np.int16)
+    own_dist = np.full(n, 99, dtype=np.int16)
+    own_key1 = np.zeros(n, dtype=np.uint64)
+    cdef short[::1] own_agree_v = own_agree
+    cdef short[::1] own_dist_v = own_dist
+    cdef uint64_t[::1] own_key1_v = own_key1
     agree = np.full(n, -1, dtype=np.int16)
     dist = np.full(n, -1, dtype=np.int16)
     header = np.zeros(n, dtype=np.uint64)
@@ -141,7 +169,10 @@ def scan_verified(const uint8_t[::1] data1, const int64_t[::1] offsets1,
                     d = simdup_popcount64(_le64(d1 + o) ^ v1)
                     if d <= h:
                         a = simdup_sketch_matches(q, d1 + o + 8)
-                        if a >= needed and (a > best_a or (a == best_a and d < best_d)):
+                        if buckets1[b] == ohdr[c] and (o - offsets1[b]) // REC1 == opos[c]:
+                            _own_seen(own_agree_v, own_dist_v, own_key1_v, c, a, d,
+                                      _le64(d1 + o))
+                        elif a >= needed and (a > best_a or (a == best_a and d < best_d)):
                             best_a, best_d = a, d
                             header_v[c] = buckets1[b]
                             position_v[c] = (o - offsets1[b]) // REC1
@@ -166,7 +197,9 @@ def scan_verified(const uint8_t[::1] data1, const int64_t[::1] offsets1,
                             if dd < d:
                                 d = dd
                             a = simdup_sketch_matches(q, rec + 8)
-                            if a >= needed and (a > best_a or (a == best_a and d < best_d)):
+                            if hd == ohdr[c] and pos == opos[c]:
+                                _own_seen(own_agree_v, own_dist_v, own_key1_v, c, a, d, k1)
+                            elif a >= needed and (a > best_a or (a == best_a and d < best_d)):
                                 best_a, best_d = a, d
                                 header_v[c] = hd
                                 position_v[c] = pos
@@ -175,7 +208,7 @@ def scan_verified(const uint8_t[::1] data1, const int64_t[::1] offsets1,
             if best_a >= 0:
                 agree_v[c] = <short>best_a
                 dist_v[c] = <short>best_d
-    return agree, dist, header, position, key1, missing
+    return agree, dist, header, position, key1, missing, own_agree, own_dist, own_key1
 
 
 def missing_buckets(const uint8_t[::1] data2, const int64_t[::1] offsets2,

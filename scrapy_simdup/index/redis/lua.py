@@ -12,7 +12,10 @@ keys (lower-case hex, ``ceil(t / 4)`` digits):
               record in ``B:b:<h1>`` (uint24 LE each): where its key 1 and
               sketch are.
 ``B:u:<h1>``  the keys (URLs) of the pages of ``B:b:<h1>``, in the same order:
-              each a uint16 LE length and the UTF-8 bytes.
+              each a uint16 LE length, a flag byte and the UTF-8 bytes:
+              the flag is 1 when the page was stored as a near-duplicate
+              (it matched a stored page), 0 when it was kept (it matched
+              nothing).
 ``B:n``       number of pages inserted (an integer string): the index size
               and the insertion sequence number.
 ``B:log``     the most recent insertions, in order, one entry each: both
@@ -26,13 +29,30 @@ keys (lower-case hex, ``ceil(t / 4)`` digits):
               from another life.
 ``B:t``       the header size ``t``, fixed when the index is created.
 ``B:v``       the layout (``FORMAT``): an index without it was written by
-              an older version, whose buckets hold no sketches.
+              an older version, whose buckets hold no sketches; layout 2
+              did not record which pages were kept.
 ``B:fingerprint``  the ``Fingerprinter.version`` of the pages.
 
-54 bytes a page (URLs apart): 40 in ``B:b``, 14 in ``B:c``; plus Redis' own
+54 bytes a page (URLs apart: each takes 3 bytes more in ``B:u``, its length and
+flag): 40 in ``B:b``, 14 in ``B:c``; plus Redis' own
 cost of the ``3 * 2**t`` bucket keys (about 70 bytes each), which is fixed.
 Buckets are append-only (written with SET of old + new: an exact-size
-string, where APPEND would leave up to 100 % growth slack).
+string, where APPEND would leave up to 100 % growth slack). The kept flag
+rides in the key list (one byte a page beside its key).
+
+A key met again (the rule of ``MemoryBackend``): its *own entry* is the last
+record stored under the same key in the page's own key-1 bucket ``B:b:<h1>``
+(``B:u:<h1>`` names it). If that page was kept and its record is still a
+verified match of the page (a candidate by either key in the probed buckets,
+the sketch agreeing), the page is a *revisit*: the match names its own key.
+Otherwise the own record is never its match: the page is matched against the
+other stored pages and reported as a near-duplicate of the best of them (or
+new), and it is stored again only when its own page was kept (its content
+changed past it). A key whose key 1 moved to another bucket has no own entry
+there: it is checked as a new key; when its best match is a record of the
+same key (its old self), it is not stored again, and that record is its own
+entry: kept, it is a revisit; a near-duplicate, the client checks the page
+again with that record set apart.
 
 The match rule (``index.verified``): a stored page is a candidate when key 1
 is within ``h`` bits of the query's key 1, or key 2 of its key 2, in a probed
@@ -40,13 +60,23 @@ bucket; it is a match when at least ``needed`` bytes of the sketches agree.
 The best match has the most agreeing bytes, then the smaller distance.
 
 Protocol (two round trips for a batch of pages, one for a batch of
-duplicates; three when a key-2 candidate's key-1 bucket was not read):
+duplicates or revisits; three when a key-2 candidate's key-1 bucket was not
+read):
 
 1. *Snapshot*: ``MGET B:n B:id <probed key-1 buckets> <probed key-2
-   buckets>``: one atomic command.
+   buckets>``: one atomic command; in the same pipeline, after it,
+   ``OWN_AT``: the position and kept flag of each page's own entry in its
+   own key-1 bucket. Records and key lists are append-only, so an entry it
+   finds stays; one it does not find was not stored at the snapshot, and
+   one stored later is logged (``B:log``) after the snapshot: the script
+   looks again in exactly those buckets.
 2. *Local check* in the compiled core: a candidate with a verified match in
    the snapshot is a duplicate (the match was in the index at the snapshot's
-   instant: the answer is linearisable there). A key-2 record names the key-1
+   instant: the answer is linearisable there). The page's own record (by
+   its position from ``OWN_AT``) is set apart: a kept one that verifies
+   makes the page a revisit, decided here (also linearisable at the
+   snapshot: the record was in it, and records never change). A key-2
+   record names the key-1
    record that holds its sketch; when that key-1 bucket was not in the
    snapshot it is read (``MGET B:id <buckets>``) and the check repeated.
    Records are never changed once written, and both records of a page are
@@ -88,23 +118,34 @@ one probes the other's bucket by one of the keys (the PSM recall condition,
 the same as for two pages in one process).
 
 With ``dups`` (the default of the store, as the in-memory backend does), a
-near-duplicate is inserted too, under its own key (URL), so that a later
-copy closer to it than to the first one is still found, and a match names
-the stored page it resembles most; a page whose best match is stored under
-its own key (a revisit), or whose key its own key-1 bucket already lists (a
-near-duplicate met again), is not inserted again. Every page then goes to
-the script (with its best match in the snapshot, if any).
+near-duplicate is inserted too, under its own key (URL) and flagged as one,
+so that a later copy closer to it than to the first one is still found, and
+a match names the stored page it resembles most. Every page but a local
+revisit then goes to the script (with its best other match and its own
+record's verification in the snapshot, if any). The script finds the own
+entry again where it may have changed since ``OWN_AT`` (a bucket logged since
+the snapshot, or everything after a reset) and in its own insertions, sets
+the own record apart in the tails exactly as the client did in the snapshot,
+and applies the rule above.
 
-Reply: one item per candidate, ``0`` when inserted as new, else ``{key 1 (8
-bytes), distance, key or "", agreeing sketch bytes, 1 if inserted too}``.
+Reply: one item per candidate, ``0`` when inserted as new (no match), ``-1``
+when not inserted and no match (a near-duplicate met again whose only match
+was itself), else ``{key 1 (8 bytes), distance, key or "", agreeing sketch
+bytes, 1 if inserted too}``, or ``{..., 2, header, position}`` when the best
+match is a near-duplicate record of the page's own key in another key-1
+bucket (its key 1 moved): nothing is done, and the client checks the page
+again with that record as its own entry (header ``ohead``, position and flag
+in ``lown``).
 """
 
 #: the start of the script's error reply when the index was re-created with
 #: other settings than the writer's (header bits, fingerprint recipe, layout)
 SETTINGS_MISMATCH = "SIMDUP-SETTINGS"
 
-#: the layout of the buckets (``B:v``): two keys and the sketch
-FORMAT = "2"
+#: the layout of the buckets (``B:v``): two keys and the sketch, kept flags
+FORMAT = "3"
+#: longest key stored (its length is a uint16)
+MAX_KEY_BYTES = (1 << 16) - 1
 #: bytes of a key-1 record (key 1, sketch) and of a key-2 record (key 2, key 1, position)
 RECORD1, RECORD2 = 40, 14
 #: most records a key-1 bucket can hold (positions are 24-bit)
@@ -129,7 +170,14 @@ local needed = tonumber(ARGV[20])
 -- per candidate, its best match in the snapshot, if any: agreeing bytes + 1
 -- (0: none), distance, key 1, position (14 bytes) and header (w digits)
 local lbest, lhead = ARGV[21], ARGV[22]
-local dups = ARGV[23] == '1'    -- store near-duplicates too (under their own keys)
+-- per candidate, its own entry as OWN_AT found it after the snapshot: own
+-- record's agreeing bytes + 1 (0: not a candidate there), distance, key 1,
+-- position + 1 (0: none), 1 if stored as a near-duplicate (15 bytes)
+local lown = ARGV[23]
+-- per candidate, the bucket of its own entry (w digits): its own key-1 bucket,
+-- or, when the client decides it again, the bucket its old record moved from
+local ohead = ARGV[24]
+local dups = ARGV[25] == '1'    -- store near-duplicates too (under their own keys)
 local e = 2 * w + 8    -- log entry: both headers' digits, writer token
 local bxor, band, rshift = bit.bxor, bit.band, bit.rshift
 local byte, sub, unpack = string.byte, string.sub, struct.unpack
@@ -220,27 +268,35 @@ end
 local own1, own2, touched1, touched2, base1 = {}, {}, {}, {}, {}
 local newlog, out = {}, {}
 
--- the key of entry k (0-based) of a key-1 bucket's key list
+-- the key of entry k (0-based) of a key-1 bucket's key list, and whether
+-- its page was kept
 local function key_at(hd, k)
   local s = redis.call('GET', uprefix .. hd)
-  if not s then return '' end
+  if not s then return '', true end
   local pos = 1
   for _ = 1, k do
-    if pos + 1 > #s then return '' end
-    pos = pos + 2 + unpack('<I2', s, pos)
+    if pos + 2 > #s then return '', true end
+    pos = pos + 3 + unpack('<I2', s, pos)
   end
-  if pos + 1 > #s then return '' end
+  if pos + 2 > #s then return '', true end
   local len = unpack('<I2', s, pos)
-  return sub(s, pos + 2, pos + 1 + len)
+  return sub(s, pos + 3, pos + 2 + len), byte(s, pos + 2) == 0
 end
 
--- whether key-1 bucket hd lists the key url (stored, or inserted by this call)
-local function listed(hd, url)
-  for _, r in ipairs(own1[hd] or {}) do
-    if r.url == url then return true end
+-- the own entry of key url in key list s: 2 * its index, + 1 if stored as
+-- a near-duplicate (the last entry of url), or -1
+local function own_in(s, url)
+  if url == '' or not string.find(s, url, 1, true) then return -1 end
+  local size, pos, k, found, n = #s, 1, 0, -1, #url
+  while pos + 2 <= size do
+    local lo, hi, flag = string.byte(s, pos, pos + 2)
+    local len = lo + hi * 256
+    if len == n and string.sub(s, pos + 3, pos + 2 + len) == url then
+      found = 2 * k + (flag == 1 and 1 or 0)
+    end
+    pos, k = pos + 3 + len, k + 1
   end
-  local s = redis.call('GET', uprefix .. hd)
-  return s ~= false and string.find(s, struct.pack('<I2', #url) .. url, 1, true) ~= nil
+  return found
 end
 
 local inserted = 0
@@ -252,21 +308,55 @@ for c = 1, #vals1 / 8 do
   local np1 = unpack('<I2', counts1, c * 2 - 1)
   local np2 = unpack('<I2', counts2, c * 2 - 1)
   local mine = byte(flags, c) == 1
+  local url = ARGV[25 + c]
   -- best so far: agreeing bytes, distance, key 1, and its key or where it is
-  local ba, bd, bv, burl, bhd, bpos = -1, 99, nil, nil, nil, 0
+  local ba, bd, bv, burl, bkept, bhd, bpos = -1, 99, nil, nil, nil, nil, 0
   local la = byte(lbest, c * 14 - 13) - 1
   if la >= 0 then
     ba, bd, bv = la, byte(lbest, c * 14 - 12), sub(lbest, c * 14 - 11, c * 14 - 4)
     bpos, bhd = unpack('<I4', lbest, c * 14 - 3), sub(lhead, c * w - w + 1, c * w)
   end
-  local function consider(a, d, v, url, hd, pos)
-    if a >= needed and (a > ba or (a == ba and d < bd)) then
-      ba, bd, bv, burl, bhd, bpos = a, d, v, url, hd, pos
-    end
-  end
   -- the own buckets (first probes), where the page goes if new
   local j1, j2 = unpack('<I4', pi1, pp1 * 4 + 1), unpack('<I4', pi2, pp2 * 4 + 1)
   local own_hd1, own_hd2 = sub(bk1, j1 * w + 1, j1 * w + w), sub(bk2, j2 * w + 1, j2 * w + w)
+  -- the own entry (position in own_hd1, kept?) and how its record verifies:
+  -- agreeing bytes (-1: not a candidate), distance, key 1
+  local opos, okept, oa, od, ov = nil, false, -1, 99, nil
+  local ohd = sub(ohead, c * w - w + 1, c * w)
+  if url ~= '' and ohd ~= own_hd1 then    -- set apart by the client: its old record
+    local o = (c - 1) * 15
+    opos, okept = unpack('<I4', lown, o + 11) - 1, byte(lown, o + 15) == 0
+    if byte(lown, o + 1) > 0 then
+      oa, od, ov = byte(lown, o + 1) - 1, byte(lown, o + 2), sub(lown, o + 3, o + 10)
+    end
+  elseif url ~= '' then
+    local o = (c - 1) * 15
+    local hint = unpack('<I4', lown, o + 11)
+    local r_own = nil
+    for _, r in ipairs(own1[own_hd1] or {}) do
+      if r.url == url then r_own = r end
+    end
+    if r_own then                       -- stored by this very call: the latest
+      opos, okept = r_own.pos, r_own.kept
+    elseif check_all or changed1[own_hd1] then    -- may have changed since OWN_AT
+      local f = own_in(redis.call('GET', uprefix .. own_hd1) or '', url)
+      if f >= 0 then opos, okept = (f - f % 2) / 2, f % 2 == 0 end
+    elseif hint > 0 then
+      opos, okept = hint - 1, byte(lown, o + 15) == 0
+    end
+    if opos ~= nil and not from_start and opos == hint - 1 and byte(lown, o + 1) > 0 then
+      oa, od, ov = byte(lown, o + 1) - 1, byte(lown, o + 2), sub(lown, o + 3, o + 10)
+    end
+  end
+  local function consider(a, d, v, url_, hd, pos, kept)
+    if opos ~= nil and hd == ohd and pos == opos then
+      -- its own record: never its match; seen by key 1 and/or key 2
+      oa, ov = a, v
+      if d < od then od = d end
+    elseif a >= needed and (a > ba or (a == ba and d < bd)) then
+      ba, bd, bv, burl, bkept, bhd, bpos = a, d, v, url_, kept, hd, pos
+    end
+  end
   if check_all or mine or has_foreign then
     for p = pp1, pp1 + np1 - 1 do
       local j = unpack('<I4', pi1, p * 4 + 1)
@@ -275,7 +365,7 @@ for c = 1, #vals1 / 8 do
       if ours then
         for _, r in ipairs(ours) do
           local d = pop(bxor(r.lo1, lo1)) + pop(bxor(r.hi1, hi1))
-          if d <= h then consider(agree(q, r.sk, 1), d, r.v1, r.url) end
+          if d <= h then consider(agree(q, r.sk, 1), d, r.v1, r.url, hd, r.pos, r.kept) end
         end
       end
       if check_all or (mine and changed1[hd]) or foreign1[hd] then
@@ -305,7 +395,7 @@ for c = 1, #vals1 / 8 do
           local d2 = pop(bxor(r.lo2, lo2)) + pop(bxor(r.hi2, hi2))
           if d2 <= h then
             local d = math.min(d2, pop(bxor(r.lo1, lo1)) + pop(bxor(r.hi1, hi1)))
-            consider(agree(q, r.sk, 1), d, r.v1, r.url)
+            consider(agree(q, r.sk, 1), d, r.v1, r.url, r.hd, r.pos, r.kept)
           end
         end
       end
@@ -337,20 +427,35 @@ for c = 1, #vals1 / 8 do
     end
   end
   pp1, pp2 = pp1 + np1, pp2 + np2
-  local url, insert = ARGV[23 + c], true
-  if ba >= 0 then
-    local found = burl or key_at(bhd, bpos)
-    -- a near-duplicate joins the index under its own key, once: not a page
-    -- whose match is stored under its own key (a revisit), nor one whose key
-    -- its own bucket already lists (met again, it matched an equal page)
-    insert = dups and found ~= url and not listed(own_hd1, url)
-    out[c] = {bv, bd, found, ba, insert and 1 or 0}
+  local insert
+  if opos ~= nil and okept and oa >= needed then
+    -- a kept page met again, still itself: a revisit
+    insert = false
+    out[c] = {ov, od, url, oa, 0}
   else
-    out[c] = 0
+    -- stored once: again only when its kept page changed past its record
+    insert = opos == nil or okept
+    if ba >= 0 then
+      local found, fkept = burl, bkept
+      if not found then found, fkept = key_at(bhd, bpos) end
+      if found == url and opos == nil and not fkept then
+        -- its own near-duplicate record, in the bucket key 1 moved from: the
+        -- client decides the page again with that record set apart
+        insert = false
+        out[c] = {bv, bd, found, ba, 2, bhd, bpos}
+      else
+        -- a near-duplicate joins the index under its own key; not one whose
+        -- match is stored under its own key (the key moved to another bucket)
+        insert = insert and dups and found ~= url
+        out[c] = {bv, bd, found, ba, insert and 1 or 0}
+      end
+    else
+      out[c] = insert and 0 or -1
+    end
   end
   if insert then
-    local r = {v1 = sub(vals1, c * 8 - 7, c * 8), sk = q, url = url,
-               lo1 = lo1, hi1 = hi1, lo2 = lo2, hi2 = hi2}
+    local r = {v1 = sub(vals1, c * 8 - 7, c * 8), sk = q, url = url, kept = ba < 0,
+               lo1 = lo1, hi1 = hi1, lo2 = lo2, hi2 = hi2, hd = own_hd1}
     local t1 = own1[own_hd1]
     if not t1 then
       t1 = {}
@@ -363,6 +468,7 @@ for c = 1, #vals1 / 8 do
       return redis.error_reply('SIMDUP-FULL bucket ' .. own_hd1)
     end
     t1[#t1 + 1] = r
+    r.pos = pos
     r.rec2 = sub(vals2, c * 8 - 7, c * 8) .. u24(tonumber(own_hd1, 16)) .. u24(pos)
     local t2 = own2[own_hd2]
     if not t2 then
@@ -381,7 +487,7 @@ for _, hd in ipairs(touched1) do
   local recs, urls = {}, {}
   for i, r in ipairs(own1[hd]) do
     recs[i] = r.v1 .. r.sk
-    urls[i] = struct.pack('<I2', #r.url) .. r.url
+    urls[i] = struct.pack('<I2B', #r.url, r.kept and 0 or 1) .. r.url
   end
   local bk = bprefix .. hd
   redis.call('SET', bk, (redis.call('GET', bk) or '') .. table.concat(recs))
@@ -412,7 +518,8 @@ return out
 # ``w``, the buckets' headers (``w`` hex digits each), per bucket the number of
 # positions asked (uint16 LE), and the positions (uint32 LE, ascending within a
 # bucket). Reply: one key per position asked, in order ("" when the list is
-# shorter: a bucket written before its keys, or a damaged list).
+# shorter: a bucket written before its keys, or a damaged list). An entry is
+# a uint16 LE length, a flag byte and the key.
 KEYS_AT = r"""
 local uprefix, w = ARGV[1], tonumber(ARGV[2])
 local heads, counts, positions = ARGV[3], ARGV[4], ARGV[5]
@@ -424,20 +531,62 @@ for b = 1, #counts / 2 do
   local pos, rec = 1, 0
   for _ = 1, struct.unpack('<I2', counts, b * 2 - 1) do
     local k = struct.unpack('<I4', positions, n * 4 + 1)
-    while rec < k and pos + 1 <= size do    -- skip records: uint16 LE length + bytes
+    while rec < k and pos + 2 <= size do    -- skip entries: length, flag, bytes
       local lo, hi = byte(s, pos, pos + 1)
-      pos = pos + 2 + lo + hi * 256
+      pos = pos + 3 + lo + hi * 256
       rec = rec + 1
     end
     local key = ''
-    if rec == k and pos + 1 <= size then
+    if rec == k and pos + 2 <= size then
       local lo, hi = byte(s, pos, pos + 1)
       local len = lo + hi * 256
-      if pos + 1 + len <= size then key = string.sub(s, pos + 2, pos + 1 + len) end
+      if pos + 2 + len <= size then key = string.sub(s, pos + 3, pos + 2 + len) end
     end
     n = n + 1
     out[n] = key
   end
+end
+return out
+"""
+
+
+# Each page's own entry, for the snapshot: ARGV: the ``B:u:`` prefix, the
+# header digits ``w``, the pages' own key-1 bucket headers (``w`` hex digits
+# each), then one key per page ("" for none). Reply per page: ``2 * position +
+# 1`` if its own entry was stored as a near-duplicate, ``2 * position`` if
+# kept, ``-1`` if the bucket does not list the key (the last entry counts).
+OWN_AT = r"""
+local uprefix, w, heads = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+
+-- the own entry of key url in key list s: 2 * its index, + 1 if stored as
+-- a near-duplicate (the last entry of url), or -1
+local function own_in(s, url)
+  if url == '' or not string.find(s, url, 1, true) then return -1 end
+  local size, pos, k, found, n = #s, 1, 0, -1, #url
+  while pos + 2 <= size do
+    local lo, hi, flag = string.byte(s, pos, pos + 2)
+    local len = lo + hi * 256
+    if len == n and string.sub(s, pos + 3, pos + 2 + len) == url then
+      found = 2 * k + (flag == 1 and 1 or 0)
+    end
+    pos, k = pos + 3 + len, k + 1
+  end
+  return found
+end
+
+local lists, out = {}, {}
+for c = 1, #heads / w do
+  local url, found = ARGV[3 + c], -1
+  if url ~= '' then
+    local hd = string.sub(heads, (c - 1) * w + 1, c * w)
+    local s = lists[hd]
+    if s == nil then
+      s = redis.call('GET', uprefix .. hd) or ''
+      lists[hd] = s
+    end
+    found = own_in(s, url)
+  end
+  out[c] = found
 end
 return out
 """

@@ -20,7 +20,7 @@ bucket rewritten under a global lock, so it is not done. ``t`` = 14 gives 16,384
 (about 70 bytes) is small against 8 bytes per fingerprint, and fewer header
 bits mean a near-duplicate's header is more often among the first probes.
 An index written by an older layout (no ``<key>:v``: buckets without
-sketches) is refused at start-up.
+sketches; or layout 2: no kept flags) is refused at start-up.
 """
 from __future__ import annotations
 
@@ -56,6 +56,8 @@ from scrapy_simdup.index.redis.lua import (
     CHECK_AND_INSERT,
     FORMAT,
     KEYS_AT,
+    MAX_KEY_BYTES,
+    OWN_AT,
     RECORD1,
     RECORD2,
     SETTINGS_MISMATCH,
@@ -83,6 +85,14 @@ class _Snapshot(NamedTuple):
     where: np.ndarray           # ... its key-1 bucket header
     pos: np.ndarray             # ... and position (record) there
     key1: np.ndarray            # ... and its key 1
+    own_hd: np.ndarray          # per candidate: the bucket of its own entry (its own key-1
+                                # bucket, or where its old record is when checked again)
+    own_pos: np.ndarray         # ... the entry's position there (OWN_AT, after the
+                                # snapshot), or -1
+    own_dup: np.ndarray         # ... 1 if that page was stored as a near-duplicate
+    own_agree: np.ndarray       # ... its record's agreeing bytes if a candidate, else -1
+    own_dist: np.ndarray        # ... its distance
+    own_key1: np.ndarray        # ... its key 1
     n_snap: int                 # B:n at the snapshot
     id_snap: bytes              # B:id at the snapshot
 
@@ -95,6 +105,15 @@ class StoreMatch:
     distance: int
     key: str | None
     similarity: float = 1.0
+
+
+class _Moved(NamedTuple):
+    """The script's answer for a page whose best match is a near-duplicate
+    record of its own key in another key-1 bucket: check it again with that
+    record (``header``, ``position``) as its own entry."""
+    header: int
+    position: int
+    match: StoreMatch
 
 
 def _redis():
@@ -189,6 +208,7 @@ class RedisIndexStore:
         self._loop = None
         self._sha = None
         self._keys_sha = None
+        self._own_sha = None
         self.last_size = 0
 
     # -- life cycle -------------------------------------------------------------
@@ -250,6 +270,7 @@ class RedisIndexStore:
             stored_t, n, stored_fp = pipe.execute()[-3:]
             self._sha = client.script_load(CHECK_AND_INSERT)
             self._keys_sha = client.script_load(KEYS_AT)
+            self._own_sha = client.script_load(OWN_AT)
         except redis.ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise IndexUnavailableError(f"cannot use Redis at {safe_url(self.url)}: "
@@ -327,7 +348,7 @@ class RedisIndexStore:
 
     async def check_and_add_many(self, values, values2, sketches, masks,
                                  keys: Sequence | None = None, chunk: int = 2048,
-                                 ahead: int = 2):
+                                 ahead: int = 2, _own=None):
         """PSM check (two keys, verified) and insert for a batch.
 
         ``values``, ``values2``: the pages' two uint64 keys; ``sketches``:
@@ -350,6 +371,11 @@ class RedisIndexStore:
         its snapshot (``index.redis.lua``): the client flags the candidates that an
         insertion of this call's own chunks not yet committed when their
         snapshot was sent may match.
+
+        A page whose key 1 moved to another bucket since its key was stored
+        as a near-duplicate, and whose best match is that old record, is
+        checked again (a second call, ``_own``: per page, the header and
+        position of the record to set apart as its own entry).
         """
         values = np.ascontiguousarray(values, dtype=np.uint64).ravel()
         values2 = np.ascontiguousarray(values2, dtype=np.uint64).ravel()
@@ -380,31 +406,47 @@ class RedisIndexStore:
             a, b = bounds[k]
             m = masks(a, b) if callable(masks) else (masks[0][a:b], masks[1][a:b])
             reads.append((asyncio.ensure_future(self._snapshot(
-                values[a:b], values2[a:b], sketches[a:b], m)), committed))
+                values[a:b], values2[a:b], sketches[a:b], m,
+                None if keys is None else keys[a:b],
+                None if _own is None else (_own[0][a:b], _own[1][a:b]))), committed))
 
         try:
             for k in range(len(bounds)):
+                a, b = bounds[k]
                 while len(reads) < max(1, ahead) and k + len(reads) < len(bounds):
                     read(k + len(reads))
                 task, seen = reads.popleft()
                 state = await task
                 # chunks seen..k-1 may have inserted after this snapshot was read
-                flags = self._own_flags(state, inserted_by[seen:k])
+                flags = self._own_flags(state, inserted_by[seen:k],
+                                        None if keys is None else keys[a:b])
                 if pending is not None:
                     out.extend(await pending)
                     pending = None
                     committed = k
                 is_new = state.agree < 0
-                if self.store_duplicates:   # (every page but a revisit is inserted)
+                if self.store_duplicates:   # (every page but a revisit may be inserted)
                     is_new = np.ones_like(is_new)
+                is_new &= ~self._revisits(state, None if keys is None else keys[a:b])
                 own = [hd[ps[:-1]][is_new] for hd, ps in zip(state.headers, state.probe_start)]
                 inserted_by.append((state.values[is_new], own[0], state.values2[is_new], own[1]))
-                a, b = bounds[k]
                 pending = asyncio.ensure_future(
                     self._commit(state, None if keys is None else keys[a:b], flags, token))
                 await asyncio.sleep(0)          # let it send its commands now
             out.extend(await pending)
             pending = None
+            moved = [i for i, m in enumerate(out) if isinstance(m, _Moved)]
+            if moved and _own is None:
+                sel = np.array(moved, dtype=np.intp)
+                again = await self.check_and_add_many(
+                    values[sel], values2[sel], sketches[sel], _masks_of(masks, moved),
+                    None if keys is None else [keys[i] for i in moved], chunk, ahead,
+                    _own=(np.array([out[i].header for i in moved], dtype=np.uint64),
+                          np.array([out[i].position for i in moved], dtype=np.int64)))
+                for i, m in zip(moved, again):
+                    out[i] = m
+            for i in moved if _own is not None else ():
+                out[i] = out[i].match       # (a key stored three times: as found)
         finally:
             for task in [t for t, _ in reads] + ([pending] if pending is not None else []):
                 task.cancel()
@@ -414,7 +456,21 @@ class RedisIndexStore:
                     pass
         return out
 
-    def _own_flags(self, state, earlier) -> np.ndarray:
+    def _revisits(self, state, keys) -> np.ndarray:
+        """Per candidate, whether it is a revisit decided in the snapshot: its
+        own entry (``OWN_AT``) was a kept page whose record verifies, and its
+        key is not met twice in the chunk (an earlier copy may store it anew)."""
+        rev = (state.own_pos >= 0) & (state.own_dup == 0) & (state.own_agree >= self.needed)
+        if rev.any() and keys is not None:
+            seen = set()
+            for i, k in enumerate(keys):
+                kb = _key_bytes(k)
+                if kb in seen:
+                    rev[i] = False
+                seen.add(kb)
+        return rev
+
+    def _own_flags(self, state, earlier, state_keys=None) -> np.ndarray:
         """Per candidate, 1 if an insertion of this call that the snapshot may
         miss (an earlier new candidate of this chunk, or one of the chunks in
         ``earlier``: ``(keys 1, headers 1, keys 2, headers 2)`` of those not
@@ -425,6 +481,7 @@ class RedisIndexStore:
         earlier = [e for e in earlier if e[0].shape[0]]
         flags = None
         idx = np.where((state.agree < 0) | self.store_duplicates, -1, 0).astype(np.int64)
+        idx[self._revisits(state, state_keys)] = 0      # never inserted
         for f, vals in enumerate((state.values, state.values2)):
             ev = np.concatenate([e[2 * f] for e in earlier]) if earlier else np.zeros(0, np.uint64)
             eh = np.concatenate([e[2 * f + 1] for e in earlier]) if earlier else \
@@ -473,10 +530,11 @@ class RedisIndexStore:
         np.cumsum(lens, out=offsets[1:])
         return np.frombuffer(b"".join(parts), dtype=np.uint8), offsets, lens
 
-    async def _snapshot(self, values, values2, sketches, masks) -> _Snapshot:
-        """Round trip 1: MGET the probed buckets of both keys; local check
-        (compiled); a second read when a key-2 match's sketch is in a key-1
-        bucket not read."""
+    async def _snapshot(self, values, values2, sketches, masks, keys=None,
+                        own=None) -> _Snapshot:
+        """Round trip 1: MGET the probed buckets of both keys, then (same
+        pipeline) OWN_AT: each page's own entry; local check (compiled); a
+        second read when a key-2 match's sketch is in a key-1 bucket not read."""
         RedisError = _redis().exceptions.RedisError
         probes = [self._probes(v, m) for v, m in zip((values, values2), masks)]
         counts = tuple(p[0] for p in probes)
@@ -485,9 +543,24 @@ class RedisIndexStore:
         # candidates of a chunk share many buckets: each is read once
         (b1, pb1), (b2, pb2) = (np.unique(h, return_inverse=True) for h in headers)
         pb1, pb2 = pb1.astype(np.int64).ravel(), pb2.astype(np.int64).ravel()
+        n = values.shape[0]
+        own_hd = headers[0][probe_start[0][:-1]]
+        key_bytes = None if keys is None else [_key_bytes(k) for k in keys]
+        if own is not None or (key_bytes is not None and not any(key_bytes)):
+            key_bytes = None
         try:
-            # 1. snapshot: one atomic MGET
-            res = await self._read_buckets((b1, b2))
+            # 1. snapshot: one atomic MGET, then the own entries
+            res, found_own = await self._read_buckets(
+                (b1, b2), own=None if key_bytes is None else (own_hd, key_bytes))
+            if own is not None:     # checked again: its old near-duplicate record
+                own_hd = np.asarray(own[0], dtype=np.uint64)
+                own_pos = np.asarray(own[1], dtype=np.int64)
+                own_dup = np.ones(n, dtype=bool)
+            else:
+                found_own = np.full(n, -1, np.int64) if found_own is None else \
+                    np.asarray(found_own, dtype=np.int64)
+                own_pos = np.where(found_own >= 0, found_own >> 1, -1)
+                own_dup = (found_own >= 0) & (found_own & 1 == 1)
             n_snap = int(res[0] or 0)
             id_snap = res[1] or b""
             data1, off1, lens1 = self._parts(0, b1, res[2:2 + b1.shape[0]])
@@ -496,12 +569,12 @@ class RedisIndexStore:
             h, need = self.distance, self.needed
             found = redisbuckets.scan_verified(data1, off1, b1, pb1, probe_start[0], data2, off2,
                                                pb2, probe_start[1], values, values2, sketches,
-                                               h, need)
+                                               h, need, own_hd, own_pos)
             if found[5].any():
                 # key-2 matches whose sketches lie in key-1 buckets not read yet
                 extra = redisbuckets.missing_buckets(data2, off2, pb2, probe_start[1], values2,
                                                      found[5], b1, h)
-                more = await self._read_buckets((extra, extra[:0]), head=False)
+                more, _ = await self._read_buckets((extra, extra[:0]), head=False)
                 if (more[0] or b"") == id_snap:     # else reset meanwhile: the script checks
                     d_x, _, lens_x = self._parts(0, extra, more[1:])
                     allb = np.concatenate((b1, extra))
@@ -519,27 +592,63 @@ class RedisIndexStore:
                     np.cumsum(lens1, out=off1[1:])
                     found = redisbuckets.scan_verified(
                         data1, off1, b1, pb1, probe_start[0], data2, off2, pb2, probe_start[1],
-                        values, values2, sketches, h, need)
+                        values, values2, sketches, h, need, own_hd, own_pos)
         except RedisError as exc:
             raise self._failed(exc) from exc
-        agree, dist, where, pos, key1, _ = found
+        agree, dist, where, pos, key1, _, own_agree, own_dist, own_key1 = found
         return _Snapshot(values, values2, sketches, counts, probe_start, headers, (pb1, pb2),
                          (b1, b2), (lens1, lens2), agree, dist, where, pos, key1,
+                         own_hd, own_pos, own_dup.astype(np.uint8), own_agree, own_dist,
+                         own_key1,
                          n_snap, id_snap)
 
-    async def _read_buckets(self, buckets, head: bool = True) -> list:
+    async def _read_buckets(self, buckets, head: bool = True, own=None):
         """``MGET B:n B:id <key-1 buckets> <key-2 buckets>``: one atomic
-        command (``head=False``: ``B:id`` only)."""
+        command (``head=False``: ``B:id`` only); with ``own`` (the pages' own
+        key-1 headers and keys), OWN_AT after it in the same pipeline.
+        Returns (MGET reply, OWN_AT reply or None)."""
         base = self.base
         names = [base + ":n", base + ":id"] if head else [base + ":id"]
-        if self._resp_tab is not None and _packs_resp(self._client):
+        client = self._client
+        target = client if own is None else client.pipeline(transaction=False)
+        if self._resp_tab is not None and _packs_resp(client):
             head_resp = self._resp_head if head else self._resp_id
-            return await self._client.execute_command("MGET", PackedCommand(
+            reply = target.execute_command("MGET", PackedCommand(
                 head_resp + b"".join(tab[b.astype(np.intp)].tobytes()
                                      for tab, b in zip(self._resp_tab, buckets)),
                 len(names) + sum(b.shape[0] for b in buckets)))
-        return await self._client.mget(names + self._keys(0, buckets[0].tolist()) +
-                                       self._keys(1, buckets[1].tolist()))
+        else:
+            reply = target.mget(names + self._keys(0, buckets[0].tolist()) +
+                                self._keys(1, buckets[1].tolist()))
+        if own is None:
+            return await reply, None
+        own_args = (0, base + ":u:", self.hex_digits, self._hex(own[0]), *own[1])
+        target.evalsha(self._own_sha, *own_args)
+        res, found = await target.execute(raise_on_error=False)
+        if isinstance(res, Exception):
+            raise res
+        if isinstance(found, _redis().exceptions.NoScriptError):
+            # not in the server's script cache (a restart, SCRIPT FLUSH): still after the MGET
+            self._own_sha = await client.script_load(OWN_AT)
+            found = await client.evalsha(self._own_sha, *own_args)
+        elif isinstance(found, Exception):
+            raise found
+        return res, found
+
+    @staticmethod
+    def _local_own(state: _Snapshot, sel) -> bytes:
+        """Per selected candidate, its own entry for the script: its record's
+        agreeing bytes + 1 (0: not a candidate in the snapshot), distance,
+        key 1 (LE), position + 1 (0: none), 1 if a near-duplicate."""
+        rec = np.zeros(int(sel.sum()), dtype=[("a", "u1"), ("d", "u1"), ("k", "<u8"),
+                                              ("p", "<u4"), ("f", "u1")])
+        seen = (state.own_agree[sel] >= 0) & (state.own_pos[sel] >= 0)
+        rec["a"] = np.where(seen, state.own_agree[sel] + 1, 0)
+        rec["d"] = np.where(seen, state.own_dist[sel], 0)
+        rec["k"] = state.own_key1[sel]
+        rec["p"] = state.own_pos[sel] + 1
+        rec["f"] = state.own_dup[sel]
+        return rec.tobytes()
 
     @staticmethod
     def _local_best(state: _Snapshot, sel) -> bytes:
@@ -565,10 +674,13 @@ class RedisIndexStore:
         is_new = state.agree < 0
         if flags is not None:
             is_new = is_new | (flags != 0)
-        if self.store_duplicates:   # every page is inserted (unless a revisit)
+        if self.store_duplicates:   # every page may be inserted (unless a revisit)
             is_new = np.ones_like(is_new)
+        # a kept page met again that still verifies: decided in the snapshot
+        revisit = self._revisits(state, keys)
+        is_new &= ~revisit
         new = np.flatnonzero(is_new).tolist()
-        local = np.flatnonzero(~is_new).tolist()
+        local = np.flatnonzero(~is_new & ~revisit).tolist()
         try:
             # 3. one pipeline: atomic check-and-insert of the new ones, keys of the matches
             script_args = None
@@ -595,6 +707,8 @@ class RedisIndexStore:
                                .tobytes(), token, self.needed,
                                self._local_best(state, is_new),
                                self._hex(state.where[is_new]),
+                               self._local_own(state, is_new),
+                               self._hex(state.own_hd[is_new]),
                                b"1" if self.store_duplicates else b"0", *argv_keys)
             if local:
                 # each match's key is entry `pos` of its key-1 bucket's key list:
@@ -643,15 +757,23 @@ class RedisIndexStore:
         inserted = 0
         if new:
             for i, item in zip(new, replies[0]):
+                if item == -1:      # its only match was itself, stored as a near-duplicate
+                    continue
                 if item != 0:
                     val = struct.unpack("<Q", item[0])[0]
                     out[i] = StoreMatch(val, int(item[1]), _text(item[2]),
                                         similarity(int(item[3])))
-                    inserted += int(item[4])
+                    if int(item[4]) == 2:   # its own old record: checked again
+                        out[i] = _Moved(int(_text(item[5]), 16), int(item[6]), out[i])
+                    else:
+                        inserted += int(item[4])
                 else:
                     inserted += 1
             r = 1
         self.last_size = state.n_snap + inserted
+        for i in np.flatnonzero(revisit).tolist():
+            out[i] = StoreMatch(int(state.own_key1[i]), int(state.own_dist[i]),
+                                _text(_key_bytes(keys[i])), similarity(int(state.own_agree[i])))
         if local:
             found_keys = replies[r]
             for i, k in zip(local, np.ravel(where).tolist()):
@@ -740,6 +862,17 @@ def _hiredis_connection_class():
     return _HIREDIS_CONN[0]
 
 
+def _masks_of(masks, idx):
+    """The masks of pages ``idx`` only, as a pair of per-page lists."""
+    if not callable(masks):
+        return ([masks[0][i] for i in idx], [masks[1][i] for i in idx])
+    out = ([], [])
+    for i in idx:
+        for f, m in enumerate(masks(i, i + 1)):
+            out[f].append(np.asarray(m[0]))   # (all masks, count) or [masks]
+    return out
+
+
 def _as_sketches(sketches, n: int) -> np.ndarray:
     """bytes of each page, or uint8[n, SKETCH_BYTES] -> uint8[n, SKETCH_BYTES]."""
     if not isinstance(sketches, np.ndarray):
@@ -753,9 +886,12 @@ def _as_sketches(sketches, n: int) -> np.ndarray:
 
 
 def _old_layout_message(base: str, url: str, layout) -> str:
+    why = ("its key lists do not record which pages were kept, so a near-duplicate met again "
+           "would pass as a revisit" if str(layout) == "2" else
+           "its buckets hold no verification sketches, so its pages cannot be checked by "
+           "this version's match rule")
     return (f"the index at {base!r} ({url}) was written by an older scrapy-simdup (bucket "
-            f"layout {layout}, this version needs {FORMAT}): its buckets hold no verification "
-            f"sketches, so its pages cannot be checked by this version's match rule. Use a new "
+            f"layout {layout}, this version needs {FORMAT}): {why}. Use a new "
             f"key prefix (SIMDUP_REDIS_KEY), or delete the old index's keys (redis-cli --scan "
             f"--pattern '{base}:*' | xargs redis-cli unlink) and crawl again")
 
@@ -768,7 +904,7 @@ def _key_bytes(key) -> bytes:
         key = key.encode("utf-8", "surrogatepass")
     elif not isinstance(key, (bytes, bytearray)):
         raise TypeError(f"keys must be str, bytes or None, got {type(key).__name__}")
-    return bytes(key[:65535])
+    return bytes(key[:MAX_KEY_BYTES])
 
 
 def _text(v):
