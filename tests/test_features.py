@@ -32,20 +32,12 @@ from scrapy_simdup.fingerprint.tokens import (
     tokenize,
 )
 from tests.reference.features import features_from_token_hashes_py, spot_hashes, weigh_py
+from tests.reference.sketch import fmix64_int
 
 MASK = (1 << 64) - 1
 M = 0x9E3779B97F4A7C15
 SALT_SHINGLES = 0x5348494E474C4553
 SALT_SPOTS = 0x53504F5453494753
-
-
-def fmix64_ref(x: int) -> int:
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & MASK
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & MASK
-    x ^= x >> 33
-    return x
 
 
 def shingles_ref(tokens, k, salt=SALT_SHINGLES):
@@ -58,7 +50,7 @@ def shingles_ref(tokens, k, salt=SALT_SHINGLES):
         s = hs[i] ^ salt
         for j in range(1, k):
             s = (s * M + hs[i + j]) & MASK
-        out.append(fmix64_ref(s))
+        out.append(fmix64_int(s))
     return out
 
 
@@ -75,7 +67,7 @@ def spots_ref(tokens, chain=2):
         s = h ^ SALT_SPOTS
         for f in following:
             s = (s * M + f) & MASK
-        out.append(fmix64_ref(s))
+        out.append(fmix64_int(s))
     return out
 
 

@@ -154,6 +154,26 @@ MAX_BUCKET_RECORDS = 1 << 24
 LOG_MAX = 1 << 18       # bytes of log before trimming (7,281 insertions with t = 14)
 LOG_KEEP = 1 << 17      # bytes kept after trimming (whole entries)
 
+# The Lua function both scripts use to find a page's own entry in a bucket's
+# key list (inserted into each script's text below).
+_OWN_IN = r"""
+-- the own entry of key url in key list s: 2 * its index, + 1 if stored as
+-- a near-duplicate (the last entry of url), or -1
+local function own_in(s, url)
+  if url == '' or not string.find(s, url, 1, true) then return -1 end
+  local size, pos, k, found, n = #s, 1, 0, -1, #url
+  while pos + 2 <= size do
+    local lo, hi, flag = string.byte(s, pos, pos + 2)
+    local len = lo + hi * 256
+    if len == n and string.sub(s, pos + 3, pos + 2 + len) == url then
+      found = 2 * k + (flag == 1 and 1 or 0)
+    end
+    pos, k = pos + 3 + len, k + 1
+  end
+  return found
+end
+"""
+
 CHECK_AND_INSERT = r"""
 local base = ARGV[1]
 local h = tonumber(ARGV[2])
@@ -283,22 +303,7 @@ local function key_at(hd, k)
   return sub(s, pos + 3, pos + 2 + len), byte(s, pos + 2) == 0
 end
 
--- the own entry of key url in key list s: 2 * its index, + 1 if stored as
--- a near-duplicate (the last entry of url), or -1
-local function own_in(s, url)
-  if url == '' or not string.find(s, url, 1, true) then return -1 end
-  local size, pos, k, found, n = #s, 1, 0, -1, #url
-  while pos + 2 <= size do
-    local lo, hi, flag = string.byte(s, pos, pos + 2)
-    local len = lo + hi * 256
-    if len == n and string.sub(s, pos + 3, pos + 2 + len) == url then
-      found = 2 * k + (flag == 1 and 1 or 0)
-    end
-    pos, k = pos + 3 + len, k + 1
-  end
-  return found
-end
-
+__OWN_IN__
 local inserted = 0
 local pp1, pp2 = 0, 0
 for c = 1, #vals1 / 8 do
@@ -509,7 +514,8 @@ if inserted > 0 then
 end
 return out
 """.replace("LOG_MAX", str(LOG_MAX)).replace("LOG_KEEP", str(LOG_KEEP)).replace(
-    "'FORMAT'", repr(FORMAT)).replace("MAX_RECORDS", str(MAX_BUCKET_RECORDS))
+    "'FORMAT'", repr(FORMAT)).replace("MAX_RECORDS", str(MAX_BUCKET_RECORDS)).replace(
+    "__OWN_IN__\n", _OWN_IN)
 
 
 # The keys (URLs) of stored fingerprints, by bucket and position: for matches
@@ -558,22 +564,7 @@ return out
 OWN_AT = r"""
 local uprefix, w, heads = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
--- the own entry of key url in key list s: 2 * its index, + 1 if stored as
--- a near-duplicate (the last entry of url), or -1
-local function own_in(s, url)
-  if url == '' or not string.find(s, url, 1, true) then return -1 end
-  local size, pos, k, found, n = #s, 1, 0, -1, #url
-  while pos + 2 <= size do
-    local lo, hi, flag = string.byte(s, pos, pos + 2)
-    local len = lo + hi * 256
-    if len == n and string.sub(s, pos + 3, pos + 2 + len) == url then
-      found = 2 * k + (flag == 1 and 1 or 0)
-    end
-    pos, k = pos + 3 + len, k + 1
-  end
-  return found
-end
-
+__OWN_IN__
 local lists, out = {}, {}
 for c = 1, #heads / w do
   local url, found = ARGV[3 + c], -1
@@ -589,4 +580,4 @@ for c = 1, #heads / w do
   out[c] = found
 end
 return out
-"""
+""".replace("__OWN_IN__\n", _OWN_IN)
