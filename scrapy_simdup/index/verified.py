@@ -44,8 +44,8 @@ __all__ = ["VerifiedIndex", "VerifiedMatch"]
 
 class VerifiedMatch(tuple):
     """``(id, similarity, distance)`` of a verified match: the stored id, the
-    estimated Jaccard similarity of the two feature sets, and the smaller
-    Hamming distance of the two keys."""
+    estimated Jaccard similarity of the two feature sets, and the Hamming
+    distance of the key that found it (the smaller when both did)."""
 
     __slots__ = ()
 
