@@ -188,3 +188,25 @@ def test_bad_inputs():
         index.query(-1, 0, bytes(32))
     with pytest.raises(ValueError, match="W"):
         index.query(1, 2, bytes(32), W=np.zeros(5))
+
+
+def test_an_exact_copy_is_the_best_match_the_full_search_finds(real_pages):
+    """The look-up's shortcut for exact copies (own buckets only) gives what
+    the full search ranks first: the earliest exact copy, and never the
+    excluded entry."""
+    index = VerifiedIndex(header_bits=6)
+    fps = [fp for _, fp in real_pages[:40]]
+    stored = []
+    for fp in fps + fps[:10] + fps[5:15]:        # exact copies, some twice
+        page = (fp.value, fp.value2, fp.sketch)
+        want = ref.verified_matches(page, stored, index.distance, index.min_similarity)
+        best = index.query_fingerprint(fp)
+        every = index.query_fingerprint(fp, first=False)
+        assert (best is None) == (not want)
+        if want:
+            assert best.id == want[0] == every[0].id and best == every[0]
+            other = index.query_fingerprint(fp, exclude=best.id)
+            rest = [m for m in every if m.id != best.id]
+            assert (other is None and not rest) or other == rest[0]
+        index.add_fingerprint(fp)
+        stored.append(page)

@@ -407,9 +407,10 @@ cdef class PSMCore:
         self.vsk_rows = rows
         self.vneed = needed
 
-    def _query_verified(self, value, W, const uint8_t[::1] sketch):
+    def _query_verified(self, value, W, const uint8_t[::1] sketch, long own_bucket_only=0):
         """PSM-A of one value keeping only the candidates whose sketch agrees
-        in the needed bins: ``(ids int64[k], distances int8[k])``."""
+        in the needed bins: ``(ids int64[k], distances int8[k])``.
+        ``own_bucket_only``: probe the value's own bucket alone."""
         cdef uint64_t x = value
         cdef const double *wp = NULL
         cdef const double[::1] wv
@@ -420,7 +421,7 @@ cdef class PSMCore:
             if wv.shape[0] != 64:
                 raise ValueError(f"W must have shape (64,), got ({wv.shape[0]},)")
             wp = &wv[0]
-        cdef long maxk = self._probes()
+        cdef long maxk = 1 if own_bucket_only else self._probes()
         cdef resvec res
         res.n = 0; res.cap = 0; res.q = NULL; res.ids = NULL; res.d = NULL
         cdef long heapcap = self.distance + maxk + 2

@@ -238,9 +238,14 @@ class VerifiedIndex:
         every verified match, best first. ``exclude``: a stored id to leave out
         (the page's own entry)."""
         q = _as_sketches(sketch, 1)[0]
+        value, value2 = _as_value(value), _as_value(value2)
+        if first:
+            exact = self._exact_copy(value, value2, q, exclude)
+            if exact is not None:
+                return exact
         self._probes += 2 * _probe_budget(self.header_bits, self.distance, self.max_probes)
-        rows1, dist1 = self.tables[0]._query_verified(_as_value(value), W, q)
-        rows2, dist2 = self.tables[1]._query_verified(_as_value(value2), W2, q)
+        rows1, dist1 = self.tables[0]._query_verified(value, W, q)
+        rows2, dist2 = self.tables[1]._query_verified(value2, W2, q)
         rows = np.concatenate((rows1, rows2))
         dist = np.concatenate((dist1, dist2)).astype(np.int16)
         ids = rows if self._ids is None else self._ids[rows]
@@ -260,6 +265,27 @@ class VerifiedIndex:
         order = order[np.sort(once)]
         est = similarity(agree)
         return [VerifiedMatch(int(ids[i]), float(est[i]), int(dist[i])) for i in order]
+
+    def _exact_copy(self, value: int, value2: int, q: np.ndarray, exclude):
+        """The best match when it is an exact copy (a key equal, every sketch
+        bin equal: nothing can beat it), found in the two own buckets alone;
+        else None. Crawls meet many (URL variants of one page)."""
+        self._probes += 2
+        best = None
+        for table, v in zip(self.tables, (value, value2)):
+            found, dist = table._query_verified(v, None, q, 1)
+            found = found[dist == 0]
+            if found.shape[0]:
+                agree = hashing.sketch_matches(q, self._sketches, found)
+                found = found[agree == SKETCH_BYTES]
+                ids = found if self._ids is None else self._ids[found]
+                if exclude is not None:
+                    found = found[ids != exclude]
+                if found.shape[0] and (best is None or found.min() < best):
+                    best = int(found.min())
+        if best is None:
+            return None
+        return VerifiedMatch(best if self._ids is None else int(self._ids[best]), 1.0, 0)
 
     def query_fingerprint(self, fingerprint, first: bool = True, exclude: int | None = None):
         """:meth:`query` with a :class:`Fingerprint`'s keys, weights and sketch."""
