@@ -2,6 +2,7 @@
 
     python benchmarks/bench_batch.py            # n = 10M on disk, m = 1M (3 rounds, best kept)
     python benchmarks/bench_batch.py --quick    # n = 200K, m = 20K
+    python benchmarks/bench_batch.py --workers 1,2   # PSM-F in-process vs on Dask, 1 and 2 workers
 
 What is measured: one pending batch ``Q`` of ``m`` fingerprints (written as
 crawl batch files, 10 per batch) is merged against a collection ``H`` of
@@ -36,6 +37,12 @@ only the position in the 2^64 space moves. Half of Q are variants whose
 original is in H (at random positions, so in random chunks), 5% of the pairs
 have both members in Q, the rest of Q are fresh pages; the rest of H are
 relocated background fingerprints.
+
+``--workers 1,2`` measures instead, same run and same data, the PSM-F merge
+in-process and on a Dask ``LocalCluster`` of 1 and 2 worker processes
+(``simdup merge --workers N``): wall time from the call to the summary, the
+cluster started before (its start-up is printed apart); the pairs must be
+the in-process merge's.
 
 Each page also carries what the verified match rule needs: key 2 is key 1
 XOR a fixed mask (its weights sign-flipped to match), so its distances are
@@ -197,11 +204,22 @@ def worker(args) -> None:
             # a CPU without AVX-512: VOSH for the probes
             batchjoin.flip_kernel(0)
     rss0 = _peak_rss_mb()
+    client = None
+    if args.dask_workers:
+        from dask.distributed import Client, LocalCluster
+
+        t0 = time.perf_counter()
+        cluster = LocalCluster(n_workers=args.dask_workers, threads_per_worker=1,
+                               processes=True, dashboard_address=":0")
+        client = Client(cluster)
+        startup = time.perf_counter() - t0
     kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),
           "bphs": dict(exact=True, first=False, tables=4),
           "psm-f-index": dict(first=True, engine="index")}[args.worker]
     if args.probes is not None and "exact" not in kw:
         kw["probes"] = args.probes
+    if client is not None:
+        kw["scheduler"] = client
     distance = H if args.distance is None else args.distance
     t0, c0 = time.perf_counter(), time.process_time()
     s = merge([args.dir], args.collection, distance=distance, chunk_size=args.m, commit=False,
@@ -209,16 +227,24 @@ def worker(args) -> None:
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss1 = _peak_rss_mb()
     np.save(args.out, s.pairs_array)
-    print(json.dumps({"method": args.worker, "seconds": seconds, "cpu": cpu,
+    extra = {}
+    if client is not None:
+        extra["startup"] = startup
+        client.close()
+        cluster.close()
+    print(json.dumps({**extra, "method": args.worker, "seconds": seconds, "cpu": cpu,
                       "m": s.fingerprints,
                       "n": s.collection_before, "chunks": s.chunks_scanned,
                       "probes": s.probes, "pairs": s.pairs, "duplicates": s.duplicates,
                       "rss_start_mb": rss0, "rss_peak_mb": rss1}))
 
 
-def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None, distance=None):
+def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None, distance=None,
+               dask_workers=None):
     cmd = [sys.executable, __file__, "--worker", method, "--dir", str(crawl), "--collection",
            str(collection), "--m", str(m), "--out", str(out)]
+    if dask_workers:
+        cmd += ["--dask-workers", str(dask_workers)]
     if distance is not None:
         cmd += ["--distance", str(distance)]
     if probes is not None:
@@ -232,6 +258,49 @@ def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None,
     if proc.returncode != 0:
         raise RuntimeError(f"{method} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def dask_bench(args) -> None:
+    """PSM-F in-process against the Dask merge with each worker count of
+    ``--workers``, rounds in turn, the fastest wall time of each kept."""
+    n = args.n or (200_000 if args.quick else 10_000_000)
+    m = args.m or (20_000 if args.quick else 1_000_000)
+    counts = [int(x) for x in args.workers.split(",")]
+    distance = H if args.distance is None else args.distance
+    log(f"# bench_batch --workers: n = {n:,} on disk, m = {m:,}, distance {distance}, PSM-F, "
+        f"{os.cpu_count()} cores; Dask LocalCluster, 1 thread per worker process, started "
+        f"before the timed merge")
+    crawl, collection = build(n, m)
+    out = WORK / "pairs"
+    out.mkdir(parents=True, exist_ok=True)
+    names = ["in-process"] + [f"dask {k} worker{'s' if k > 1 else ''}" for k in counts]
+    rounds = {name: [] for name in names}
+    for _ in range(args.repeat):
+        for name, k in zip(names, [None] + counts):
+            rounds[name].append(run_worker("psm-f", crawl, collection, m,
+                                           out / f"dask-{k or 0}.npy", args.probes,
+                                           distance=args.distance, dask_workers=k))
+    best = {name: min(rs, key=lambda x: x["seconds"]) for name, rs in rounds.items()}
+    ref = np.load(out / "dask-0.npy")
+    for name, k in zip(names, [None] + counts):
+        r = best[name]
+        same = np.array_equal(np.load(out / f"dask-{k or 0}.npy"), ref)
+        walls = ", ".join(f"{x['seconds']:.2f}" for x in rounds[name])
+        log(f"{name:16s} {r['seconds']:7.2f} s wall  {r['m'] / r['seconds']:>10,.0f} fp/s  "
+            f"pairs {r['pairs']:,}" + ("" if k is None else
+                                        f"  same pairs as in-process: {same}  cluster start "
+                                        f"{r['startup']:.1f} s (not timed)")
+            + f"  (best of {args.repeat}: {walls} s)")
+    log("")
+    log("## ratios (same run, wall time)")
+    base = best["in-process"]["seconds"]
+    for name in names[1:]:
+        log(f"{name:16s} {best[name]['seconds'] / base:5.2f}x the in-process time")
+    if 1 in counts:
+        one = best[names[1 + counts.index(1)]]["seconds"]
+        for name, k in zip(names[1:], counts):
+            if k > 1:
+                log(f"{name:16s} {one / best[name]['seconds']:5.2f}x the speed of 1 worker")
 
 
 def main() -> None:
@@ -251,9 +320,15 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("--join-kernel", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--distance", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--workers", help="e.g. 1,2: PSM-F in-process vs on Dask with that many "
+                    "worker processes (only that)")
+    ap.add_argument("--dask-workers", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
+        return
+    if args.workers:
+        dask_bench(args)
         return
     n = args.n or (200_000 if args.quick else 10_000_000)
     m = args.m or (20_000 if args.quick else 1_000_000)

@@ -13,6 +13,7 @@ import sys
 from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.merge import MAX_MERGE_PROBES, crawl_distance, merge, stats
+from scrapy_simdup.merge.distributed import ClusterError
 from scrapy_simdup.merge.run import DEFAULT_CHUNK
 
 #: exit status when damaged batches were found: `stats` lists them, `merge
@@ -109,6 +110,13 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar on stderr (by default when stderr is a terminal)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    dask = parser.add_mutually_exclusive_group()
+    dask.add_argument("--workers", type=_positive_int, metavar="N",
+                      help="scan the collection on a local Dask cluster of N worker processes "
+                      '(needs pip install "scrapy-simdup[dask]")')
+    dask.add_argument("--scheduler", metavar="ADDRESS",
+                      help="scan the collection on the Dask cluster of this scheduler (e.g. "
+                      "tcp://host:8786); the collection must be on storage every worker sees")
 
 
 
@@ -178,7 +186,9 @@ def run_merge(args, out=None) -> int:
                     recall=args.recall,
                     first=not args.all, exact=args.exact, chunk_size=args.batch_size,
                     pairs_out=args.pairs, clusters_out=args.clusters, progress=args.progress,
-                    verify=not args.no_verify, skip_damaged=args.skip_damaged)
+                    verify=not args.no_verify, skip_damaged=args.skip_damaged,
+                    workers=getattr(args, "workers", None),
+                    scheduler=getattr(args, "scheduler", None))
     info = summary.as_dict()
     code = EXIT_DAMAGED if summary.damaged else 0
     if args.json:
@@ -186,7 +196,8 @@ def run_merge(args, out=None) -> int:
         return code
     out.write(f"simdup merge ({summary.method}, distance {summary.distance}, "
               f"min similarity {summary.min_similarity:g}"
-              + (f", {summary.probes} probes" if summary.probes is not None else "") + ")\n")
+              + (f", {summary.probes} probes" if summary.probes is not None else "")
+              + (f", {summary.cluster}" if summary.cluster else "") + ")\n")
     out.write(f"  batches merged:      {summary.batches:,}\n")
     out.write(f"  fingerprints merged: {summary.fingerprints:,}\n")
     out.write(f"  collection:          {summary.collection_before:,} -> "
@@ -292,7 +303,7 @@ def dispatch(parser: argparse.ArgumentParser, args) -> int:
     except CorruptFileError as exc:
         sys.stderr.write(f"{parser.prog}: error: corrupt or unreadable file: {exc}\n")
         return 2
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ClusterError) as exc:
         sys.stderr.write(f"{parser.prog}: error: {exc}\n")
         return 2
     except KeyboardInterrupt:

@@ -168,6 +168,15 @@ class Collection:
     def n_chunks(self, chunk_size: int) -> int:
         return len(self._groups(chunk_size))
 
+    def chunk_plan(self, chunk_size: int) -> list[tuple[int, list[dict]]]:
+        """``(start, runs)`` of each chunk :meth:`chunks` yields: what
+        :func:`read_chunk` needs to read one chunk alone (a Dask task)."""
+        plan, start = [], 0
+        for group in self._groups(chunk_size):
+            plan.append((start, [dict(r) for r in group]))
+            start += sum(r["count"] for r in group)
+        return plan
+
     def lock(self):
         """An exclusive lock on the collection (one merge at a time); raises
         ValueError if another process holds it."""
@@ -236,6 +245,28 @@ class Collection:
                                        f"record {start + at}")
             at += run["count"]
         return at
+
+    @classmethod
+    def read_chunk(cls, path, start: int, group: list[dict], verify: bool = True,
+                   bufs=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(by_key1, by_key2)``: the chunk of the runs ``group`` starting at
+        record ``start`` of the collection at ``path`` (from :meth:`chunk_plan`),
+        the same records as :meth:`chunks` yields for it. ``bufs``: two
+        :data:`H_DTYPE` arrays to read into when large enough (the result
+        may then be views of them), else fresh arrays."""
+        count = sum(r["count"] for r in group)
+        out = []
+        for i, (name, crc_field) in enumerate(RUN_FILES):
+            buf = bufs[i][:count] if bufs is not None and len(bufs[i]) >= count \
+                else np.empty(count, dtype=H_DTYPE)
+            with open(Path(path) / name, "rb", buffering=0) as handle:
+                handle.seek(start * H_DTYPE.itemsize)
+                cls._read_group(handle, Path(path) / name, crc_field, group, buf, start, verify)
+            if len(group) > 1:
+                key = "value" if crc_field == "crc32" else "value2"
+                buf = buf[np.argsort(buf[key], kind="stable")]
+            out.append(buf)
+        return out[0], out[1]
 
     def urls(self, ids) -> list[str]:
         """URLs of collection ids (random access through ``urls.idx``)."""

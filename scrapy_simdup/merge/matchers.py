@@ -73,11 +73,16 @@ class PSMBatchMatcher:
         del masks
         self._active_at_compaction = len(self.values)
 
-    def match(self, chunk_values, chunk_sketch, active):
+    def scan(self, chunk_values, chunk_sketch, active):
+        """:meth:`match` leaving the probe table as it is (a Dask worker's
+        copy is shared by its tasks)."""
         chunk_offsets = batchjoin.bucket_offsets(chunk_values, self.t)
-        result = batchjoin.join_chunk(chunk_values, chunk_offsets, self.offsets, self.low,
-                                      self.idx, self.values, self.h, active, self.first,
-                                      self.sketch, chunk_sketch, self.needed)
+        return batchjoin.join_chunk(chunk_values, chunk_offsets, self.offsets, self.low,
+                                    self.idx, self.values, self.h, active, self.first,
+                                    self.sketch, chunk_sketch, self.needed)
+
+    def match(self, chunk_values, chunk_sketch, active):
+        result = self.scan(chunk_values, chunk_sketch, active)
         n_active = int(np.count_nonzero(active))
         if n_active < 0.5 * self._active_at_compaction:
             n = batchjoin.compact_probe_table(self.offsets, self.low, self.idx, active)
@@ -114,8 +119,14 @@ class ExactBatchMatcher:
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
         self.sketch = np.ascontiguousarray(q_sketch, dtype=np.uint8)
         self.needed = needed
+        self._args = (distance, tables)
         self.index = BPHSIndex(distance=distance, tables=tables)
         self.index.add(self.values)
+
+    def __reduce__(self):
+        # the compiled index does not pickle: a Dask worker rebuilds it from Q
+        return (type(self), (self.values, self.sketch, self._args[0], self.needed,
+                             self._args[1]))
 
     def match(self, chunk_values, chunk_sketch, active):
         qi, yi, dd = self.index.query_many(chunk_values, first=False)
@@ -124,6 +135,8 @@ class ExactBatchMatcher:
         keep = active[qi].astype(bool)
         return _verified(qi[keep], yi[keep], np.asarray(dd, dtype=np.uint8)[keep],
                          self.sketch, chunk_sketch, self.needed, active, False)
+
+    scan = match
 
 
 def _pseudo_W(cq: np.ndarray, wrms: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -171,3 +184,5 @@ class IndexChunkMatcher:
         qidx, ids, dist = index.query_many(self.values[sel], self.W[sel], first=False)
         return _verified(sel[qidx], ids, dist, self.sketch, chunk_sketch, self.needed,
                          active, self.first)
+
+    scan = match

@@ -45,6 +45,8 @@ class MergeSummary:
     #: pairs committed by an earlier merge that never finished writing its
     #: --pairs file: written with this run's (--pairs) or still pending
     earlier_unreported_pairs: int = 0
+    #: where the collection was scanned: None in-process, else the Dask cluster
+    cluster: str | None = None
     pairs_array: np.ndarray | None = field(default=None, repr=False)
 
     @property

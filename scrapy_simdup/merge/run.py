@@ -195,7 +195,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
           pairs_out=None, clusters_out=None, progress: bool | None = None,
           verify: bool = True, tables: int | None = None,
           engine: str = "join", commit: bool = True,
-          skip_damaged: bool = False) -> MergeSummary:
+          skip_damaged: bool = False, workers: int | None = None,
+          scheduler=None) -> MergeSummary:
     """Merge every pending batch of ``dirs`` into ``collection``; see the module docstring.
 
     A stored record is a candidate for a new one when either key is within
@@ -215,6 +216,11 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
     CorruptFileError naming the file; with ``skip_damaged`` the other
     batches are merged and the damaged ones are left pending (a later merge
     tries them again) and listed in ``summary.damaged``.
+
+    ``workers`` (a new Dask ``LocalCluster`` of that many processes) or
+    ``scheduler`` (a Dask scheduler's address, or a ``dask.distributed.Client``)
+    scan the collection on Dask (:mod:`scrapy_simdup.merge.distributed`): the
+    same pairs and collection; ``Q`` against itself and the commit stay here.
     """
     if engine not in ("join", "index"):
         raise ValueError(f"engine must be 'join' or 'index', got {engine!r}")
@@ -245,6 +251,11 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
             and not (dirs[0] / "collection" / "collection.json").exists():
         raise ValueError(f"no batch files in {', '.join(map(str, dirs))} "
                          "(is it a crawl directory with batch files?)")
+    cluster = None
+    if workers is not None or scheduler is not None:
+        from scrapy_simdup.merge.distributed import DaskScan  # noqa: PLC0415 (imports Dask when asked)
+
+        cluster = DaskScan(workers, scheduler)
     lock = Collection.lock_directory(cpath)
     try:
         coll = Collection(cpath, create=True)
@@ -265,6 +276,10 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
             "(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
                                collection_before=coll.count, min_similarity=min_similarity)
+        if cluster is not None:
+            summary.cluster = (f"dask, {workers} local workers" if workers is not None else
+                               f"dask, scheduler {scheduler}" if isinstance(scheduler, str)
+                               else "dask")
         summary.damaged += damaged
         # --pairs is written at the end, groups commit one by one: each group
         # of a --pairs merge commits, with its run, the ranges of pairs.bin
@@ -333,7 +348,15 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
                 sides.append((key, order, sorted_q, sketch, matcher))
             found: list = []        # PAIR_DTYPE parts (id: arrival index for now)
 
-            for _start, *chunks in coll.chunks(chunk_size, verify=verify):
+            if cluster is not None:
+                parts = cluster.scan(coll, chunk_size, verify,
+                                     [(key, order, matcher) for key, order, _, _, matcher in sides],
+                                     m, active, psm_f, bar)
+                found += [_pairs(records, qa, other, np.arange(len(qa)), aa)
+                          for qa, other, aa in parts]
+                summary.chunks_scanned += coll.n_chunks(chunk_size)
+            for _start, *chunks in (() if cluster is not None else
+                                    coll.chunks(chunk_size, verify=verify)):
                 for (key, order, _sq, _sk, matcher), chunk in zip(sides, chunks):
                     if not active.any():
                         break
@@ -414,3 +437,5 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         return summary
     finally:
         lock.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,173 @@
+"""``simdup merge --workers/--scheduler``: the collection scan on a real Dask
+cluster (``LocalCluster``, worker processes) gives the in-process merge's
+pairs and collection, byte for byte; a worker killed mid-merge is recomputed
+or stops the merge before its commit."""
+import gzip
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from scrapy_simdup.cli import main  # noqa: E402
+from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter  # noqa: E402
+from scrapy_simdup.merge import merge  # noqa: E402
+from scrapy_simdup.merge.collection import Collection  # noqa: E402
+from scrapy_simdup.merge.distributed import ClusterError  # noqa: E402
+from scrapy_simdup.storage.batchwriter import BatchWriter  # noqa: E402
+
+CHUNK = 48      # several runs, so several chunks per merge and PSM-F across chunks
+FILES = ("H.bin", "H2.bin", "pairs.bin", "urls.bin", "urls.idx")
+RUNS = {"psm-f": dict(first=True), "psm-a": dict(first=False), "exact": dict(exact=True)}
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def crawls(shared_data, tmp_path_factory):
+    """A collection of real pages (spotsigs-dev stories and distractors,
+    merged in several runs) and a crawl of more pages of the same stories."""
+    stories = sorted(p for p in (shared_data / "spotsigs-dev").iterdir() if p.is_dir())[:8]
+    files = [f for s in stories for f in sorted(s.glob("*.gz"))]
+    files += sorted((shared_data / "distractors-dragnet").glob("*.gz"))[:60]
+    random.Random(11).shuffle(files)
+    fp = Fingerprinter()
+    pages = [(f"https://{f.parent.name}.example/{f.name}",
+              fp.fingerprint_html(gzip.decompress(f.read_bytes()))) for f in files]
+    root = tmp_path_factory.mktemp("dask")
+    half = len(pages) // 2
+    for name, part in (("old", pages[:half]), ("new", pages[half:])):
+        with BatchWriter(root / name, batch_size=20) as w:
+            for url, page in part:
+                w.append(page, url)
+    merge([root / "old"], root / "collection", chunk_size=CHUNK, progress=False)
+    return root
+
+
+def _copy(crawls, tmp_path, name):
+    shutil.copytree(crawls / "collection", tmp_path / name)
+    return tmp_path / name
+
+
+def _state(path):
+    """The collection's files and header, without the time of the commit."""
+    meta = json.loads((path / "collection.json").read_text())
+    meta.pop("updated")
+    return meta, {name: (path / name).read_bytes() for name in FILES}
+
+
+@pytest.mark.parametrize("method", sorted(RUNS))
+def test_the_same_pairs_and_collection_as_in_process(crawls, tmp_path, client, method):
+    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
+                 progress=False, **RUNS[method])
+    there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
+                  progress=False, scheduler=client, **RUNS[method])
+    assert here.chunks_scanned == there.chunks_scanned > 4
+    assert here.pairs > 100
+    assert np.array_equal(here.pairs_array, there.pairs_array)
+    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+    assert there.cluster == "dask" and here.cluster is None
+    if method == "psm-a":
+        # pages with matches in more than one chunk of the old collection:
+        # PSM-F's first chunk must win over later ones
+        coll = Collection(crawls / "collection")
+        starts = [start for start, _ in coll.chunk_plan(CHUNK)]
+        p = here.pairs_array
+        old = p["duplicate_of"] < coll.count
+        chunk_of = np.searchsorted(starts, p["duplicate_of"][old], side="right")
+        spans = {}
+        for i, c in zip(p["id"][old].tolist(), chunk_of.tolist()):
+            spans.setdefault(i, set()).add(c)
+        assert sum(len(c) > 1 for c in spans.values()) > 20
+
+
+def test_the_cli_with_workers(crawls, tmp_path):
+    outs = {}
+    for name, extra in (("here", []), ("there", ["--workers", "2"])):
+        coll = _copy(crawls, tmp_path, name)
+        args = ["merge", str(crawls / "new"), "--collection", str(coll), "--batch-size",
+                str(CHUNK), "--pairs", str(tmp_path / f"{name}.pairs"), "--clusters",
+                str(tmp_path / f"{name}.clusters"), "--no-progress"]
+        assert main(args + extra) == 0
+        outs[name] = [(tmp_path / f"{name}.{x}").read_text() for x in ("pairs", "clusters")]
+    assert outs["here"] == outs["there"]
+    assert outs["here"][0].count("\n") > 100
+    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+
+
+class ExitOnScan(distributed.WorkerPlugin):
+    """Kills its worker process when a chunk task starts: once (a marker file
+    says it happened) or every time."""
+
+    def __init__(self, marker, always=False):
+        self.marker = str(marker)
+        self.always = always
+
+    def transition(self, key, start, finish, **kwargs):
+        name = key if isinstance(key, str) else str(key)
+        if finish == "executing" and name.startswith("simdup-scan-"):
+            if self.always or not os.path.exists(self.marker):
+                Path(self.marker).write_text(name)
+                os._exit(1)
+
+
+def test_a_killed_worker_is_recomputed(crawls, tmp_path, client):
+    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
+                 progress=False)
+    client.register_plugin(ExitOnScan(tmp_path / "killed"), name="exit-once")
+    try:
+        there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
+                      progress=False, scheduler=client)
+    finally:
+        client.unregister_worker_plugin("exit-once")
+    assert (tmp_path / "killed").exists()       # a worker did die mid-merge
+    assert np.array_equal(here.pairs_array, there.pairs_array)
+    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+
+
+def test_workers_that_keep_dying_leave_the_collection_intact(crawls, tmp_path):
+    import dask
+
+    coll = _copy(crawls, tmp_path, "coll")
+    before = _state(coll)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0")
+        with cluster, distributed.Client(cluster) as c:
+            c.register_plugin(ExitOnScan(tmp_path / "killed", always=True), name="exit")
+            with pytest.raises(ClusterError, match="nothing of this batch was committed"):
+                merge([crawls / "new"], coll, chunk_size=CHUNK, progress=False, scheduler=c)
+    assert (tmp_path / "killed").exists()
+    assert _state(coll) == before
+    # and the next merge (in-process) takes the batches as if nothing happened
+    again = merge([crawls / "new"], coll, chunk_size=CHUNK, progress=False)
+    want = merge([crawls / "new"], _copy(crawls, tmp_path, "want"), chunk_size=CHUNK,
+                 progress=False)
+    assert np.array_equal(again.pairs_array, want.pairs_array)
+
+
+def test_an_in_process_merge_does_not_import_dask(crawls, tmp_path):
+    coll = _copy(crawls, tmp_path, "coll")
+    code = ("import sys; from scrapy_simdup.cli import main; "
+            f"code = main(['merge', {str(crawls / 'new')!r}, '--collection', {str(coll)!r}, "
+            "'--json']); "
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]; "
+            "sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["cluster"] is None
