@@ -6,7 +6,12 @@ imports it until a cluster is asked for, so an in-process merge never does.
 What runs where, per batch ``Q`` (see :mod:`scrapy_simdup.merge.run`):
 
 * the client builds ``Q``'s matchers (the probe table of each key) once and
-  broadcasts them to every worker, once;
+  shares them with every worker, once: their arrays are written beside the
+  collection (storage every worker sees, as the collection must be) and each
+  worker maps them copy-on-write, once per batch; the few values left go with
+  every task (a worker lost mid-merge loses nothing the others need). On one
+  machine the workers share the pages of the files, where a broadcast would
+  copy hundreds of megabytes into every worker;
 * each chunk of the collection is a task: the worker reads the chunk's runs
   itself from the collection's path (so the collection must be on storage
   every worker sees) and matches every element of ``Q`` against it on both
@@ -31,8 +36,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import uuid
+from pathlib import Path
 
 import numpy as np
 
@@ -56,6 +64,56 @@ class ClusterError(RuntimeError):
 _worker_buffers = threading.local()
 
 
+#: the arrays of a PSMBatchMatcher written to files for the workers
+_SHARED_ARRAYS = ("values", "sketch", "offsets", "low", "idx")
+#: on a worker: the matchers of the batch being scanned, by share directory
+_worker_sides: dict = {}
+_worker_lock = threading.Lock()
+
+
+def _share_sides(sides: list, directory: Path) -> list:
+    """``sides`` with each arrival order and PSMBatchMatcher replaced by what
+    a worker needs to map it: the files of its arrays (and the matcher's plain
+    attributes). What is left is small enough to go with every task."""
+    out = []
+    for n, (key, order, matcher) in enumerate(sides):
+        order_file = str(directory / f"{n}-order.npy")
+        np.save(order_file, np.asarray(order))
+        order = ("mapped", order_file)
+        if isinstance(matcher, PSMBatchMatcher):
+            files = {}
+            for name in _SHARED_ARRAYS:
+                files[name] = str(directory / f"{n}-{name}.npy")
+                np.save(files[name], getattr(matcher, name))
+            plain = {k: v for k, v in vars(matcher).items() if k not in _SHARED_ARRAYS}
+            matcher = ("mapped", plain, files)
+        out.append((key, order, matcher))
+    return out
+
+
+def _mapped_sides(shared: dict) -> list:
+    """The batch's matchers on this worker, mapped from their files once."""
+    directory = shared["directory"]
+    with _worker_lock:
+        sides = _worker_sides.get(directory)
+        if sides is None:
+            _worker_sides.clear()          # one batch at a time: drop the last one's maps
+            sides = []
+            for key, order, matcher in shared["sides"]:
+                order = np.load(order[1], mmap_mode="r")
+                if isinstance(matcher, tuple) and matcher[0] == "mapped":
+                    _, plain, files = matcher
+                    mapped = PSMBatchMatcher.__new__(PSMBatchMatcher)
+                    vars(mapped).update(plain)
+                    for name, file in files.items():
+                        # copy-on-write: the compiled join takes writable buffers
+                        setattr(mapped, name, np.load(file, mmap_mode="c"))
+                    matcher = mapped
+                sides.append((key, order, matcher))
+            _worker_sides[directory] = sides
+        return sides
+
+
 def _scan_task(shared: dict, path: str, start: int, group: list, verify: bool) -> list:
     """One chunk against ``Q`` on both keys, on a worker: per key ``(elements
     of Q in arrival order, the chunk records they matched, equal sketch bins)``."""
@@ -66,7 +124,7 @@ def _scan_task(shared: dict, path: str, start: int, group: list, verify: bool) -
     by_key1, by_key2 = Collection.read_chunk(path, start, group, verify, bufs)
     active = np.ones(shared["m"], dtype=np.uint8)    # arrival order, shared by both keys
     out = []
-    for (key, order, matcher), chunk in zip(shared["sides"], (by_key1, by_key2)):
+    for (key, order, matcher), chunk in zip(_mapped_sides(shared), (by_key1, by_key2)):
         side_active = np.ascontiguousarray(active[order])
         # (the join reads the sketches of its candidates in place)
         sketches = chunk["sketch"] if isinstance(matcher, PSMBatchMatcher) \
@@ -145,12 +203,22 @@ class DaskScan:
         if not plan:
             return []
         client = self._connect()
-        from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
-
         path = os.path.abspath(coll.path)
         tag = uuid.uuid4().hex[:12]
-        shared = client.scatter([{"m": m, "psm_f": psm_f, "sides": sides}], broadcast=True,
-                                hash=False)[0]
+        # beside the collection: storage the workers see
+        directory = Path(tempfile.mkdtemp(prefix=f".simdup-scan-{tag}-",
+                                          dir=Path(path).parent))
+        try:
+            # small: it goes with every task, so a lost worker loses nothing
+            shared = {"m": m, "psm_f": psm_f, "directory": str(directory),
+                      "sides": _share_sides(sides, directory)}
+            return self._scan(client, shared, path, tag, plan, verify, m, active, psm_f, bar)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _scan(self, client, shared, path, tag, plan, verify, m, active, psm_f, bar) -> list:
+        from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
+
         futures = [client.submit(_scan_task, shared, path, start, group, verify,
                                  key=f"simdup-scan-{tag}-{i}", pure=False)
                    for i, (start, group) in enumerate(plan)]
@@ -171,7 +239,7 @@ class DaskScan:
                         found.append((qa, other, aa))
                     next_i += 1
         finally:
-            client.cancel(futures + [shared])
+            client.cancel(futures)
         return found
 
     @staticmethod
