@@ -23,11 +23,10 @@ from scrapy_simdup.index.backend import MemoryBackend
 from scrapy_simdup.index.snapshot import RECORD_BYTES, IndexStore, records
 from scrapy_simdup.index.verified import VerifiedIndex
 from scrapy_simdup.storage.batchfile import list_batches, read_batch
+from tests.crawl_jobs import checkout_env, run_job, start_job, write_job
 from tests.data_root import DATA_ROOT
 from tests.http_server import PageServer
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 DATA = DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
 N_PAGES = 40
 
@@ -66,24 +65,12 @@ def _job(tmp_path, site, simdup_dir, extra=None, name="job", **job_extra):
                 "ADDONS": {"scrapy_simdup.Addon": 0}, **(extra or {})}
     job = {"settings": settings, "mode": "pages",
            "requests": [{"url": site.url(f"/page/{n}")} for n in site.names], **job_extra}
-    job_path = tmp_path / f"{name}.json"
-    job_path.write_text(json.dumps(job))
-    return job_path, tmp_path / f"{name}-result.json"
-
-
-def _env():
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return write_job(tmp_path / f"{name}.json", job), tmp_path / f"{name}-result.json"
 
 
 def _crawl(tmp_path, site, simdup_dir, extra=None, name="job", **job_extra):
     job_path, result_path = _job(tmp_path, site, simdup_dir, extra, name, **job_extra)
-    proc = subprocess.run([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
-                           str(result_path)], capture_output=True, text=True, timeout=120,
-                          env=_env(), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(result_path.read_text())
-    result["stderr"] = proc.stderr
-    return result
+    return run_job(job_path, result_path, cwd=tmp_path)
 
 
 def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
@@ -121,7 +108,7 @@ def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
     # and the offline merge finds each page twice: pairs across the two crawls
     n_second = N_PAGES + 5
     out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "merge", str(d), "--json"],
-                         capture_output=True, text=True, env=_env(), timeout=120)
+                         capture_output=True, text=True, env=checkout_env(), timeout=120)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["fingerprints"] == N_PAGES + n_second
@@ -129,11 +116,11 @@ def test_restart_recognises_pages_and_flushes_batches(site, tmp_path):
     # `simdup stats` also tells what the crawls found online, from the batch
     # headers: the near-duplicates, not the revisits
     out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "stats", str(d), "--json"],
-                         capture_output=True, text=True, env=_env(), timeout=120)
+                         capture_output=True, text=True, env=checkout_env(), timeout=120)
     (entry,) = json.loads(out.stdout)["directories"]
     assert entry["online_duplicates"] == 5 and entry["online_histogram"] == {"0": 5}
     out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "stats", str(d)],
-                         capture_output=True, text=True, env=_env(), timeout=120)
+                         capture_output=True, text=True, env=checkout_env(), timeout=120)
     assert f"found online: 5 of {N_PAGES + n_second} checked" in out.stdout, out.stdout
 
 
@@ -178,9 +165,8 @@ def test_unwritable_dir_at_close_is_reported(site, tmp_path):
 def test_sigkill_mid_crawl_then_restart(site, tmp_path):
     d = tmp_path / "simdup"
     job_path, result_path = _job(tmp_path, site, d, {"DOWNLOAD_DELAY": 0.15}, name="killed")
-    proc = subprocess.Popen([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
-                             str(result_path)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=_env(), cwd=tmp_path)
+    proc = start_job(job_path, result_path, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while len(list_batches(d)) < 3 and time.monotonic() < deadline:
@@ -461,7 +447,7 @@ def test_idf_table_is_saved_and_a_restart_goes_on_with_it(site, tmp_path):
     for directory, expected in ((d, N_PAGES), (aside, 2 * N_PAGES)):
         out = subprocess.run([sys.executable, "-m", "scrapy_simdup.cli", "merge",
                               str(directory), "--json"], capture_output=True, text=True,
-                             env=_env(), timeout=120)
+                             env=checkout_env(), timeout=120)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["fingerprints"] == expected
 

@@ -10,18 +10,13 @@ home page as a spider does.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.crawl_jobs import run_job, write_job
 from tests.data_root import DATA_ROOT
 from tests.http_server import PageServer
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 N_ARTICLES = 6
 
 
@@ -58,17 +53,10 @@ def _crawl(tmp_path, name, settings, urls, follow=True, mode="pages"):
     job = {"settings": {"LOG_LEVEL": "INFO", "ADDONS": {"scrapy_simdup.Addon": 0},
                         "CONCURRENT_REQUESTS": 1, **settings},
            "requests": [{"url": u} for u in urls], "mode": mode, "follow": follow}
-    job_path, result_path = tmp_path / f"{name}.json", tmp_path / f"{name}-result.json"
-    job_path.write_text(json.dumps(job))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
-                           str(result_path)], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(result_path.read_text())
+    job_path = write_job(tmp_path / f"{name}.json", job)
+    result = run_job(job_path, tmp_path / f"{name}-result.json", cwd=tmp_path)
     assert result["error"] is None, result.get("traceback") or result["error"]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in result["stderr"], result["stderr"][-3000:]
     return result
 
 

@@ -8,19 +8,15 @@ middle of a crawl: SIMDUP_ON_ERROR decides (keep: the crawl goes on and counts
 is back.
 """
 import json
-import os
 import random
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.crawl_jobs import start_job, write_job
 from tests.http_server import PageServer
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 H = 3
 
 
@@ -50,13 +46,10 @@ def _start_crawl(tmp_path, name, settings, urls):
     job = {"settings": {"LOG_LEVEL": "INFO", "ADDONS": {"scrapy_simdup.Addon": 0},
                         **settings},
            "requests": [{"url": u} for u in urls], "mode": "pages"}
-    job_path, result_path = tmp_path / f"{name}.job.json", tmp_path / f"{name}.result.json"
-    job_path.write_text(json.dumps(job))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
-                             str(result_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=tmp_path)
+    job_path = write_job(tmp_path / f"{name}.job.json", job)
+    result_path = tmp_path / f"{name}.result.json"
+    proc = start_job(job_path, result_path, cwd=tmp_path, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)
     return proc, result_path
 
 

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.crawl_jobs import run_job, write_job
 from tests.data_root import DATA_ROOT
 from tests.http_server import PageServer
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 DATA = DATA_ROOT
 
 N_ARTICLES = 5
@@ -90,16 +86,8 @@ def run_crawl(tmp_path, settings, requests, mode="pages", item_class="dict", exp
     # which is not dropped by default: these tests check dropping
     job = {"settings": {"LOG_LEVEL": "DEBUG", "SIMDUP_DROP_START_REQUESTS": True, **settings},
            "requests": requests, "mode": mode, "item_class": item_class}
-    job_path, result_path = tmp_path / "job.json", tmp_path / "result.json"
-    job_path.write_text(json.dumps(job))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(HERE / "crawl_runner.py"), str(job_path),
-                           str(result_path)], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(result_path.read_text())
-    result["stderr"] = proc.stderr
+    job_path = write_job(tmp_path / "job.json", job)
+    result = run_job(job_path, tmp_path / "result.json", cwd=tmp_path)
     # test_scrapy_versions.py re-runs this module on the oldest supported Scrapy
     expected_version = os.environ.get("SIMDUP_EXPECT_SCRAPY")
     if expected_version:
@@ -109,7 +97,7 @@ def run_crawl(tmp_path, settings, requests, mode="pages", item_class="dict", exp
     # current async components: no deprecation warning from or about us
     ours = [w for w in result["warnings"] if "scrapy_simdup" in w or "Simdup" in w]
     assert not ours, ours
-    assert "Traceback" not in proc.stderr or expect_error, proc.stderr[-3000:]
+    assert "Traceback" not in result["stderr"] or expect_error, result["stderr"][-3000:]
     return result
 
 
