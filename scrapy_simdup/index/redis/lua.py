@@ -284,6 +284,18 @@ elseif n_now > n_snap then
   end
 end
 
+-- the part of a probed bucket the client did not check: its tail past the
+-- length the snapshot read (lens: the snapshot's lengths, item j), or all of it
+-- when the index was reset or the bucket is shorter than it was; and where
+-- that part starts
+local function unchecked(key, lens, j)
+  local len = redis.call('STRLEN', key)
+  local start = unpack('<I4', lens, j * 4 + 1)
+  if from_start or len < start then start = 0 end
+  if len <= start then return '', start end
+  return redis.call('GETRANGE', key, start, len - 1), start
+end
+
 -- this call's insertions: records by bucket, written once at the end (exact size)
 local own1, own2, touched1, touched2, base1 = {}, {}, {}, {}, {}
 local newlog, out = {}, {}
@@ -374,19 +386,13 @@ for c = 1, #vals1 / 8 do
         end
       end
       if check_all or (mine and changed1[hd]) or foreign1[hd] then
-        local key = bprefix .. hd
-        local len = redis.call('STRLEN', key)
-        local start = unpack('<I4', bl1, j * 4 + 1)
-        if from_start or len < start then start = 0 end
-        if len > start then
-          local data = redis.call('GETRANGE', key, start, len - 1)
-          for i = 1, #data - 39, 40 do
-            local a, b = unpack('<I4I4', data, i)
-            local d = pop(bxor(a, lo1)) + pop(bxor(b, hi1))
-            if d <= h then
-              consider(agree(q, data, i + 8), d, sub(data, i, i + 7), nil, hd,
-                       (start + i - 1) / 40)
-            end
+        local data, start = unchecked(bprefix .. hd, bl1, j)
+        for i = 1, #data - 39, 40 do
+          local a, b = unpack('<I4I4', data, i)
+          local d = pop(bxor(a, lo1)) + pop(bxor(b, hi1))
+          if d <= h then
+            consider(agree(q, data, i + 8), d, sub(data, i, i + 7), nil, hd,
+                     (start + i - 1) / 40)
           end
         end
       end
@@ -405,26 +411,20 @@ for c = 1, #vals1 / 8 do
         end
       end
       if check_all or (mine and changed2[hd]) or foreign2[hd] then
-        local key = cprefix .. hd
-        local len = redis.call('STRLEN', key)
-        local start = unpack('<I4', bl2, j * 4 + 1)
-        if from_start or len < start then start = 0 end
-        if len > start then
-          local data = redis.call('GETRANGE', key, start, len - 1)
-          for i = 1, #data - 13, 14 do
-            local a, b = unpack('<I4I4', data, i)
-            local d2 = pop(bxor(a, lo2)) + pop(bxor(b, hi2))
-            if d2 <= h then
-              local h0, h1, h2, p0, p1, p2 = byte(data, i + 8, i + 13)
-              local pos = p0 + p1 * 256 + p2 * 65536
-              local hd1 = string.format(hexfmt, h0 + h1 * 256 + h2 * 65536)
-              -- key 1 and the sketch, from the key-1 record
-              local r1 = redis.call('GETRANGE', bprefix .. hd1, pos * 40, pos * 40 + 39)
-              if #r1 == 40 then
-                local k1lo, k1hi = unpack('<I4I4', r1, 1)
-                local d = math.min(d2, pop(bxor(k1lo, lo1)) + pop(bxor(k1hi, hi1)))
-                consider(agree(q, r1, 9), d, sub(r1, 1, 8), nil, hd1, pos)
-              end
+        local data = unchecked(cprefix .. hd, bl2, j)
+        for i = 1, #data - 13, 14 do
+          local a, b = unpack('<I4I4', data, i)
+          local d2 = pop(bxor(a, lo2)) + pop(bxor(b, hi2))
+          if d2 <= h then
+            local h0, h1, h2, p0, p1, p2 = byte(data, i + 8, i + 13)
+            local pos = p0 + p1 * 256 + p2 * 65536
+            local hd1 = string.format(hexfmt, h0 + h1 * 256 + h2 * 65536)
+            -- key 1 and the sketch, from the key-1 record
+            local r1 = redis.call('GETRANGE', bprefix .. hd1, pos * 40, pos * 40 + 39)
+            if #r1 == 40 then
+              local k1lo, k1hi = unpack('<I4I4', r1, 1)
+              local d = math.min(d2, pop(bxor(k1lo, lo1)) + pop(bxor(k1hi, hi1)))
+              consider(agree(q, r1, 9), d, sub(r1, 1, 8), nil, hd1, pos)
             end
           end
         end
