@@ -198,14 +198,9 @@ class VerifiedIndex:
         if self._ids is None and not np.array_equal(id_arr, rows):
             self._ids = np.zeros(self._sketches.shape[0], np.int64)
             self._ids[: self._n] = np.arange(self._n, dtype=np.int64)
-        self.tables[0].add(v1, rows)
-        self.tables[1].add(v2, rows)
-        self._sketches[self._n: self._n + n] = sk
         if self._ids is not None:
             self._ids[self._n: self._n + n] = id_arr
-        self._n += n
-        for table in self.tables:
-            table._set_sketches(self._sketches, self._n, self.needed)
+        self._store(v1, v2, sk, rows)
         return id_arr
 
     def add_fingerprint(self, fingerprint, id=None) -> int:
@@ -220,14 +215,19 @@ class VerifiedIndex:
             raise ValueError(f"a sketch must be {SKETCH_BYTES} bytes")
         row = self._n
         self._reserve(1)
-        rows = np.array([row], dtype=np.int64)
-        self.tables[0]._add_arrays(np.array([_as_value(fingerprint.value)], np.uint64), rows)
-        self.tables[1]._add_arrays(np.array([_as_value(fingerprint.value2)], np.uint64), rows)
-        self._sketches[row] = np.frombuffer(sketch, dtype=np.uint8)
-        self._n += 1
+        self._store(np.array([_as_value(fingerprint.value)], np.uint64),
+                    np.array([_as_value(fingerprint.value2)], np.uint64),
+                    np.frombuffer(sketch, dtype=np.uint8), np.array([row], dtype=np.int64))
+        return row
+
+    def _store(self, v1, v2, sketches, rows) -> None:
+        """Append checked pages (room reserved) to both tables and the sketches."""
+        self.tables[0]._add_arrays(v1, rows)
+        self.tables[1]._add_arrays(v2, rows)
+        self._sketches[self._n: self._n + rows.shape[0]] = sketches
+        self._n += rows.shape[0]
         for table in self.tables:
             table._set_sketches(self._sketches, self._n, self.needed)
-        return row
 
     # -- query ------------------------------------------------------------
     def query(self, value: int, value2: int, sketch: bytes, W=None, W2=None,
