@@ -208,9 +208,13 @@ def worker(args) -> None:
     if args.dask_workers:
         from dask.distributed import Client, LocalCluster
 
+        from scrapy_simdup.merge.distributed import WORKER_PRELOAD
+
         t0 = time.perf_counter()
+        # the cluster `simdup merge --workers N` starts
         cluster = LocalCluster(n_workers=args.dask_workers, threads_per_worker=1,
-                               processes=True, dashboard_address=":0")
+                               processes=True, dashboard_address=":0",
+                               preload=list(WORKER_PRELOAD))
         client = Client(cluster)
         startup = time.perf_counter() - t0
     kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),

@@ -401,18 +401,18 @@ def test_pairs_go_through_symlinks_and_to_fifos(corpus, tmp_path):
 def test_stable_argsort_keeps_equal_values_in_arrival_order(seed):
     """The merge's SIMD argsort puts runs of equal values (exact duplicate
     pages) back in arrival order: the same order as NumPy's stable sort."""
-    from scrapy_simdup.merge.run import _stable_argsort
+    from scrapy_simdup.merge.batchscan import stable_argsort
 
     rng = np.random.default_rng(seed)
     values = rng.integers(0, 2**64, 5000, dtype=np.uint64)
     # runs of equal values, some adjacent in sorted order
     values[rng.integers(0, 5000, 1500)] = values[rng.integers(0, 50, 1500)]
     values[:3] = [7, 7, 8]
-    order, ordered = _stable_argsort(values)
+    order, ordered = stable_argsort(values)
     want = np.argsort(values, kind="stable")
     assert np.array_equal(order, want)
     assert np.array_equal(ordered, values[want])
-    empty, _ = _stable_argsort(np.zeros(0, dtype=np.uint64))
+    empty, _ = stable_argsort(np.zeros(0, dtype=np.uint64))
     assert len(empty) == 0
 
 

@@ -1,36 +1,41 @@
-"""``simdup merge --workers N`` / ``--scheduler ADDRESS``: the collection scan on Dask.
+"""``simdup merge --workers N`` / ``--scheduler ADDRESS``: the matching of each batch on Dask.
 
 Dask is optional (``pip install "scrapy-simdup[dask]"``): nothing here
 imports it until a cluster is asked for, so an in-process merge never does.
 
-What runs where, per batch ``Q`` (see :mod:`scrapy_simdup.merge.run`):
+The tasks of a batch ``Q`` (the steps of
+:mod:`~scrapy_simdup.merge.batchscan`; the client only reads ``Q`` and
+reduces what the tasks return):
 
-* the client builds ``Q``'s matchers (the probe table of each key) once and
-  shares them with every worker, once: their arrays are written beside the
-  collection (storage every worker sees, as the collection must be) and each
-  worker maps them copy-on-write, once per batch; the few values left go with
-  every task (a worker lost mid-merge loses nothing the others need). On one
-  machine the workers share the pages of the files, where a broadcast would
-  copy hundreds of megabytes into every worker;
-* each chunk of the collection is a task: the worker reads the chunk's runs
-  itself from the collection's path (so the collection must be on storage
-  every worker sees) and matches every element of ``Q`` against it on both
-  keys, returning the verified pairs;
-* the client reduces the chunks' pairs in chunk order. With PSM-F an element
-  is dropped at its first match: a task does not know what earlier chunks
-  matched, so it answers for every element (key 2 for those key 1 did not
-  match in the same chunk, as in-process), and the client keeps an element's
-  pairs only from the first chunk that matched it. An element's first match
-  within a chunk does not depend on the other elements, so the pairs are the
-  in-process merge's;
-* ``Q`` against itself and the commit (with the collection's lock) stay on
-  the client.
+* **build**, one task per key: a worker reads ``Q``'s batch files, sorts
+  ``Q`` by the key and builds its matcher (the probe table) once, then
+  writes the matcher's arrays to a share directory, where every worker maps
+  them copy-on-write, once per batch (on one machine the workers then share
+  the pages, where sending them would copy hundreds of megabytes into each).
+  The share directory is in ``/dev/shm`` when every worker runs on this
+  machine and it has room, else beside the collection (storage every worker
+  sees, as the collection and the batch directories must be);
+* **scan**, one task per chunk of the collection: the worker reads the
+  chunk's runs itself from the collection's path and matches every element
+  of ``Q`` against it on both keys, returning the verified pairs;
+* **self**, one task per key: every pair within ``Q`` on that key.
+
+The client reduces the chunks' pairs in chunk order. With PSM-F an element
+is dropped at its first match: a task does not know what earlier chunks
+matched, so it answers for every element (key 2 for those key 1 did not
+match in the same chunk, as in-process), and the client keeps an element's
+pairs only from the first chunk that matched it; the pairs within ``Q``
+are then kept for the elements no chunk matched. An element's matches in
+a chunk or within ``Q`` do not depend on the other elements, so the pairs
+are the in-process merge's. The commit (with the collection's lock) stays
+on the client.
 
 A worker lost mid-merge: the scheduler runs its tasks again on another
-worker (a task is pure: it only reads); when it gives up (the task killed its
-workers ``distributed.scheduler.allowed-failures`` times) the merge stops with
-:class:`ClusterError` before this batch's commit, so the collection is the one
-of the last completed batch.
+worker (a task only reads, and a build writes the same files again); when
+it gives up (the task killed its workers
+``distributed.scheduler.allowed-failures`` times) the merge stops with
+:class:`ClusterError` before this batch's commit, so the collection is the
+one of the last completed batch.
 """
 from __future__ import annotations
 
@@ -44,14 +49,18 @@ from pathlib import Path
 
 import numpy as np
 
+from scrapy_simdup.merge.batchscan import Side, SideSpec, match_chunk, match_self
 from scrapy_simdup.merge.collection import H_DTYPE, Collection
-from scrapy_simdup.merge.matchers import PSMBatchMatcher
+from scrapy_simdup.storage.batchfile import BATCH_DTYPE, read_batch
 
 #: seconds to wait for a scheduler given by address
 CONNECT_TIMEOUT = 30
 INSTALL_HINT = 'install Dask for --workers/--scheduler: pip install "scrapy-simdup[dask]"'
-#: what a task returns of a matched chunk record (no sketch: the pair needs none)
-OTHER_DTYPE = np.dtype([(name, H_DTYPE.fields[name][0]) for name in ("value", "value2", "id")])
+#: what the workers of a local cluster import when they start, not in the first task
+WORKER_PRELOAD = ("scrapy_simdup.merge.distributed",)
+#: where a local cluster's share directory goes (memory, not disk), when it has room
+LOCAL_SHARE = Path("/dev/shm")
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 class ClusterError(RuntimeError):
@@ -59,85 +68,76 @@ class ClusterError(RuntimeError):
     collection is unchanged since the last completed batch."""
 
 
-#: a worker thread's chunk buffers, kept from task to task: a fresh buffer per
-#: chunk costs a page fault per 4 KiB (slow on virtual machines)
+#: on a worker: a thread's chunk buffers, kept from task to task (a fresh
+#: buffer per chunk costs a page fault per 4 KiB, slow on virtual machines)
 _worker_buffers = threading.local()
-
-
-#: the arrays of a PSMBatchMatcher written to files for the workers
-_SHARED_ARRAYS = ("values", "sketch", "offsets", "low", "idx")
-#: on a worker: the matchers of the batch being scanned, by share directory
-_worker_sides: dict = {}
+#: on a worker: the sides of the batch being matched, mapped once
+_worker_sides: dict = {"directory": None, "sides": {}}
 _worker_lock = threading.Lock()
 
 
-def _share_sides(sides: list, directory: Path) -> list:
-    """``sides`` with each arrival order and PSMBatchMatcher replaced by what
-    a worker needs to map it: the files of its arrays (and the matcher's plain
-    attributes). What is left is small enough to go with every task."""
-    out = []
-    for n, (key, order, matcher) in enumerate(sides):
-        order_file = str(directory / f"{n}-order.npy")
-        np.save(order_file, np.asarray(order))
-        order = ("mapped", order_file)
-        if isinstance(matcher, PSMBatchMatcher):
-            files = {}
-            for name in _SHARED_ARRAYS:
-                files[name] = str(directory / f"{n}-{name}.npy")
-                np.save(files[name], getattr(matcher, name))
-            plain = {k: v for k, v in vars(matcher).items() if k not in _SHARED_ARRAYS}
-            matcher = ("mapped", plain, files)
-        out.append((key, order, matcher))
-    return out
+def _build_task(batches: list, verify: bool, spec: SideSpec, n: int, directory: str) -> dict:
+    """Side ``n`` of ``Q`` (the batch files ``batches``: ``(path, count)``),
+    written to ``directory``: what :func:`_side` needs to map it."""
+    records = np.empty(sum(count for _, count in batches), dtype=BATCH_DTYPE)
+    at = 0
+    for path, count in batches:
+        read_batch(path, with_urls=False, verify=verify, out=records[at:at + count])
+        at += count
+    side = spec.build(records, n)
+    del records
+    plain, arrays = side.matcher.shared_parts()
+    files = {}
+    for name, array in {"order": side.order, **arrays}.items():
+        files[name] = os.path.join(directory, f"{n}-{name}.npy")
+        np.save(files[name], array)
+    return {"directory": directory, "n": n, "key": side.key, "cls": type(side.matcher),
+            "plain": plain, "files": files}
 
 
-def _mapped_sides(shared: dict) -> list:
-    """The batch's matchers on this worker, mapped from their files once."""
-    directory = shared["directory"]
+def _side(info: dict) -> Side:
+    """The side a build task wrote, mapped on this worker once per batch
+    (copy-on-write: the compiled join takes writable buffers)."""
     with _worker_lock:
-        sides = _worker_sides.get(directory)
-        if sides is None:
-            _worker_sides.clear()          # one batch at a time: drop the last one's maps
-            sides = []
-            for key, order, matcher in shared["sides"]:
-                order = np.load(order[1], mmap_mode="r")
-                if isinstance(matcher, tuple) and matcher[0] == "mapped":
-                    _, plain, files = matcher
-                    mapped = PSMBatchMatcher.__new__(PSMBatchMatcher)
-                    vars(mapped).update(plain)
-                    for name, file in files.items():
-                        # copy-on-write: the compiled join takes writable buffers
-                        setattr(mapped, name, np.load(file, mmap_mode="c"))
-                    matcher = mapped
-                sides.append((key, order, matcher))
-            _worker_sides[directory] = sides
-        return sides
+        if _worker_sides["directory"] != info["directory"]:
+            _worker_sides.update(directory=info["directory"], sides={})    # a new batch
+        side = _worker_sides["sides"].get(info["n"])
+        if side is None:
+            arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
+            order = arrays.pop("order")
+            side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
+            _worker_sides["sides"][info["n"]] = side
+        return side
 
 
-def _scan_task(shared: dict, path: str, start: int, group: list, verify: bool) -> list:
-    """One chunk against ``Q`` on both keys, on a worker: per key ``(elements
-    of Q in arrival order, the chunk records they matched, equal sketch bins)``."""
+def _forget_batch(directory: str) -> None:
+    """Drop the maps of the batch at ``directory`` (its files are deleted)."""
+    with _worker_lock:
+        if _worker_sides["directory"] == directory:
+            _worker_sides.update(directory=None, sides={})
+
+
+def _scan_task(infos: list, path: str, start: int, group: list, verify: bool, psm_f: bool,
+               m: int) -> list:
+    """One chunk of the collection against ``Q`` on both keys (every element active)."""
+    sides = [_side(info) for info in infos]
     count = sum(r["count"] for r in group)
     bufs = getattr(_worker_buffers, "bufs", None)
     if bufs is None or len(bufs[0]) < count:
         bufs = _worker_buffers.bufs = [np.empty(count, dtype=H_DTYPE) for _ in range(2)]
-    by_key1, by_key2 = Collection.read_chunk(path, start, group, verify, bufs)
-    active = np.ones(shared["m"], dtype=np.uint8)    # arrival order, shared by both keys
-    out = []
-    for (key, order, matcher), chunk in zip(_mapped_sides(shared), (by_key1, by_key2)):
-        side_active = np.ascontiguousarray(active[order])
-        # (the join reads the sketches of its candidates in place)
-        sketches = chunk["sketch"] if isinstance(matcher, PSMBatchMatcher) \
-            else np.ascontiguousarray(chunk["sketch"])
-        qi, yi, _dd, aa = matcher.scan(np.ascontiguousarray(chunk[key]), sketches, side_active)
-        qa = order[qi]
-        if shared["psm_f"]:
-            active[qa] = 0
-        other = np.empty(len(yi), dtype=OTHER_DTYPE)
-        for name in OTHER_DTYPE.names:
-            other[name] = chunk[name][yi]
-        out.append((qa, other, aa))
-    return out
+    chunks = Collection.read_chunk(path, start, group, verify, bufs)
+    return match_chunk(sides, chunks, np.ones(m, dtype=np.uint8), psm_f, keep_table=True)
+
+
+def _self_task(info: dict):
+    """Every pair within ``Q`` on one key (every element active)."""
+    return match_self(_side(info), keep_table=True)
+
+
+def _share_bytes(m: int, spec: SideSpec) -> int:
+    """A generous estimate of the share directory's size for ``m`` elements:
+    per key the order, keys and sketches, and the probe table."""
+    return 2 * m * (8 + 8 + 32 + 8 * ((spec.probes or 0) + 1))
 
 
 class DaskScan:
@@ -176,7 +176,8 @@ class DaskScan:
             else:
                 cluster = distributed.LocalCluster(
                     n_workers=self.workers, threads_per_worker=1, processes=True,
-                    dashboard_address=":0", silence_logs=logging.ERROR)
+                    dashboard_address=":0", silence_logs=logging.ERROR,
+                    preload=list(WORKER_PRELOAD))
                 self._owned.append(cluster)
                 client = distributed.Client(cluster)
         except OSError as exc:      # (a timeout is one)
@@ -193,54 +194,77 @@ class DaskScan:
         self._owned = []
         self.client = None
 
-    def scan(self, coll: Collection, chunk_size: int, verify: bool, sides: list, m: int,
-             active: np.ndarray, psm_f: bool, bar) -> list:
-        """Match ``Q`` (``m`` elements; ``sides``: ``(key, order, matcher)``
-        per key) against every chunk of ``coll``: the ``(elements, matched
-        records, equal bins)`` parts the in-process scan finds, ``active``
-        updated as it would be (PSM-F)."""
-        plan = coll.chunk_plan(chunk_size)
-        if not plan:
-            return []
+    def _workers_local(self, client) -> bool:
+        """Every worker runs on this machine (a local cluster)."""
+        if self.workers is not None:
+            return True
+        from distributed.comm import get_address_host  # noqa: PLC0415 (optional: the dask install extra)
+
+        addresses = list(client.scheduler_info().get("workers", {}))
+        return bool(addresses) and all(get_address_host(a) in _LOOPBACK for a in addresses)
+
+    def _share_directory(self, client, coll: Collection, need: int) -> Path:
+        """A new share directory for a batch: in memory for local workers
+        when there is room for ``need`` bytes twice, else beside the collection."""
+        root = Path(os.path.abspath(coll.path)).parent
+        if self._workers_local(client) and LOCAL_SHARE.is_dir() \
+                and os.access(LOCAL_SHARE, os.W_OK) \
+                and shutil.disk_usage(LOCAL_SHARE).free > 2 * need:
+            root = LOCAL_SHARE
+        return Path(tempfile.mkdtemp(prefix=".simdup-scan-", dir=root))
+
+    def match_batch(self, coll: Collection, chunk_size: int, verify: bool, batches: list,
+                    m: int, spec: SideSpec, bar) -> tuple[list, list, np.ndarray]:
+        """``Q`` (``m`` elements in the batch files ``batches``: ``(path,
+        count)``) against every chunk of ``coll`` and against itself:
+        ``(chunk parts, self parts, active)`` as the in-process merge finds them."""
         client = self._connect()
-        path = os.path.abspath(coll.path)
+        directory = self._share_directory(client, coll, _share_bytes(m, spec))
         tag = uuid.uuid4().hex[:12]
-        # beside the collection: storage the workers see
-        directory = Path(tempfile.mkdtemp(prefix=f".simdup-scan-{tag}-",
-                                          dir=Path(path).parent))
+        futures = []
         try:
-            # small: it goes with every task, so a lost worker loses nothing
-            shared = {"m": m, "psm_f": psm_f, "directory": str(directory),
-                      "sides": _share_sides(sides, directory)}
-            return self._scan(client, shared, path, tag, plan, verify, m, active, psm_f, bar)
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-
-    def _scan(self, client, shared, path, tag, plan, verify, m, active, psm_f, bar) -> list:
-        from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
-
-        futures = [client.submit(_scan_task, shared, path, start, group, verify,
-                                 key=f"simdup-scan-{tag}-{i}", pure=False)
-                   for i, (start, group) in enumerate(plan)]
-        position = {f.key: i for i, f in enumerate(futures)}
-        done: dict = {}
-        found, next_i = [], 0
-        try:
-            for future in as_completed(futures):
-                done[position[future.key]] = self._result(future)
-                bar.update(m)
-                # in chunk order: an element's pairs from the first chunk that matched it
-                while next_i in done:
-                    for qa, other, aa in done.pop(next_i):
-                        if psm_f:
-                            keep = active[qa].astype(bool)
-                            qa, other, aa = qa[keep], other[keep], aa[keep]
-                            active[qa] = 0
-                        found.append((qa, other, aa))
-                    next_i += 1
+            batches = [(os.path.abspath(path), count) for path, count in batches]
+            builds = [client.submit(_build_task, batches, verify, spec, n, str(directory),
+                                    key=f"simdup-build-{tag}-{n}", pure=False)
+                      for n in range(2)]
+            path = os.path.abspath(coll.path)
+            scans = [client.submit(_scan_task, builds, path, start, group, verify, spec.psm_f,
+                                   m, key=f"simdup-scan-{tag}-{i}", pure=False)
+                     for i, (start, group) in enumerate(coll.chunk_plan(chunk_size))]
+            selves = [client.submit(_self_task, build, key=f"simdup-self-{tag}-{n}", pure=False)
+                      for n, build in enumerate(builds)]
+            futures = builds + scans + selves
+            return self._reduce(scans, selves, m, spec.psm_f, bar)
         finally:
             client.cancel(futures)
-        return found
+            try:
+                client.run(_forget_batch, str(directory))
+            except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
+                pass
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _reduce(self, scans: list, selves: list, m: int, psm_f: bool, bar):
+        from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
+
+        position = {f.key: i for i, f in enumerate(scans)}
+        done: dict = {}
+        found, next_i = [], 0
+        active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
+        for future in as_completed(scans + selves):
+            if future.key not in position:
+                continue
+            done[position[future.key]] = self._result(future)
+            bar.update(m)
+            # in chunk order: an element's pairs from the first chunk that matched it
+            while next_i in done:
+                for qa, other, aa in done.pop(next_i):
+                    if psm_f:
+                        keep = active[qa].astype(bool)
+                        qa, other, aa = qa[keep], other[keep], aa[keep]
+                        active[qa] = 0
+                    found.append((qa, other, aa))
+                next_i += 1
+        return found, [self._result(f) for f in selves], active
 
     @staticmethod
     def _result(future):
@@ -249,5 +273,5 @@ class DaskScan:
         try:
             return future.result()
         except KilledWorker as exc:
-            raise ClusterError(f"Dask workers died running a chunk of the merge ({exc}); "
+            raise ClusterError(f"Dask workers died running a task of the merge ({exc}); "
                                f"nothing of this batch was committed") from None

@@ -44,7 +44,34 @@ def probe_runs(t: int, distance: int) -> int:
     return runs if (runs << t) <= 1 << 24 else 1
 
 
-class PSMBatchMatcher:
+class SharedMatcher:
+    """A matcher a Dask worker maps from files rather than receives: its
+    ``SHARED_ARRAYS`` are written once and mapped by every worker, the other
+    attributes (a few numbers) go with the tasks, and ``DERIVED`` ones are
+    rebuilt by :meth:`restore` on the worker."""
+
+    SHARED_ARRAYS: tuple = ()
+    DERIVED: tuple = ()
+
+    def shared_parts(self) -> tuple[dict, dict]:
+        """``(plain attributes, arrays)``: what :meth:`from_shared` takes."""
+        plain = {k: v for k, v in vars(self).items()
+                 if k not in self.SHARED_ARRAYS and k not in self.DERIVED}
+        return plain, {name: getattr(self, name) for name in self.SHARED_ARRAYS}
+
+    @classmethod
+    def from_shared(cls, plain: dict, arrays: dict):
+        matcher = cls.__new__(cls)
+        vars(matcher).update(plain)
+        vars(matcher).update(arrays)
+        matcher.restore()
+        return matcher
+
+    def restore(self) -> None:
+        """Rebuild the ``DERIVED`` attributes."""
+
+
+class PSMBatchMatcher(SharedMatcher):
     """Online PSM matching of a batch against sorted chunks (compiled scan).
 
     The probes of every element (its header and its ``probes`` most likely
@@ -73,16 +100,20 @@ class PSMBatchMatcher:
         del masks
         self._active_at_compaction = len(self.values)
 
-    def scan(self, chunk_values, chunk_sketch, active):
+    SHARED_ARRAYS = ("values", "sketch", "offsets", "low", "idx")
+
+    def scan(self, chunk_values, chunk_sketch, active, first=None):
         """:meth:`match` leaving the probe table as it is (a Dask worker's
-        copy is shared by its tasks)."""
+        copy is shared by its tasks). ``first``: PSM-F for this call (default:
+        the matcher's)."""
         chunk_offsets = batchjoin.bucket_offsets(chunk_values, self.t)
         return batchjoin.join_chunk(chunk_values, chunk_offsets, self.offsets, self.low,
-                                    self.idx, self.values, self.h, active, self.first,
+                                    self.idx, self.values, self.h, active,
+                                    self.first if first is None else first,
                                     self.sketch, chunk_sketch, self.needed)
 
-    def match(self, chunk_values, chunk_sketch, active):
-        result = self.scan(chunk_values, chunk_sketch, active)
+    def match(self, chunk_values, chunk_sketch, active, first=None):
+        result = self.scan(chunk_values, chunk_sketch, active, first)
         n_active = int(np.count_nonzero(active))
         if n_active < 0.5 * self._active_at_compaction:
             n = batchjoin.compact_probe_table(self.offsets, self.low, self.idx, active)
@@ -109,26 +140,34 @@ def _verified(qi, yi, dd, q_sketch, chunk_sketch, needed, active, first):
     return qi, yi, dd, aa
 
 
-class ExactBatchMatcher:
+class ExactBatchMatcher(SharedMatcher):
     """BPHS batch mode (the exact reference): the index module's :class:`BPHSIndex`
     (``tables`` permuted sorted copies) is built over ``Q``, every element of
     a chunk is looked up in it, and every pair within the distance is
     verified. BPHS-F and BPHS-A are the same in batch mode."""
 
+    SHARED_ARRAYS = ("values", "sketch")
+    DERIVED = ("index",)
+
     def __init__(self, q_values, q_sketch, distance, needed, tables=None):
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
         self.sketch = np.ascontiguousarray(q_sketch, dtype=np.uint8)
         self.needed = needed
-        self._args = (distance, tables)
-        self.index = BPHSIndex(distance=distance, tables=tables)
+        self.distance = distance
+        self.tables = tables
+        self._build_index()
+
+    def _build_index(self):
+        self.index = BPHSIndex(distance=self.distance, tables=self.tables)
         self.index.add(self.values)
 
-    def __reduce__(self):
+    def restore(self) -> None:
         # the compiled index does not pickle: a Dask worker rebuilds it from Q
-        return (type(self), (self.values, self.sketch, self._args[0], self.needed,
-                             self._args[1]))
+        self._build_index()
 
-    def match(self, chunk_values, chunk_sketch, active):
+    def match(self, chunk_values, chunk_sketch, active, first=None):
+        """Every verified pair (BPHS-F and BPHS-A are the same in batch mode:
+        ``first`` is ignored)."""
         qi, yi, dd = self.index.query_many(chunk_values, first=False)
         # query_many answers for chunk elements: swap to (batch element, chunk element)
         qi, yi = np.asarray(yi, dtype=np.int64), np.asarray(qi, dtype=np.int64)
@@ -173,7 +212,7 @@ class IndexChunkMatcher:
         self.probes = probes
         self.needed = needed
 
-    def match(self, chunk_values, chunk_sketch, active):
+    def match(self, chunk_values, chunk_sketch, active, first=None):
         index = PSMIndex(distance=self.h, max_probes=self.probes + 1, header_bits=self.t)
         index.add(chunk_values, np.arange(len(chunk_values), dtype=np.int64))
         sel = np.flatnonzero(active)
@@ -183,6 +222,6 @@ class IndexChunkMatcher:
         # every candidate, then the verified ones (the first of each with PSM-F)
         qidx, ids, dist = index.query_many(self.values[sel], self.W[sel], first=False)
         return _verified(sel[qidx], ids, dist, self.sketch, chunk_sketch, self.needed,
-                         active, self.first)
+                         active, self.first if first is None else first)
 
     scan = match

@@ -23,6 +23,7 @@ from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.sketch import check_min_similarity, matches_needed
 from scrapy_simdup.index.snapshot import HEADER_FILE
+from scrapy_simdup.merge.batchscan import SideSpec, match_chunk, match_self, matched_records
 from scrapy_simdup.merge.collection import (
     H_DTYPE,
     PAIR_DTYPE,
@@ -33,7 +34,6 @@ from scrapy_simdup.merge.collection import (
     pending_batches,
     unreported_ranges,
 )
-from scrapy_simdup.merge.matchers import ExactBatchMatcher, IndexChunkMatcher, PSMBatchMatcher
 from scrapy_simdup.merge.output import check_output_path
 from scrapy_simdup.merge.probes import header_bits, merge_probes
 from scrapy_simdup.merge.report import MergeSummary, n_distinct, write_clusters, write_pairs
@@ -57,27 +57,6 @@ def _damaged_batch(header: Path, exc: CorruptFileError, skip: bool) -> dict:
     return {"batch": str(header), "file": exc.path, "problem": exc.problem}
 
 
-def _stable_argsort(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, values[order])``: the sort order of uint64 ``values``, equal
-    values in their original order. NumPy's stable sort of 64-bit keys is a
-    timsort (far slower than its SIMD quicksort), so the quicksort runs and
-    only the runs of equal values (exact duplicate pages) are put back in
-    order."""
-    # contiguous first: a batch's value field is strided, and the sort and the
-    # gather below lose more on it than the copy costs
-    values = np.ascontiguousarray(values, dtype=np.uint64)
-    order = np.argsort(values)
-    ordered = values[order]
-    tie = np.flatnonzero(ordered[1:] == ordered[:-1])
-    if len(tie):
-        pos = np.union1d(tie, tie + 1)          # positions inside runs of equal values
-        starts = np.ones(len(pos), dtype=bool)
-        starts[1:] = (pos[1:] != pos[:-1] + 1) | (ordered[pos[1:]] != ordered[pos[:-1]])
-        run = np.cumsum(starts)
-        order[pos] = order[pos][np.lexsort((order[pos], run))]
-    return order, np.ascontiguousarray(ordered)
-
-
 def _sort_pairs(pairs: np.ndarray) -> np.ndarray:
     """Pairs ordered by ``(id, duplicate_of)``: one 64-bit key and a SIMD
     sort when both ids fit in 32 bits (a collection under 4G fingerprints),
@@ -91,19 +70,52 @@ def _sort_pairs(pairs: np.ndarray) -> np.ndarray:
     return pairs[np.lexsort((dups, ids))]
 
 
-def _pairs(records: np.ndarray, qa: np.ndarray, other: np.ndarray, yi: np.ndarray,
+def _pairs(records: np.ndarray, qa: np.ndarray, other: np.ndarray,
            agree: np.ndarray) -> np.ndarray:
-    """PAIR_DTYPE records of the pairs (``records[qa]``, ``other[yi]``), ``id``
-    the index ``qa`` in ``records``; the distance is the smaller of the two
-    keys' Hamming distances."""
+    """PAIR_DTYPE records of the pairs (``records[qa]``, ``other``: the
+    records they matched), ``id`` the index ``qa`` in ``records``; the
+    distance is the smaller of the two keys' Hamming distances."""
     pairs = np.empty(len(qa), dtype=PAIR_DTYPE)
     pairs["id"] = qa
-    pairs["duplicate_of"] = other["id"][yi]
-    d1 = np.bitwise_count(records["value"][qa] ^ other["value"][yi])
-    d2 = np.bitwise_count(records["value2"][qa] ^ other["value2"][yi])
+    pairs["duplicate_of"] = other["id"]
+    d1 = np.bitwise_count(records["value"][qa] ^ other["value"])
+    d2 = np.bitwise_count(records["value2"][qa] ^ other["value2"])
     pairs["distance"] = np.minimum(d1, d2)
     pairs["matches"] = agree
     return pairs
+
+
+def _self_pairs(records: np.ndarray, own: np.ndarray, parts: list, active: np.ndarray,
+                psm_f: bool) -> np.ndarray:
+    """The pairs within ``Q`` from :func:`match_self`'s ``parts`` (one per
+    key): each element with earlier ones; with PSM-F only for elements still
+    ``active`` (no match in the collection) and one each, the first found."""
+    qi, yi, aa = (np.concatenate(x) for x in zip(*parts))
+    keep = yi < qi
+    if psm_f:
+        keep &= active[qi].astype(bool)
+    qi, yi, aa = qi[keep], yi[keep], aa[keep]
+    if psm_f and len(qi):
+        sel = _first_occurrences(qi, len(records))
+        qi, yi, aa = qi[sel], yi[sel], aa[sel]
+    return _pairs(records, qi, matched_records(own, yi), aa)
+
+
+def _match_in_process(coll: Collection, chunk_size: int, verify: bool, records: np.ndarray,
+                      spec: SideSpec, bar, summary: MergeSummary) -> tuple[list, list, np.ndarray]:
+    """``Q`` (``records``) against every chunk of ``coll`` and against
+    itself, here: ``(chunk parts, self parts, active)``, see
+    :mod:`~scrapy_simdup.merge.batchscan`."""
+    m = len(records)
+    sides = [spec.build(records, n) for n in range(2)]
+    active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
+    parts = []
+    for _start, *chunks in coll.chunks(chunk_size, verify=verify):
+        parts += match_chunk(sides, chunks, active, spec.psm_f)
+        summary.chunks_scanned += 1
+        bar.update(m)
+    self_parts = [match_self(side, active if spec.psm_f else None) for side in sides]
+    return parts, self_parts, active
 
 
 def _unique_pairs(sorted_pairs: np.ndarray) -> np.ndarray:
@@ -239,7 +251,6 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         raise ValueError(f"distance must be an int in 0..{MAX_DISTANCE}, got {distance!r}")
     min_similarity = check_min_similarity(min_similarity)
     needed = matches_needed(min_similarity)
-    psm_f = first and not exact
     if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int)
                                or probes < 0):
         raise ValueError(f"probes must be a non-negative int, got {probes!r}")
@@ -253,6 +264,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
                          "(is it a crawl directory with batch files?)")
     cluster = None
     if workers is not None or scheduler is not None:
+        if engine != "join":
+            raise ValueError("the index engine runs in-process only (no --workers/--scheduler)")
         from scrapy_simdup.merge.distributed import DaskScan  # noqa: PLC0415 (imports Dask when asked)
 
         cluster = DaskScan(workers, scheduler)
@@ -272,6 +285,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
             # merge itself at scale: `simdup stats` verifies them)
             coll.verify_files(("pairs.bin",) if pairs_out is None and clusters_out is None
                               else SIDE_FILES)
+        spec = SideSpec(distance=distance, needed=needed, first=first, probes=probes, t=t,
+                        exact=exact, tables=tables, engine=engine)
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + (
             "(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
@@ -326,78 +341,19 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
                 continue
             records = records[:m]
             base = coll.count
-            gids = base + np.arange(m, dtype=np.int64)      # arrival order
-            active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
-            # one matcher per key, over Q sorted by that key (the probe table is
-            # then built with mostly sequential writes); matcher indices are
-            # sorted positions, `order` maps them to arrival order
-            sides = []
-            for key, cq, wrms in (("value", "cq", "wrms"), ("value2", "cq2", "wrms2")):
-                order, sorted_q = _stable_argsort(records[key])
-                sketch = np.ascontiguousarray(records["sketch"][order])
-                if exact:
-                    matcher = ExactBatchMatcher(sorted_q, sketch, distance, needed, tables)
-                elif engine == "index":
-                    matcher = IndexChunkMatcher(
-                        sorted_q, np.ascontiguousarray(records[cq][order]),
-                        np.ascontiguousarray(records[wrms][order]), sketch, distance, probes,
-                        first, t, needed)
-                else:
-                    matcher = PSMBatchMatcher(sorted_q, records[cq], sketch, distance, probes,
-                                              first, t, needed, rows=order)
-                sides.append((key, order, sorted_q, sketch, matcher))
-            found: list = []        # PAIR_DTYPE parts (id: arrival index for now)
-
             if cluster is not None:
-                parts = cluster.scan(coll, chunk_size, verify,
-                                     [(key, order, matcher) for key, order, _, _, matcher in sides],
-                                     m, active, psm_f, bar)
-                found += [_pairs(records, qa, other, np.arange(len(qa)), aa)
-                          for qa, other, aa in parts]
+                chunk_parts, self_parts, active = cluster.match_batch(
+                    coll, chunk_size, verify, [(b.path, len(b)) for b in batches], m, spec, bar)
                 summary.chunks_scanned += coll.n_chunks(chunk_size)
-            for _start, *chunks in (() if cluster is not None else
-                                    coll.chunks(chunk_size, verify=verify)):
-                for (key, order, _sq, _sk, matcher), chunk in zip(sides, chunks):
-                    if not active.any():
-                        break
-                    side_active = np.ascontiguousarray(active[order])
-                    # (the join reads the sketches of its candidates in place)
-                    sketches = chunk["sketch"] if isinstance(matcher, PSMBatchMatcher) \
-                        else np.ascontiguousarray(chunk["sketch"])
-                    qi, yi, dd, aa = matcher.match(np.ascontiguousarray(chunk[key]), sketches,
-                                                   side_active)
-                    if psm_f:   # dropped once matched, for the other key too
-                        active[order[qi]] = 0
-                    found.append(_pairs(records, order[qi], chunk, yi, aa))
-                summary.chunks_scanned += 1
-                bar.update(m)
-            # pairs inside Q (every pair is looked at, then the earlier record kept)
-            self_active = active.copy() if psm_f else np.ones(m, dtype=np.uint8)
+            else:
+                chunk_parts, self_parts, active = _match_in_process(
+                    coll, chunk_size, verify, records, spec, bar, summary)
+            found = [_pairs(records, qa, other, aa) for qa, other, aa in chunk_parts]
             own = np.empty(m, dtype=H_DTYPE)
             for name in ("value", "value2", "sketch"):
                 own[name] = records[name]
-            own["id"] = gids
-            inner_q, inner_y, inner_a = [], [], []
-            for _key, order, sorted_q, sketch, matcher in sides:
-                # every pair within Q: an element's first match may be a later element
-                psm = not isinstance(matcher, ExactBatchMatcher)
-                if psm:
-                    matcher.first = False
-                qi, yi, dd, aa = matcher.match(sorted_q, sketch,
-                                               np.ascontiguousarray(self_active[order]))
-                if psm:
-                    matcher.first = first
-                inner_q.append(order[qi])
-                inner_y.append(order[yi])
-                inner_a.append(aa)
-            qi, yi, aa = (np.concatenate(x) for x in (inner_q, inner_y, inner_a))
-            keep = yi < qi
-            qi, yi, aa = qi[keep], yi[keep], aa[keep]
-            if psm_f and len(qi):
-                # one match per element (the first found), and only for elements not matched in H
-                sel = _first_occurrences(qi, m)
-                qi, yi, aa = qi[sel], yi[sel], aa[sel]
-            found.append(_pairs(records, qi, own, yi, aa))
+            own["id"] = base + np.arange(m, dtype=np.int64)     # arrival order
+            found.append(_self_pairs(records, own, self_parts, active, spec.psm_f))
             bar.update(m)
             pairs = np.concatenate(found)
             pairs["id"] += base
