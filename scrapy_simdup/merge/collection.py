@@ -247,26 +247,23 @@ class Collection:
         return at
 
     @classmethod
-    def read_chunk(cls, path, start: int, group: list[dict], verify: bool = True,
-                   bufs=None) -> tuple[np.ndarray, np.ndarray]:
-        """``(by_key1, by_key2)``: the chunk of the runs ``group`` starting at
-        record ``start`` of the collection at ``path`` (from :meth:`chunk_plan`),
-        the same records as :meth:`chunks` yields for it. ``bufs``: two
-        :data:`H_DTYPE` arrays to read into when large enough (the result
-        may then be views of them), else fresh arrays."""
+    def read_chunk(cls, path, start: int, group: list[dict], key: int, verify: bool = True,
+                   buf=None) -> np.ndarray:
+        """The chunk of the runs ``group`` starting at record ``start`` of the
+        collection at ``path`` (from :meth:`chunk_plan`), sorted by key
+        ``key`` (0: ``value``, 1: ``value2``): the records :meth:`chunks`
+        yields for it. ``buf``: an :data:`H_DTYPE` array to read into when
+        large enough (the result may then be a view of it), else a fresh one."""
         count = sum(r["count"] for r in group)
-        out = []
-        for i, (name, crc_field) in enumerate(RUN_FILES):
-            buf = bufs[i][:count] if bufs is not None and len(bufs[i]) >= count \
-                else np.empty(count, dtype=H_DTYPE)
-            with open(Path(path) / name, "rb", buffering=0) as handle:
-                handle.seek(start * H_DTYPE.itemsize)
-                cls._read_group(handle, Path(path) / name, crc_field, group, buf, start, verify)
-            if len(group) > 1:
-                key = "value" if crc_field == "crc32" else "value2"
-                buf = buf[np.argsort(buf[key], kind="stable")]
-            out.append(buf)
-        return out[0], out[1]
+        name, crc_field = RUN_FILES[key]
+        buf = buf[:count] if buf is not None and len(buf) >= count \
+            else np.empty(count, dtype=H_DTYPE)
+        with open(Path(path) / name, "rb", buffering=0) as handle:
+            handle.seek(start * H_DTYPE.itemsize)
+            cls._read_group(handle, Path(path) / name, crc_field, group, buf, start, verify)
+        if len(group) > 1:
+            buf = buf[np.argsort(buf["value2" if key else "value"], kind="stable")]
+        return buf
 
     def urls(self, ids) -> list[str]:
         """URLs of collection ids (random access through ``urls.idx``)."""

@@ -76,13 +76,14 @@ _worker_sides: dict = {"directory": None, "sides": {}}
 _worker_lock = threading.Lock()
 
 
-def _build_task(batches: list, verify: bool, spec: SideSpec, n: int, directory: str) -> dict:
+def _build_task(batches: list, spec: SideSpec, n: int, directory: str) -> dict:
     """Side ``n`` of ``Q`` (the batch files ``batches``: ``(path, count)``),
     written to ``directory``: what :func:`_side` needs to map it."""
     records = np.empty(sum(count for _, count in batches), dtype=BATCH_DTYPE)
     at = 0
     for path, count in batches:
-        read_batch(path, with_urls=False, verify=verify, out=records[at:at + count])
+        # (the client has just read and checked these files)
+        read_batch(path, with_urls=False, verify=False, out=records[at:at + count])
         at += count
     side = spec.build(records, n)
     del records
@@ -110,23 +111,25 @@ def _side(info: dict) -> Side:
         return side
 
 
-def _forget_batch(directory: str) -> None:
-    """Drop the maps of the batch at ``directory`` (its files are deleted)."""
+async def _forget_batch(directory: str) -> None:
+    """Drop the maps of the batch at ``directory`` (its files are deleted);
+    run on the worker's event loop (so the client need not wait for it)."""
     with _worker_lock:
         if _worker_sides["directory"] == directory:
             _worker_sides.update(directory=None, sides={})
 
 
-def _scan_task(infos: list, path: str, start: int, group: list, verify: bool, psm_f: bool,
+def _scan_task(info: dict, path: str, start: int, group: list, verify: bool, psm_f: bool,
                m: int) -> list:
-    """One chunk of the collection against ``Q`` on both keys (every element active)."""
-    sides = [_side(info) for info in infos]
+    """One chunk of the collection against ``Q`` on one key (every element
+    active): the parts :func:`match_chunk` returns."""
+    side = _side(info)
     count = sum(r["count"] for r in group)
-    bufs = getattr(_worker_buffers, "bufs", None)
-    if bufs is None or len(bufs[0]) < count:
-        bufs = _worker_buffers.bufs = [np.empty(count, dtype=H_DTYPE) for _ in range(2)]
-    chunks = Collection.read_chunk(path, start, group, verify, bufs)
-    return match_chunk(sides, chunks, np.ones(m, dtype=np.uint8), psm_f, keep_table=True)
+    buf = getattr(_worker_buffers, "buf", None)
+    if buf is None or len(buf) < count:
+        buf = _worker_buffers.buf = np.empty(count, dtype=H_DTYPE)
+    chunk = Collection.read_chunk(path, start, group, info["n"], verify, buf)
+    return match_chunk([side], [chunk], np.ones(m, dtype=np.uint8), psm_f, keep_table=True)
 
 
 def _self_task(info: dict):
@@ -159,6 +162,7 @@ class DaskScan:
         self.scheduler = scheduler
         self.client = None
         self._owned: list = []
+        self._cleanups: list = []
 
     def _connect(self):
         if self.client is not None:
@@ -189,6 +193,9 @@ class DaskScan:
         return client
 
     def close(self) -> None:
+        for thread in self._cleanups:
+            thread.join()
+        self._cleanups = []
         for thing in self._owned:
             thing.close()
         self._owned = []
@@ -224,38 +231,54 @@ class DaskScan:
         futures = []
         try:
             batches = [(os.path.abspath(path), count) for path, count in batches]
-            builds = [client.submit(_build_task, batches, verify, spec, n, str(directory),
+            builds = [client.submit(_build_task, batches, spec, n, str(directory),
                                     key=f"simdup-build-{tag}-{n}", pure=False)
                       for n in range(2)]
             path = os.path.abspath(coll.path)
-            scans = [client.submit(_scan_task, builds, path, start, group, verify, spec.psm_f,
-                                   m, key=f"simdup-scan-{tag}-{i}", pure=False)
-                     for i, (start, group) in enumerate(coll.chunk_plan(chunk_size))]
+            # a task per chunk and key: a key's scans start when its own table is built
+            scans = [client.submit(_scan_task, build, path, start, group, verify, spec.psm_f,
+                                   m, key=f"simdup-scan-{tag}-{i}-{n}", pure=False)
+                     for i, (start, group) in enumerate(coll.chunk_plan(chunk_size))
+                     for n, build in enumerate(builds)]
             selves = [client.submit(_self_task, build, key=f"simdup-self-{tag}-{n}", pure=False)
                       for n, build in enumerate(builds)]
             futures = builds + scans + selves
             return self._reduce(scans, selves, m, spec.psm_f, bar)
         finally:
             client.cancel(futures)
-            try:
-                client.run(_forget_batch, str(directory))
-            except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
-                pass
-            shutil.rmtree(directory, ignore_errors=True)
+            self._remove(client, directory)
+
+    def _remove(self, client, directory: Path) -> None:
+        """Drop the batch's share directory and the workers' maps of it, in
+        the background (:meth:`close` waits): freeing hundreds of megabytes
+        takes a while, and the client has the pairs to sort meanwhile."""
+        try:
+            client.run(_forget_batch, str(directory), wait=False)
+        except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
+            pass
+        thread = threading.Thread(target=shutil.rmtree, args=(directory,),
+                                  kwargs={"ignore_errors": True}, name="simdup-share-cleanup")
+        thread.start()
+        self._cleanups.append(thread)
 
     def _reduce(self, scans: list, selves: list, m: int, psm_f: bool, bar):
         from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
 
+        # scans[2 * chunk + key]: in that order, an element's pairs come from
+        # the first chunk that matched it, key 1 before key 2 in a chunk
         position = {f.key: i for i, f in enumerate(scans)}
         done: dict = {}
+        keys_done: dict = {}    # chunk -> its keys' tasks done
         found, next_i = [], 0
         active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
         for future in as_completed(scans + selves):
             if future.key not in position:
                 continue
-            done[position[future.key]] = self._result(future)
-            bar.update(m)
-            # in chunk order: an element's pairs from the first chunk that matched it
+            i = position[future.key]
+            done[i] = self._result(future)
+            keys_done[i // 2] = keys_done.get(i // 2, 0) + 1
+            if keys_done[i // 2] == 2:
+                bar.update(m)
             while next_i in done:
                 for qa, other, aa in done.pop(next_i):
                     if psm_f:
