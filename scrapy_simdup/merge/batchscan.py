@@ -4,7 +4,7 @@
   by that key and the matcher over it (:mod:`~scrapy_simdup.merge.matchers`);
 * :func:`match_chunk` matches ``Q`` against one chunk of the collection on
   both keys (PSM-F: an element matched on key 1 is not looked up on key 2);
-* :func:`match_self` finds every pair within ``Q`` on one key.
+* :func:`match_self` finds the pairs within ``Q`` on one key.
 
 Each returns, per key, ``(elements of Q in arrival order, what they
 matched, equal sketch bins)``; :mod:`~scrapy_simdup.merge.run` turns them
@@ -126,14 +126,15 @@ def match_chunk(sides, chunks, active: np.ndarray, psm_f: bool, keep_table: bool
 
 
 def match_self(side: Side, active: np.ndarray | None = None, keep_table: bool = False):
-    """Every pair within ``Q`` on ``side``'s key, for the ``active`` elements
-    (arrival order; None: all): ``(element, the element it matched, equal
-    bins)``, both in arrival order and in either order of arrival (an
-    element's first match may be a later element). An element's pairs do
-    not depend on which other elements are active."""
+    """The pairs within ``Q`` on ``side``'s key for the ``active`` elements
+    (arrival order; None: all): ``(element, an earlier element it matched,
+    equal bins)``, in arrival order. Every pair is looked at, so an
+    element's matches do not depend on which other elements are active."""
     matcher = side.matcher
     side_active = np.ones(len(side.order), dtype=np.uint8) if active is None \
         else np.ascontiguousarray(active[side.order])
     run = matcher.scan if keep_table else matcher.match
     qi, yi, _dd, agree = run(matcher.values, matcher.sketch, side_active, first=False)
-    return side.order[qi], side.order[yi], agree
+    qa, ya = side.order[qi], side.order[yi]
+    earlier = ya < qa       # (every element also matches itself)
+    return qa[earlier], ya[earlier], agree[earlier]

@@ -221,10 +221,12 @@ class DaskScan:
         return Path(tempfile.mkdtemp(prefix=".simdup-scan-", dir=root))
 
     def match_batch(self, coll: Collection, chunk_size: int, verify: bool, batches: list,
-                    m: int, spec: SideSpec, bar) -> tuple[list, list, np.ndarray]:
+                    m: int, spec: SideSpec, bar, convert) -> tuple[list, list, np.ndarray]:
         """``Q`` (``m`` elements in the batch files ``batches``: ``(path,
-        count)``) against every chunk of ``coll`` and against itself:
-        ``(chunk parts, self parts, active)`` as the in-process merge finds them."""
+        count)``) against every chunk of ``coll`` and against itself, as the
+        in-process merge matches it: ``(convert(*part) of each chunk part,
+        self parts, active)``. ``convert`` runs as the parts arrive, while
+        the workers go on."""
         client = self._connect()
         directory = self._share_directory(client, coll, _share_bytes(m, spec))
         tag = uuid.uuid4().hex[:12]
@@ -243,7 +245,7 @@ class DaskScan:
             selves = [client.submit(_self_task, build, key=f"simdup-self-{tag}-{n}", pure=False)
                       for n, build in enumerate(builds)]
             futures = builds + scans + selves
-            return self._reduce(scans, selves, m, spec.psm_f, bar)
+            return self._reduce(scans, selves, m, spec.psm_f, bar, convert)
         finally:
             client.cancel(futures)
             self._remove(client, directory)
@@ -261,18 +263,20 @@ class DaskScan:
         thread.start()
         self._cleanups.append(thread)
 
-    def _reduce(self, scans: list, selves: list, m: int, psm_f: bool, bar):
+    def _reduce(self, scans: list, selves: list, m: int, psm_f: bool, bar, convert):
         from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
 
         # scans[2 * chunk + key]: in that order, an element's pairs come from
         # the first chunk that matched it, key 1 before key 2 in a chunk
         position = {f.key: i for i, f in enumerate(scans)}
+        own = {f.key: n for n, f in enumerate(selves)}
         done: dict = {}
         keys_done: dict = {}    # chunk -> its keys' tasks done
-        found, next_i = [], 0
+        found, self_parts, next_i = [], [None] * len(selves), 0
         active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
         for future in as_completed(scans + selves):
-            if future.key not in position:
+            if future.key in own:
+                self_parts[own[future.key]] = self._result(future)
                 continue
             i = position[future.key]
             done[i] = self._result(future)
@@ -285,9 +289,9 @@ class DaskScan:
                         keep = active[qa].astype(bool)
                         qa, other, aa = qa[keep], other[keep], aa[keep]
                         active[qa] = 0
-                    found.append((qa, other, aa))
+                    found.append(convert(qa, other, aa))
                 next_i += 1
-        return found, [self._result(f) for f in selves], active
+        return found, self_parts, active
 
     @staticmethod
     def _result(future):

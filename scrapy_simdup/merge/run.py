@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -66,8 +67,10 @@ def _sort_pairs(pairs: np.ndarray) -> np.ndarray:
     ids, dups = pairs["id"], pairs["duplicate_of"]
     if ids.min() >= 0 and dups.min() >= 0 and ids.max() < 2**32 and dups.max() < 2**32:
         key = (ids.astype(np.uint64) << np.uint64(32)) | dups.astype(np.uint64)
-        return pairs[np.argsort(key)]
-    return pairs[np.lexsort((dups, ids))]
+        order = np.argsort(key)
+    else:
+        order = np.lexsort((dups, ids))
+    return np.take(pairs, order)      # (several times faster than pairs[order] on records)
 
 
 def _pairs(records: np.ndarray, qa: np.ndarray, other: np.ndarray,
@@ -85,37 +88,39 @@ def _pairs(records: np.ndarray, qa: np.ndarray, other: np.ndarray,
     return pairs
 
 
-def _self_pairs(records: np.ndarray, own: np.ndarray, parts: list, active: np.ndarray,
+def _self_pairs(records: np.ndarray, base: int, parts: list, active: np.ndarray,
                 psm_f: bool) -> np.ndarray:
-    """The pairs within ``Q`` from :func:`match_self`'s ``parts`` (one per
-    key): each element with earlier ones; with PSM-F only for elements still
-    ``active`` (no match in the collection) and one each, the first found."""
+    """The pairs within ``Q`` (``records``, collection ids from ``base``)
+    from :func:`match_self`'s ``parts`` (one per key); with PSM-F only for
+    elements still ``active`` (no match in the collection) and one each,
+    the first found."""
     qi, yi, aa = (np.concatenate(x) for x in zip(*parts))
-    keep = yi < qi
     if psm_f:
-        keep &= active[qi].astype(bool)
-    qi, yi, aa = qi[keep], yi[keep], aa[keep]
-    if psm_f and len(qi):
+        keep = np.flatnonzero(active[qi])
+        qi, yi, aa = qi[keep], yi[keep], aa[keep]
         sel = _first_occurrences(qi, len(records))
         qi, yi, aa = qi[sel], yi[sel], aa[sel]
-    return _pairs(records, qi, matched_records(own, yi), aa)
+    other = matched_records(records, yi)
+    other["id"] = base + yi
+    return _pairs(records, qi, other, aa)
 
 
 def _match_in_process(coll: Collection, chunk_size: int, verify: bool, records: np.ndarray,
                       spec: SideSpec, bar, summary: MergeSummary) -> tuple[list, list, np.ndarray]:
     """``Q`` (``records``) against every chunk of ``coll`` and against
-    itself, here: ``(chunk parts, self parts, active)``, see
+    itself, here: ``(pairs found in the chunks, self parts, active)``, see
     :mod:`~scrapy_simdup.merge.batchscan`."""
     m = len(records)
     sides = [spec.build(records, n) for n in range(2)]
     active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
-    parts = []
+    found = []
     for _start, *chunks in coll.chunks(chunk_size, verify=verify):
-        parts += match_chunk(sides, chunks, active, spec.psm_f)
+        found += [_pairs(records, *part) for part in match_chunk(sides, chunks, active,
+                                                                  spec.psm_f)]
         summary.chunks_scanned += 1
         bar.update(m)
     self_parts = [match_self(side, active if spec.psm_f else None) for side in sides]
-    return parts, self_parts, active
+    return found, self_parts, active
 
 
 def _unique_pairs(sorted_pairs: np.ndarray) -> np.ndarray:
@@ -342,24 +347,23 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
             records = records[:m]
             base = coll.count
             if cluster is not None:
-                chunk_parts, self_parts, active = cluster.match_batch(
-                    coll, chunk_size, verify, [(b.path, len(b)) for b in batches], m, spec, bar)
+                found, self_parts, active = cluster.match_batch(
+                    coll, chunk_size, verify, [(b.path, len(b)) for b in batches], m, spec, bar,
+                    partial(_pairs, records))
                 summary.chunks_scanned += coll.n_chunks(chunk_size)
             else:
-                chunk_parts, self_parts, active = _match_in_process(
+                found, self_parts, active = _match_in_process(
                     coll, chunk_size, verify, records, spec, bar, summary)
-            found = [_pairs(records, qa, other, aa) for qa, other, aa in chunk_parts]
-            own = np.empty(m, dtype=H_DTYPE)
-            for name in ("value", "value2", "sketch"):
-                own[name] = records[name]
-            own["id"] = base + np.arange(m, dtype=np.int64)     # arrival order
-            found.append(_self_pairs(records, own, self_parts, active, spec.psm_f))
+            found.append(_self_pairs(records, base, self_parts, active, spec.psm_f))
             bar.update(m)
             pairs = np.concatenate(found)
             pairs["id"] += base
             pairs = _unique_pairs(_sort_pairs(pairs))
             if commit:
-                run = own
+                run = np.empty(m, dtype=H_DTYPE)
+                for name in ("value", "value2", "sketch"):
+                    run[name] = records[name]
+                run["id"] = base + np.arange(m, dtype=np.int64)     # arrival order
                 urls = [u for b in batches for u in b.urls]
                 extra = None
                 if pairs_out is not None:
