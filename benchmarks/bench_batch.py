@@ -225,6 +225,12 @@ def worker(args) -> None:
     if client is not None:
         kw["scheduler"] = client
     distance = H if args.distance is None else args.distance
+    stream = None
+    if client is not None:
+        from dask.distributed import get_task_stream
+
+        stream = get_task_stream(client)
+        stream.__enter__()
     t0, c0 = time.perf_counter(), time.process_time()
     s = merge([args.dir], args.collection, distance=distance, chunk_size=args.m, commit=False,
               progress=False, **kw)
@@ -233,7 +239,9 @@ def worker(args) -> None:
     np.save(args.out, s.pairs_array)
     extra = {}
     if client is not None:
+        stream.__exit__(None, None, None)
         extra["startup"] = startup
+        extra["tasks"] = _task_seconds(stream.data, t0)
         client.close()
         cluster.close()
     print(json.dumps({**extra, "method": args.worker, "seconds": seconds, "cpu": cpu,
@@ -241,6 +249,24 @@ def worker(args) -> None:
                       "n": s.collection_before, "chunks": s.chunks_scanned,
                       "probes": s.probes, "pairs": s.pairs, "duplicates": s.duplicates,
                       "rss_start_mb": rss0, "rss_peak_mb": rss1}))
+
+
+def _task_seconds(records, t0: float) -> dict:
+    """Compute seconds of a Dask merge's tasks by kind (``simdup-<kind>-...``),
+    and the span from the call to the first task's start and from the last
+    task's end to the summary (the client's own serial work)."""
+    kinds: dict = {}
+    starts, stops = [], []
+    for r in records:
+        for ss in r["startstops"]:
+            if ss["action"] == "compute":
+                kind = str(r["key"]).split("-")[1]
+                kinds[kind] = kinds.get(kind, 0.0) + ss["stop"] - ss["start"]
+                starts.append(ss["start"])
+                stops.append(ss["stop"])
+    wall0 = time.time() - (time.perf_counter() - t0)   # the call's start, as a time.time()
+    return {"compute": kinds, "first_start": min(starts) - wall0,
+            "last_stop": max(stops) - wall0}
 
 
 def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None, distance=None,
@@ -295,6 +321,24 @@ def dask_bench(args) -> None:
                                         f"  same pairs as in-process: {same}  cluster start "
                                         f"{r['startup']:.1f} s (not timed)")
             + f"  (best of {args.repeat}: {walls} s)")
+    log("")
+    log("## where a Dask merge's time goes (the best round of each)")
+    for name, k in zip(names[1:], counts):
+        r = best[name]
+        tasks = r["tasks"]
+        total = sum(tasks["compute"].values())
+        parts = ", ".join(f"{kind} {sec:.2f}" for kind, sec in sorted(tasks["compute"].items()))
+        log(f"{name:16s} task compute {total:5.2f} s ({parts}) = {total / k:.2f} s per worker; "
+            f"client alone: {tasks['first_start']:.2f} s before the first task, "
+            f"{r['seconds'] - tasks['last_stop']:.2f} s after the last")
+    if 1 in counts:
+        one = sum(best[names[1 + counts.index(1)]]["tasks"]["compute"].values())
+        for name, k in zip(names[1:], counts):
+            if k > 1:
+                many = sum(best[name]["tasks"]["compute"].values())
+                log(f"{name:16s} the same tasks took {many / one:.2f}x the compute time of "
+                    f"1 worker: at most {k * one / many:.2f}x the speed of 1 worker with no "
+                    f"client work at all")
     log("")
     log("## ratios (same run, wall time)")
     base = best["in-process"]["seconds"]

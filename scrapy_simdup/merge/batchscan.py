@@ -6,9 +6,9 @@
   both keys (PSM-F: an element matched on key 1 is not looked up on key 2);
 * :func:`match_self` finds the pairs within ``Q`` on one key.
 
-Each returns, per key, ``(elements of Q in arrival order, what they
-matched, equal sketch bins)``; :mod:`~scrapy_simdup.merge.run` turns them
-into pairs.
+Both return the pairs found (:func:`pairs_of`), ``id`` the element's
+arrival index in ``Q``; :mod:`~scrapy_simdup.merge.run` numbers and
+commits them.
 """
 from __future__ import annotations
 
@@ -17,12 +17,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scrapy_simdup.merge.collection import PAIR_DTYPE
 from scrapy_simdup.merge.matchers import ExactBatchMatcher, IndexChunkMatcher, PSMBatchMatcher
 
 #: a batch record's fields of each key: the key, its header weights and their RMS
 KEY_FIELDS = (("value", "cq", "wrms"), ("value2", "cq2", "wrms2"))
-#: what a pair needs of a matched collection record (no sketch)
-MATCHED_DTYPE = np.dtype([("value", "<u8"), ("value2", "<u8"), ("id", "<i8")])
 
 
 def stable_argsort(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,21 +92,30 @@ class SideSpec:
         return Side(key, order, matcher)
 
 
-def matched_records(chunk: np.ndarray, yi: np.ndarray) -> np.ndarray:
-    """The :data:`MATCHED_DTYPE` fields of ``chunk[yi]``."""
-    out = np.empty(len(yi), dtype=MATCHED_DTYPE)
-    for name in MATCHED_DTYPE.names:
-        out[name] = chunk[name][yi]
-    return out
+def pairs_of(q, qa: np.ndarray, ids: np.ndarray, value: np.ndarray, value2: np.ndarray,
+             agree: np.ndarray) -> np.ndarray:
+    """:data:`PAIR_DTYPE` records of the pairs (element ``qa`` of ``Q``, the
+    record it matched: its ``ids``, ``value`` and ``value2``): ``id`` is
+    ``qa`` (the caller adds ``Q``'s first collection id), the distance the
+    smaller of the two keys' Hamming distances. ``q``: ``Q``'s ``value`` and
+    ``value2`` in arrival order (a record array or a dict)."""
+    pairs = np.empty(len(qa), dtype=PAIR_DTYPE)
+    pairs["id"] = qa
+    pairs["duplicate_of"] = ids
+    pairs["distance"] = np.minimum(np.bitwise_count(q["value"][qa] ^ value),
+                                   np.bitwise_count(q["value2"][qa] ^ value2))
+    pairs["matches"] = agree
+    return pairs
 
 
-def match_chunk(sides, chunks, active: np.ndarray, psm_f: bool, keep_table: bool = False):
-    """``Q`` (``active`` elements, arrival order) against one chunk of the
-    collection (``chunks``: its records sorted by each side's key): per key
-    ``(elements, matched records, equal bins)``. PSM-F deactivates an element
-    in ``active`` at its first match, for the other key too. ``keep_table``:
-    leave the probe tables as they are (a Dask worker's are shared by its
-    tasks; in-process they are compacted as elements drop out)."""
+def match_chunk(sides, chunks, q, active: np.ndarray, psm_f: bool,
+                keep_table: bool = False) -> list:
+    """``Q`` (``active`` elements, arrival order; ``q``: see :func:`pairs_of`)
+    against one chunk of the collection (``chunks``: its records sorted by
+    each side's key): the pairs found with each key. PSM-F deactivates an
+    element in ``active`` at its first match, for the other key too.
+    ``keep_table``: leave the probe tables as they are (a Dask worker's are
+    shared by its tasks; in-process they are compacted as elements drop out)."""
     out = []
     for side, chunk in zip(sides, chunks):
         if not active.any():
@@ -121,15 +129,18 @@ def match_chunk(sides, chunks, active: np.ndarray, psm_f: bool, keep_table: bool
         qa = side.order[qi]
         if psm_f:
             active[qa] = 0
-        out.append((qa, matched_records(chunk, yi), agree))
+        out.append(pairs_of(q, qa, chunk["id"][yi], chunk["value"][yi], chunk["value2"][yi],
+                            agree))
     return out
 
 
-def match_self(side: Side, active: np.ndarray | None = None, keep_table: bool = False):
+def match_self(side: Side, q, active: np.ndarray | None = None,
+               keep_table: bool = False) -> np.ndarray:
     """The pairs within ``Q`` on ``side``'s key for the ``active`` elements
-    (arrival order; None: all): ``(element, an earlier element it matched,
-    equal bins)``, in arrival order. Every pair is looked at, so an
-    element's matches do not depend on which other elements are active."""
+    (arrival order; None: all), each element with an earlier one:
+    :func:`pairs_of` records, ``duplicate_of`` the earlier element's arrival
+    index. Every pair is looked at, so an element's matches do not depend on
+    which other elements are active."""
     matcher = side.matcher
     side_active = np.ones(len(side.order), dtype=np.uint8) if active is None \
         else np.ascontiguousarray(active[side.order])
@@ -137,4 +148,5 @@ def match_self(side: Side, active: np.ndarray | None = None, keep_table: bool = 
     qi, yi, _dd, agree = run(matcher.values, matcher.sketch, side_active, first=False)
     qa, ya = side.order[qi], side.order[yi]
     earlier = ya < qa       # (every element also matches itself)
-    return qa[earlier], ya[earlier], agree[earlier]
+    qa, ya = qa[earlier], ya[earlier]
+    return pairs_of(q, qa, ya, q["value"][ya], q["value2"][ya], agree[earlier])

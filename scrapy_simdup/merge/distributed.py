@@ -45,12 +45,13 @@ import shutil
 import tempfile
 import threading
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from scrapy_simdup.merge.batchscan import Side, SideSpec, match_chunk, match_self
-from scrapy_simdup.merge.collection import H_DTYPE, Collection
+from scrapy_simdup.merge.collection import H_DTYPE, PAIR_DTYPE, Collection
 from scrapy_simdup.storage.batchfile import BATCH_DTYPE, read_batch
 
 #: seconds to wait for a scheduler given by address
@@ -71,44 +72,48 @@ class ClusterError(RuntimeError):
 #: on a worker: a thread's chunk buffers, kept from task to task (a fresh
 #: buffer per chunk costs a page fault per 4 KiB, slow on virtual machines)
 _worker_buffers = threading.local()
-#: on a worker: the sides of the batch being matched, mapped once
+#: on a worker: ``(side, Q's keys)`` of the batch being matched, mapped once
 _worker_sides: dict = {"directory": None, "sides": {}}
 _worker_lock = threading.Lock()
 
 
 def _build_task(batches: list, spec: SideSpec, n: int, directory: str) -> dict:
-    """Side ``n`` of ``Q`` (the batch files ``batches``: ``(path, count)``),
-    written to ``directory``: what :func:`_side` needs to map it."""
+    """Side ``n`` of ``Q`` (the batch files ``batches``: ``(path, count)``)
+    and ``Q``'s keys in arrival order, written to ``directory``: what
+    :func:`_side` needs to map them."""
     records = np.empty(sum(count for _, count in batches), dtype=BATCH_DTYPE)
     at = 0
     for path, count in batches:
-        # (the client has just read and checked these files)
+        # (the client reads and checks them too, and starts again without a damaged one)
         read_batch(path, with_urls=False, verify=False, out=records[at:at + count])
         at += count
     side = spec.build(records, n)
-    del records
     plain, arrays = side.matcher.shared_parts()
+    arrays = {"order": side.order, "q-value": records["value"], "q-value2": records["value2"],
+              **arrays}
+    del records
     files = {}
-    for name, array in {"order": side.order, **arrays}.items():
+    for name, array in arrays.items():
         files[name] = os.path.join(directory, f"{n}-{name}.npy")
         np.save(files[name], array)
     return {"directory": directory, "n": n, "key": side.key, "cls": type(side.matcher),
             "plain": plain, "files": files}
 
 
-def _side(info: dict) -> Side:
-    """The side a build task wrote, mapped on this worker once per batch
-    (copy-on-write: the compiled join takes writable buffers)."""
+def _side(info: dict) -> tuple[Side, dict]:
+    """The side a build task wrote and ``Q``'s keys, mapped on this worker
+    once per batch (copy-on-write: the compiled join takes writable buffers)."""
     with _worker_lock:
         if _worker_sides["directory"] != info["directory"]:
             _worker_sides.update(directory=info["directory"], sides={})    # a new batch
-        side = _worker_sides["sides"].get(info["n"])
-        if side is None:
+        mapped = _worker_sides["sides"].get(info["n"])
+        if mapped is None:
             arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
             order = arrays.pop("order")
+            q = {"value": arrays.pop("q-value"), "value2": arrays.pop("q-value2")}
             side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
-            _worker_sides["sides"][info["n"]] = side
-        return side
+            mapped = _worker_sides["sides"][info["n"]] = (side, q)
+        return mapped
 
 
 async def _forget_batch(directory: str) -> None:
@@ -119,28 +124,41 @@ async def _forget_batch(directory: str) -> None:
             _worker_sides.update(directory=None, sides={})
 
 
-def _scan_task(info: dict, path: str, start: int, group: list, verify: bool, psm_f: bool,
-               m: int) -> list:
+def _scan_task(info: dict, path: str, start: int, group: list, verify: bool,
+               psm_f: bool) -> np.ndarray:
     """One chunk of the collection against ``Q`` on one key (every element
-    active): the parts :func:`match_chunk` returns."""
-    side = _side(info)
+    active): the pairs found."""
+    side, q = _side(info)
     count = sum(r["count"] for r in group)
     buf = getattr(_worker_buffers, "buf", None)
     if buf is None or len(buf) < count:
         buf = _worker_buffers.buf = np.empty(count, dtype=H_DTYPE)
     chunk = Collection.read_chunk(path, start, group, info["n"], verify, buf)
-    return match_chunk([side], [chunk], np.ones(m, dtype=np.uint8), psm_f, keep_table=True)
+    active = np.ones(len(side.order), dtype=np.uint8)
+    found = match_chunk([side], [chunk], q, active, psm_f, keep_table=True)
+    return found[0] if found else np.zeros(0, dtype=PAIR_DTYPE)
 
 
-def _self_task(info: dict):
-    """Every pair within ``Q`` on one key (every element active)."""
-    return match_self(_side(info), keep_table=True)
+def _self_task(info: dict) -> np.ndarray:
+    """The pairs within ``Q`` on one key (every element active)."""
+    side, q = _side(info)
+    return match_self(side, q, keep_table=True)
 
 
 def _share_bytes(m: int, spec: SideSpec) -> int:
     """A generous estimate of the share directory's size for ``m`` elements:
     per key the order, keys and sketches, and the probe table."""
     return 2 * m * (8 + 8 + 32 + 8 * ((spec.probes or 0) + 1))
+
+
+@dataclass
+class _Job:
+    """The tasks matching one batch, and its share directory."""
+
+    directory: Path
+    futures: list = field(default_factory=list)
+    scans: list = field(default_factory=list)
+    selves: list = field(default_factory=list)
 
 
 class DaskScan:
@@ -162,6 +180,7 @@ class DaskScan:
         self.scheduler = scheduler
         self.client = None
         self._owned: list = []
+        self._jobs: list = []
         self._cleanups: list = []
 
     def _connect(self):
@@ -193,6 +212,8 @@ class DaskScan:
         return client
 
     def close(self) -> None:
+        for job in list(self._jobs):
+            self.cancel(job)
         for thread in self._cleanups:
             thread.join()
         self._cleanups = []
@@ -220,78 +241,84 @@ class DaskScan:
             root = LOCAL_SHARE
         return Path(tempfile.mkdtemp(prefix=".simdup-scan-", dir=root))
 
-    def match_batch(self, coll: Collection, chunk_size: int, verify: bool, batches: list,
-                    m: int, spec: SideSpec, bar, convert) -> tuple[list, list, np.ndarray]:
-        """``Q`` (``m`` elements in the batch files ``batches``: ``(path,
-        count)``) against every chunk of ``coll`` and against itself, as the
-        in-process merge matches it: ``(convert(*part) of each chunk part,
-        self parts, active)``. ``convert`` runs as the parts arrive, while
-        the workers go on."""
+    def submit_batch(self, coll: Collection, chunk_size: int, verify: bool, batches: list,
+                     spec: SideSpec) -> _Job:
+        """Start matching ``Q`` (the batch files ``batches``: ``(path,
+        count)``) against every chunk of ``coll`` and against itself; the
+        tasks run while the client goes on. :meth:`collect` waits for them."""
         client = self._connect()
-        directory = self._share_directory(client, coll, _share_bytes(m, spec))
+        m = sum(count for _, count in batches)
+        job = _Job(self._share_directory(client, coll, _share_bytes(m, spec)))
+        self._jobs.append(job)
         tag = uuid.uuid4().hex[:12]
-        futures = []
-        try:
-            batches = [(os.path.abspath(path), count) for path, count in batches]
-            builds = [client.submit(_build_task, batches, spec, n, str(directory),
-                                    key=f"simdup-build-{tag}-{n}", pure=False)
-                      for n in range(2)]
-            path = os.path.abspath(coll.path)
-            # a task per chunk and key: a key's scans start when its own table is built
-            scans = [client.submit(_scan_task, build, path, start, group, verify, spec.psm_f,
-                                   m, key=f"simdup-scan-{tag}-{i}-{n}", pure=False)
+        batches = [(os.path.abspath(path), count) for path, count in batches]
+        builds = [client.submit(_build_task, batches, spec, n, str(job.directory),
+                                key=f"simdup-build-{tag}-{n}", pure=False)
+                  for n in range(2)]
+        path = os.path.abspath(coll.path)
+        # a task per chunk and key: a key's scans start when its own table is built
+        job.scans = [client.submit(_scan_task, build, path, start, group, verify, spec.psm_f,
+                                   key=f"simdup-scan-{tag}-{i}-{n}", pure=False)
                      for i, (start, group) in enumerate(coll.chunk_plan(chunk_size))
                      for n, build in enumerate(builds)]
-            selves = [client.submit(_self_task, build, key=f"simdup-self-{tag}-{n}", pure=False)
+        job.selves = [client.submit(_self_task, build, key=f"simdup-self-{tag}-{n}",
+                                    pure=False)
                       for n, build in enumerate(builds)]
-            futures = builds + scans + selves
-            return self._reduce(scans, selves, m, spec.psm_f, bar, convert)
-        finally:
-            client.cancel(futures)
-            self._remove(client, directory)
+        job.futures = builds + job.scans + job.selves
+        return job
 
-    def _remove(self, client, directory: Path) -> None:
-        """Drop the batch's share directory and the workers' maps of it, in
-        the background (:meth:`close` waits): freeing hundreds of megabytes
-        takes a while, and the client has the pairs to sort meanwhile."""
+    def collect(self, job: _Job, m: int, psm_f: bool, bar) -> tuple[list, list, np.ndarray]:
+        """What the in-process merge finds for ``job``'s ``Q`` (``m``
+        elements): ``(pairs found in the chunks, pairs within Q per key,
+        active)``, the chunks' pairs reduced in chunk order as they arrive."""
+        from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
+
         try:
-            client.run(_forget_batch, str(directory), wait=False)
+            # scans[2 * chunk + key]: in that order, an element's pairs come
+            # from the first chunk that matched it, key 1 before key 2
+            position = {f.key: i for i, f in enumerate(job.scans)}
+            own = {f.key: n for n, f in enumerate(job.selves)}
+            done: dict = {}
+            keys_done: dict = {}    # chunk -> its keys' tasks done
+            found, inner, next_i = [], [None] * len(job.selves), 0
+            active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
+            for future in as_completed(job.scans + job.selves):
+                if future.key in own:
+                    inner[own[future.key]] = self._result(future)
+                    continue
+                i = position[future.key]
+                done[i] = self._result(future)
+                keys_done[i // 2] = keys_done.get(i // 2, 0) + 1
+                if keys_done[i // 2] == 2:
+                    bar.update(m)
+                while next_i in done:
+                    pairs = done.pop(next_i)
+                    if psm_f:
+                        pairs = pairs[np.flatnonzero(active[pairs["id"]])]
+                        active[pairs["id"]] = 0
+                    found.append(pairs)
+                    next_i += 1
+            return found, inner, active
+        finally:
+            self.cancel(job)
+
+    def cancel(self, job: _Job) -> None:
+        """Stop ``job``'s tasks and drop its share directory and the workers'
+        maps of it, in the background (:meth:`close` waits): freeing
+        hundreds of megabytes takes a while, and the client has the pairs to
+        sort meanwhile."""
+        if job not in self._jobs:
+            return
+        self._jobs.remove(job)
+        try:
+            self.client.cancel(job.futures)
+            self.client.run(_forget_batch, str(job.directory), wait=False)
         except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
             pass
-        thread = threading.Thread(target=shutil.rmtree, args=(directory,),
+        thread = threading.Thread(target=shutil.rmtree, args=(job.directory,),
                                   kwargs={"ignore_errors": True}, name="simdup-share-cleanup")
         thread.start()
         self._cleanups.append(thread)
-
-    def _reduce(self, scans: list, selves: list, m: int, psm_f: bool, bar, convert):
-        from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
-
-        # scans[2 * chunk + key]: in that order, an element's pairs come from
-        # the first chunk that matched it, key 1 before key 2 in a chunk
-        position = {f.key: i for i, f in enumerate(scans)}
-        own = {f.key: n for n, f in enumerate(selves)}
-        done: dict = {}
-        keys_done: dict = {}    # chunk -> its keys' tasks done
-        found, self_parts, next_i = [], [None] * len(selves), 0
-        active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
-        for future in as_completed(scans + selves):
-            if future.key in own:
-                self_parts[own[future.key]] = self._result(future)
-                continue
-            i = position[future.key]
-            done[i] = self._result(future)
-            keys_done[i // 2] = keys_done.get(i // 2, 0) + 1
-            if keys_done[i // 2] == 2:
-                bar.update(m)
-            while next_i in done:
-                for qa, other, aa in done.pop(next_i):
-                    if psm_f:
-                        keep = active[qa].astype(bool)
-                        qa, other, aa = qa[keep], other[keep], aa[keep]
-                        active[qa] = 0
-                    found.append(convert(qa, other, aa))
-                next_i += 1
-        return found, self_parts, active
 
     @staticmethod
     def _result(future):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.sketch import check_min_similarity, matches_needed
 from scrapy_simdup.index.snapshot import HEADER_FILE
-from scrapy_simdup.merge.batchscan import SideSpec, match_chunk, match_self, matched_records
+from scrapy_simdup.merge.batchscan import SideSpec, match_chunk, match_self
 from scrapy_simdup.merge.collection import (
     H_DTYPE,
     PAIR_DTYPE,
@@ -73,54 +72,51 @@ def _sort_pairs(pairs: np.ndarray) -> np.ndarray:
     return np.take(pairs, order)      # (several times faster than pairs[order] on records)
 
 
-def _pairs(records: np.ndarray, qa: np.ndarray, other: np.ndarray,
-           agree: np.ndarray) -> np.ndarray:
-    """PAIR_DTYPE records of the pairs (``records[qa]``, ``other``: the
-    records they matched), ``id`` the index ``qa`` in ``records``; the
-    distance is the smaller of the two keys' Hamming distances."""
-    pairs = np.empty(len(qa), dtype=PAIR_DTYPE)
-    pairs["id"] = qa
-    pairs["duplicate_of"] = other["id"]
-    d1 = np.bitwise_count(records["value"][qa] ^ other["value"])
-    d2 = np.bitwise_count(records["value2"][qa] ^ other["value2"])
-    pairs["distance"] = np.minimum(d1, d2)
-    pairs["matches"] = agree
+def _self_pairs(parts: list, base: int, active: np.ndarray, psm_f: bool) -> np.ndarray:
+    """The pairs within ``Q`` from :func:`match_self` (one part per key),
+    ``duplicate_of`` numbered from ``base``; with PSM-F only for elements
+    still ``active`` (no match in the collection) and one each, the first
+    found."""
+    pairs = np.concatenate(parts)
+    if psm_f:
+        pairs = pairs[np.flatnonzero(active[pairs["id"]])]
+        pairs = pairs[_first_occurrences(pairs["id"], len(active))]
+    pairs["duplicate_of"] += base
     return pairs
 
 
-def _self_pairs(records: np.ndarray, base: int, parts: list, active: np.ndarray,
-                psm_f: bool) -> np.ndarray:
-    """The pairs within ``Q`` (``records``, collection ids from ``base``)
-    from :func:`match_self`'s ``parts`` (one per key); with PSM-F only for
-    elements still ``active`` (no match in the collection) and one each,
-    the first found."""
-    qi, yi, aa = (np.concatenate(x) for x in zip(*parts))
-    if psm_f:
-        keep = np.flatnonzero(active[qi])
-        qi, yi, aa = qi[keep], yi[keep], aa[keep]
-        sel = _first_occurrences(qi, len(records))
-        qi, yi, aa = qi[sel], yi[sel], aa[sel]
-    other = matched_records(records, yi)
-    other["id"] = base + yi
-    return _pairs(records, qi, other, aa)
+def _read_group(group: list, sizes: dict, commit: bool, verify: bool):
+    """``(records, batches, damaged)``: the batches of ``group`` read into
+    one array (no per-batch arrays to join), with the URLs to commit, and
+    ``(path, CorruptFileError)`` of each damaged one, left out."""
+    records = np.empty(sum(sizes[p] for p in group), dtype=BATCH_DTYPE)
+    batches, damaged, m = [], [], 0
+    for p in group:
+        try:
+            batches.append(read_batch(p, with_urls=commit, verify=verify,
+                                      out=records[m:m + sizes[p]]))
+        except CorruptFileError as exc:
+            damaged.append((p, exc))
+            continue
+        m += sizes[p]
+    return records[:m], batches, damaged
 
 
 def _match_in_process(coll: Collection, chunk_size: int, verify: bool, records: np.ndarray,
                       spec: SideSpec, bar, summary: MergeSummary) -> tuple[list, list, np.ndarray]:
     """``Q`` (``records``) against every chunk of ``coll`` and against
-    itself, here: ``(pairs found in the chunks, self parts, active)``, see
-    :mod:`~scrapy_simdup.merge.batchscan`."""
+    itself, here: ``(pairs found in the chunks, pairs within Q per key,
+    active)``, see :mod:`~scrapy_simdup.merge.batchscan`."""
     m = len(records)
     sides = [spec.build(records, n) for n in range(2)]
     active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
     found = []
     for _start, *chunks in coll.chunks(chunk_size, verify=verify):
-        found += [_pairs(records, *part) for part in match_chunk(sides, chunks, active,
-                                                                  spec.psm_f)]
+        found += match_chunk(sides, chunks, records, active, spec.psm_f)
         summary.chunks_scanned += 1
         bar.update(m)
-    self_parts = [match_self(side, active if spec.psm_f else None) for side in sides]
-    return found, self_parts, active
+    inner = [match_self(side, records, active if spec.psm_f else None) for side in sides]
+    return found, inner, active
 
 
 def _unique_pairs(sorted_pairs: np.ndarray) -> np.ndarray:
@@ -329,32 +325,31 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         bar = Progress(sum(sum(sizes[p] for p in g) * (chunks0 + i + 1)
                            for i, g in enumerate(groups)), "simdup merge", progress)
         for gi, group in enumerate(groups):
-            # the group's batches read into one array (no per-batch arrays to
-            # join), with the URLs to commit: a damaged batch is found before matching
-            records = np.empty(sum(sizes[p] for p in group), dtype=BATCH_DTYPE)
-            batches, m = [], 0
-            for p in group:
-                try:
-                    batches.append(read_batch(p, with_urls=commit, verify=verify,
-                                              out=records[m:m + sizes[p]]))
-                except CorruptFileError as exc:
-                    summary.damaged.append(_damaged_batch(p, exc, skip_damaged))
-                    bar.update(sizes[p] * (chunks0 + gi + 1))
-                    continue
-                m += sizes[p]
+            # on Dask the workers start on the batches while this process
+            # reads them too (for the commit, and to find damage)
+            # (a job left behind by an error is cancelled by cluster.close())
+            job = None if cluster is None else cluster.submit_batch(
+                coll, chunk_size, verify, [(p, sizes[p]) for p in group], spec)
+            records, batches, damaged_here = _read_group(group, sizes, commit, verify)
+            for path, exc in damaged_here:
+                summary.damaged.append(_damaged_batch(path, exc, skip_damaged))
+                bar.update(sizes[path] * (chunks0 + gi + 1))
+            m = len(records)
+            if job is not None and damaged_here:
+                cluster.cancel(job)     # started on a damaged batch: again without it
+                job = cluster.submit_batch(coll, chunk_size, verify,
+                                           [(b.path, len(b)) for b in batches],
+                                           spec) if batches else None
             if not batches:
                 continue
-            records = records[:m]
             base = coll.count
-            if cluster is not None:
-                found, self_parts, active = cluster.match_batch(
-                    coll, chunk_size, verify, [(b.path, len(b)) for b in batches], m, spec, bar,
-                    partial(_pairs, records))
+            if job is not None:
+                found, inner, active = cluster.collect(job, m, spec.psm_f, bar)
                 summary.chunks_scanned += coll.n_chunks(chunk_size)
             else:
-                found, self_parts, active = _match_in_process(
+                found, inner, active = _match_in_process(
                     coll, chunk_size, verify, records, spec, bar, summary)
-            found.append(_self_pairs(records, base, self_parts, active, spec.psm_f))
+            found.append(_self_pairs(inner, base, active, spec.psm_f))
             bar.update(m)
             pairs = np.concatenate(found)
             pairs["id"] += base
