@@ -421,9 +421,13 @@ def test_pairs_are_sorted_by_id_then_duplicate_of():
     from scrapy_simdup.merge.run import _sort_pairs
 
     rng = np.random.default_rng(3)
-    for hi in (1000, 2**40):          # one 64-bit key, and the lexsort beyond 32-bit ids
+    # repeated ids (one 64-bit key), ids beyond 32 bits (the lexsort), and
+    # distinct dense ids as PSM-F finds them (placed by id)
+    for ids, hi in ((rng.integers(0, 1000, 3000), 1000),
+                    (rng.integers(0, 2**40, 3000), 2**40),
+                    (rng.permutation(5000)[:3000] + 10**6, 10**6)):
         pairs = np.zeros(3000, dtype=PAIR_DTYPE)
-        pairs["id"] = rng.integers(0, hi, 3000)
+        pairs["id"] = ids
         pairs["duplicate_of"] = rng.integers(0, hi, 3000)
         pairs["distance"] = rng.integers(0, 4, 3000)
         got = _sort_pairs(pairs)

@@ -58,13 +58,21 @@ def _damaged_batch(header: Path, exc: CorruptFileError, skip: bool) -> dict:
 
 
 def _sort_pairs(pairs: np.ndarray) -> np.ndarray:
-    """Pairs ordered by ``(id, duplicate_of)``: one 64-bit key and a SIMD
-    sort when both ids fit in 32 bits (a collection under 4G fingerprints),
-    else a lexsort."""
+    """Pairs ordered by ``(id, duplicate_of)``. When every ``id`` is
+    distinct (PSM-F: one pair per element) and they are dense, a placement
+    by ``id``; else one 64-bit key and a SIMD sort when both ids fit in 32
+    bits (a collection under 4G fingerprints), else a lexsort."""
     if not len(pairs):
         return pairs
     ids, dups = pairs["id"], pairs["duplicate_of"]
-    if ids.min() >= 0 and dups.min() >= 0 and ids.max() < 2**32 and dups.max() < 2**32:
+    lo, hi = int(ids.min()), int(ids.max())
+    if hi - lo < 4 * len(ids):
+        slot = np.full(hi - lo + 1, -1, dtype=np.int64)
+        slot[ids - lo] = np.arange(len(ids))
+        order = slot[slot >= 0]
+        if len(order) == len(ids):      # (else some ids repeat)
+            return np.take(pairs, order)
+    if lo >= 0 and dups.min() >= 0 and hi < 2**32 and dups.max() < 2**32:
         key = (ids.astype(np.uint64) << np.uint64(32)) | dups.astype(np.uint64)
         order = np.argsort(key)
     else:
