@@ -17,10 +17,13 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from scrapy_simdup.cli import main  # noqa: E402
+from scrapy_simdup.exceptions import CorruptFileError  # noqa: E402
 from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter  # noqa: E402
+from scrapy_simdup.merge import distributed as distributed_module  # noqa: E402
 from scrapy_simdup.merge import merge  # noqa: E402
 from scrapy_simdup.merge.collection import Collection  # noqa: E402
-from scrapy_simdup.merge.distributed import ClusterError  # noqa: E402
+from scrapy_simdup.merge.distributed import ClusterError, DaskScan  # noqa: E402
+from scrapy_simdup.storage.batchfile import list_batches  # noqa: E402
 from scrapy_simdup.storage.batchwriter import BatchWriter  # noqa: E402
 
 CHUNK = 48      # several runs, so several chunks per merge and PSM-F across chunks
@@ -171,3 +174,63 @@ def test_an_in_process_merge_does_not_import_dask(crawls, tmp_path):
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["cluster"] is None
+
+
+def _share_dirs(monkeypatch):
+    """The share directories the Dask merges of this test make."""
+    made = []
+    real = DaskScan._share_directory
+
+    def spy(self, *args):
+        made.append(real(self, *args))
+        return made[-1]
+
+    monkeypatch.setattr(DaskScan, "_share_directory", spy)
+    return made
+
+
+@pytest.mark.parametrize("where", ["memory", "beside the collection"])
+def test_the_share_directory_is_removed_after_the_merge(crawls, tmp_path, client, monkeypatch,
+                                                         where):
+    if where == "memory" and not distributed_module.LOCAL_SHARE.is_dir():
+        pytest.skip("no /dev/shm on this machine")
+    if where != "memory":       # as for workers on other machines
+        monkeypatch.setattr(distributed_module, "LOCAL_SHARE", tmp_path / "absent")
+    made = _share_dirs(monkeypatch)
+    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
+                 progress=False)
+    there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
+                  progress=False, scheduler=client)
+    assert np.array_equal(here.pairs_array, there.pairs_array)
+    root = distributed_module.LOCAL_SHARE if where == "memory" else tmp_path
+    assert made and all(d.parent == root and d.name.startswith(".simdup-scan-") for d in made)
+    assert not any(d.exists() for d in made)
+
+
+def test_a_damaged_batch_is_left_out_as_in_process(crawls, tmp_path, client, monkeypatch):
+    new = tmp_path / "new"
+    shutil.copytree(crawls / "new", new)
+    npy = list_batches(new)[1].with_suffix(".npy")
+    data = bytearray(npy.read_bytes())
+    data[-3] ^= 0xFF
+    npy.write_bytes(bytes(data))
+    here = merge([new], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK, progress=False,
+                 skip_damaged=True)
+    made = _share_dirs(monkeypatch)
+    there = merge([new], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK, progress=False,
+                  skip_damaged=True, scheduler=client)
+    assert len(there.damaged) == 1 and there.damaged == here.damaged
+    assert np.array_equal(here.pairs_array, there.pairs_array)
+    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+    # without --skip-damaged: refused, the started tasks cancelled, nothing committed
+    before = _state(_copy(crawls, tmp_path, "refused"))
+    with pytest.raises(CorruptFileError, match="--skip-damaged"):
+        merge([new], tmp_path / "refused", chunk_size=CHUNK, progress=False, scheduler=client)
+    assert _state(tmp_path / "refused") == before
+    assert not [p for d in made for p in d.parent.glob(d.name + "*")]
+
+
+def test_the_index_engine_runs_in_process_only(crawls, tmp_path):
+    with pytest.raises(ValueError, match="in-process only"):
+        merge([crawls / "new"], _copy(crawls, tmp_path, "c"), engine="index", workers=1,
+              progress=False)

@@ -145,6 +145,17 @@ def _self_task(info: dict) -> np.ndarray:
     return match_self(side, q, keep_table=True)
 
 
+def _remove_directory(directory: Path) -> None:
+    """Remove a share directory, renamed first: a cancelled build task may
+    still be running, and can then no longer create files in it."""
+    gone = directory.with_name(directory.name + "-removed")
+    try:
+        os.rename(directory, gone)
+    except OSError:
+        gone = directory
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 def _share_bytes(m: int, spec: SideSpec) -> int:
     """A generous estimate of the share directory's size for ``m`` elements:
     per key the order, keys and sketches, and the probe table."""
@@ -315,8 +326,8 @@ class DaskScan:
             self.client.run(_forget_batch, str(job.directory), wait=False)
         except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
             pass
-        thread = threading.Thread(target=shutil.rmtree, args=(job.directory,),
-                                  kwargs={"ignore_errors": True}, name="simdup-share-cleanup")
+        thread = threading.Thread(target=_remove_directory, args=(job.directory,),
+                                  name="simdup-share-cleanup")
         thread.start()
         self._cleanups.append(thread)
 
