@@ -113,31 +113,34 @@ def test_the_cli_with_workers(crawls, tmp_path):
 
 
 class ExitOnScan(distributed.WorkerPlugin):
-    """Kills its worker process when a chunk task starts: once (a marker file
-    says it happened) or every time."""
+    """Kills its worker process when a task starts (a chunk scan, or the
+    tasks named ``prefix``): once (a marker file says it happened) or every
+    time."""
 
-    def __init__(self, marker, always=False):
+    def __init__(self, marker, always=False, prefix="simdup-scan-"):
         self.marker = str(marker)
         self.always = always
+        self.prefix = prefix
 
     def transition(self, key, start, finish, **kwargs):
         name = key if isinstance(key, str) else str(key)
-        if finish == "executing" and name.startswith("simdup-scan-"):
+        if finish == "executing" and name.startswith(self.prefix):
             if self.always or not os.path.exists(self.marker):
                 Path(self.marker).write_text(name)
                 os._exit(1)
 
 
-def test_a_killed_worker_is_recomputed(crawls, tmp_path, client):
+@pytest.mark.parametrize("task", ["simdup-build-", "simdup-scan-", "simdup-self-"])
+def test_a_killed_worker_is_recomputed(crawls, tmp_path, client, task):
     here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
                  progress=False)
-    client.register_plugin(ExitOnScan(tmp_path / "killed"), name="exit-once")
+    client.register_plugin(ExitOnScan(tmp_path / "killed", prefix=task), name="exit-once")
     try:
         there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
                       progress=False, scheduler=client)
     finally:
         client.unregister_worker_plugin("exit-once")
-    assert (tmp_path / "killed").exists()       # a worker did die mid-merge
+    assert (tmp_path / "killed").read_text().startswith(task)   # a worker died mid-merge
     assert np.array_equal(here.pairs_array, there.pairs_array)
     assert _state(tmp_path / "here") == _state(tmp_path / "there")
 

@@ -108,26 +108,30 @@ def pairs_of(q, qa: np.ndarray, ids: np.ndarray, value: np.ndarray, value2: np.n
     return pairs
 
 
-def match_chunk(sides, chunks, q, active: np.ndarray, psm_f: bool,
+def match_chunk(sides, chunks, q, active: np.ndarray | None, psm_f: bool,
                 keep_table: bool = False) -> list:
-    """``Q`` (``active`` elements, arrival order; ``q``: see :func:`pairs_of`)
-    against one chunk of the collection (``chunks``: its records sorted by
-    each side's key): the pairs found with each key. PSM-F deactivates an
-    element in ``active`` at its first match, for the other key too.
-    ``keep_table``: leave the probe tables as they are (a Dask worker's are
-    shared by its tasks; in-process they are compacted as elements drop out)."""
+    """``Q`` (``active`` elements, arrival order; None: all, and none
+    deactivated; ``q``: see :func:`pairs_of`) against one chunk of the
+    collection (``chunks``: its records sorted by each side's key): the pairs
+    found with each key. PSM-F deactivates an element in ``active`` at its
+    first match, for the other key too. ``keep_table``: leave the probe
+    tables as they are (a Dask worker's are shared by its tasks; in-process
+    they are compacted as elements drop out)."""
     out = []
     for side, chunk in zip(sides, chunks):
-        if not active.any():
+        if active is None:
+            side_active = np.ones(len(side.order), dtype=np.uint8)
+        elif not active.any():
             break
-        side_active = np.ascontiguousarray(active[side.order])
+        else:
+            side_active = np.ascontiguousarray(active[side.order])
         # (the compiled join reads the sketches of its candidates in place)
         sketches = chunk["sketch"] if isinstance(side.matcher, PSMBatchMatcher) \
             else np.ascontiguousarray(chunk["sketch"])
         run = side.matcher.scan if keep_table else side.matcher.match
         qi, yi, _dd, agree = run(np.ascontiguousarray(chunk[side.key]), sketches, side_active)
         qa = side.order[qi]
-        if psm_f:
+        if psm_f and active is not None:
             active[qa] = 0
         out.append(pairs_of(q, qa, chunk["id"][yi], chunk["value"][yi], chunk["value2"][yi],
                             agree))

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_simdup.merge.batchscan import Side, SideSpec, match_chunk, match_self
-from scrapy_simdup.merge.collection import H_DTYPE, PAIR_DTYPE, Collection
+from scrapy_simdup.merge.collection import H_DTYPE, Collection
 from scrapy_simdup.storage.batchfile import BATCH_DTYPE, read_batch
 
 #: seconds to wait for a scheduler given by address
@@ -92,9 +92,12 @@ def _build_task(batches: list, spec: SideSpec, n: int, directory: str) -> dict:
     arrays = {"order": side.order, "q-value": records["value"], "q-value2": records["value2"],
               **arrays}
     del records
+    # new names each run: a build run again (its worker lost) must not
+    # rewrite files other workers have mapped
+    run = f"{n}-{uuid.uuid4().hex[:8]}"
     files = {}
     for name, array in arrays.items():
-        files[name] = os.path.join(directory, f"{n}-{name}.npy")
+        files[name] = os.path.join(directory, f"{run}-{name}.npy")
         np.save(files[name], array)
     return {"directory": directory, "n": n, "key": side.key, "cls": type(side.matcher),
             "plain": plain, "files": files}
@@ -134,9 +137,7 @@ def _scan_task(info: dict, path: str, start: int, group: list, verify: bool,
     if buf is None or len(buf) < count:
         buf = _worker_buffers.buf = np.empty(count, dtype=H_DTYPE)
     chunk = Collection.read_chunk(path, start, group, info["n"], verify, buf)
-    active = np.ones(len(side.order), dtype=np.uint8)
-    found = match_chunk([side], [chunk], q, active, psm_f, keep_table=True)
-    return found[0] if found else np.zeros(0, dtype=PAIR_DTYPE)
+    return match_chunk([side], [chunk], q, None, psm_f, keep_table=True)[0]
 
 
 def _self_task(info: dict) -> np.ndarray:
@@ -164,12 +165,15 @@ def _share_bytes(m: int, spec: SideSpec) -> int:
 
 @dataclass
 class _Job:
-    """The tasks matching one batch, and its share directory."""
+    """The tasks matching one batch ``Q``, and what their submission needs."""
 
-    directory: Path
+    directory: Path     # the share directory
+    tag: str            # in the task keys
+    path: str           # the collection
+    plan: list          # its chunks
+    verify: bool
+    psm_f: bool
     futures: list = field(default_factory=list)
-    scans: list = field(default_factory=list)
-    selves: list = field(default_factory=list)
 
 
 class DaskScan:
@@ -255,56 +259,69 @@ class DaskScan:
     def submit_batch(self, coll: Collection, chunk_size: int, verify: bool, batches: list,
                      spec: SideSpec) -> _Job:
         """Start matching ``Q`` (the batch files ``batches``: ``(path,
-        count)``) against every chunk of ``coll`` and against itself; the
-        tasks run while the client goes on. :meth:`collect` waits for them."""
+        count)``) against every chunk of ``coll`` and against itself: the
+        build tasks run while the client goes on. :meth:`collect` waits."""
         client = self._connect()
         m = sum(count for _, count in batches)
-        job = _Job(self._share_directory(client, coll, _share_bytes(m, spec)))
+        job = _Job(self._share_directory(client, coll, _share_bytes(m, spec)),
+                   uuid.uuid4().hex[:12], os.path.abspath(coll.path),
+                   coll.chunk_plan(chunk_size), verify, spec.psm_f)
         self._jobs.append(job)
-        tag = uuid.uuid4().hex[:12]
         batches = [(os.path.abspath(path), count) for path, count in batches]
-        builds = [client.submit(_build_task, batches, spec, n, str(job.directory),
-                                key=f"simdup-build-{tag}-{n}", pure=False)
-                  for n in range(2)]
-        path = os.path.abspath(coll.path)
-        # a task per chunk and key: a key's scans start when its own table is built
-        job.scans = [client.submit(_scan_task, build, path, start, group, verify, spec.psm_f,
-                                   key=f"simdup-scan-{tag}-{i}-{n}", pure=False)
-                     for i, (start, group) in enumerate(coll.chunk_plan(chunk_size))
-                     for n, build in enumerate(builds)]
-        job.selves = [client.submit(_self_task, build, key=f"simdup-self-{tag}-{n}",
-                                    pure=False)
-                      for n, build in enumerate(builds)]
-        job.futures = builds + job.scans + job.selves
+        job.futures = [client.submit(_build_task, batches, spec, n, str(job.directory),
+                                     key=f"simdup-build-{job.tag}-{n}", pure=False)
+                       for n in range(2)]
         return job
 
-    def collect(self, job: _Job, m: int, psm_f: bool, bar) -> tuple[list, list, np.ndarray]:
+    def _submit_key(self, job: _Job, n: int, info: dict) -> list:
+        """The scan tasks of key ``n`` (one per chunk) and its self task,
+        given its built side: the side goes with each task as a value, so a
+        worker lost later loses nothing the others need."""
+        tasks = [self.client.submit(_scan_task, info, job.path, start, group, job.verify,
+                                    job.psm_f, key=f"simdup-scan-{job.tag}-{i}-{n}",
+                                    pure=False)
+                 for i, (start, group) in enumerate(job.plan)]
+        tasks.append(self.client.submit(_self_task, info, key=f"simdup-self-{job.tag}-{n}",
+                                        pure=False))
+        job.futures += tasks
+        return tasks
+
+    def collect(self, job: _Job, m: int, bar) -> tuple[list, list, np.ndarray]:
         """What the in-process merge finds for ``job``'s ``Q`` (``m``
         elements): ``(pairs found in the chunks, pairs within Q per key,
-        active)``, the chunks' pairs reduced in chunk order as they arrive."""
+        active)``. A key's scans start as soon as its side is built; the
+        chunks' pairs are reduced in chunk order as they arrive."""
         from dask.distributed import as_completed  # noqa: PLC0415 (optional: the dask install extra)
 
         try:
-            # scans[2 * chunk + key]: in that order, an element's pairs come
-            # from the first chunk that matched it, key 1 before key 2
-            position = {f.key: i for i, f in enumerate(job.scans)}
-            own = {f.key: n for n, f in enumerate(job.selves)}
-            done: dict = {}
+            # what a finished task is: (kind, key n, chunk i)
+            what = {f.key: ("build", n, None) for n, f in enumerate(job.futures)}
+            done: dict = {}         # 2 * chunk + key -> pairs, until reduced
             keys_done: dict = {}    # chunk -> its keys' tasks done
-            found, inner, next_i = [], [None] * len(job.selves), 0
+            found, inner, next_i = [], [None, None], 0
             active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
-            for future in as_completed(job.scans + job.selves):
-                if future.key in own:
-                    inner[own[future.key]] = self._result(future)
+            tasks = as_completed(job.futures)
+            for future in tasks:
+                kind, n, i = what[future.key]
+                result = self._result(future)
+                if kind == "build":
+                    new = self._submit_key(job, n, result)
+                    what.update({f.key: ("scan", n, i) for i, f in enumerate(new[:-1])})
+                    what[new[-1].key] = ("self", n, None)
+                    tasks.update(new)
                     continue
-                i = position[future.key]
-                done[i] = self._result(future)
-                keys_done[i // 2] = keys_done.get(i // 2, 0) + 1
-                if keys_done[i // 2] == 2:
+                if kind == "self":
+                    inner[n] = result
+                    continue
+                done[2 * i + n] = result
+                keys_done[i] = keys_done.get(i, 0) + 1
+                if keys_done[i] == 2:
                     bar.update(m)
+                # in chunk order, key 1 before key 2 in a chunk: an element's
+                # pairs come from the first chunk that matched it
                 while next_i in done:
                     pairs = done.pop(next_i)
-                    if psm_f:
+                    if job.psm_f:
                         pairs = pairs[np.flatnonzero(active[pairs["id"]])]
                         active[pairs["id"]] = 0
                     found.append(pairs)

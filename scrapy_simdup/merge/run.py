@@ -352,7 +352,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
                 continue
             base = coll.count
             if job is not None:
-                found, inner, active = cluster.collect(job, m, spec.psm_f, bar)
+                found, inner, active = cluster.collect(job, m, bar)
                 summary.chunks_scanned += coll.n_chunks(chunk_size)
             else:
                 found, inner, active = _match_in_process(
