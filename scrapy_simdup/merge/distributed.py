@@ -3,36 +3,37 @@
 Dask is optional (``pip install "scrapy-simdup[dask]"``): nothing here
 imports it until a cluster is asked for, so an in-process merge never does.
 
-The tasks of a batch ``Q`` (the steps of
-:mod:`~scrapy_simdup.merge.batchscan`; the client only reads ``Q`` and
-reduces what the tasks return):
+The tasks of a batch ``Q`` (the steps of :mod:`~scrapy_simdup.merge.batchscan`):
 
-* **build**, one task per key: a worker reads ``Q``'s batch files, sorts
-  ``Q`` by the key and builds its matcher (the probe table) once, then
-  writes the matcher's arrays to a share directory, where every worker maps
-  them copy-on-write, once per batch (on one machine the workers then share
-  the pages, where sending them would copy hundreds of megabytes into each).
-  The share directory is in ``/dev/shm`` when every worker runs on this
-  machine and it has room, else beside the collection (storage every worker
-  sees, as the collection and the batch directories must be);
-* **scan**, one task per chunk of the collection: the worker reads the
-  chunk's runs itself from the collection's path and matches every element
-  of ``Q`` against it on both keys, returning the verified pairs;
-* **self**, one task per key: every pair within ``Q`` on that key.
+* **build**, one per key: a worker reads ``Q``'s batch files, sorts ``Q`` by
+  the key and builds its matcher (the probe table) once, and writes the
+  matcher's arrays and ``Q``'s keys to a share directory, where every worker
+  maps them copy-on-write, once per batch (on one machine the workers then
+  share the pages, where sending them would copy hundreds of megabytes into
+  each). The share directory is in ``/dev/shm`` when every worker runs on
+  this machine and it has room, else beside the collection (storage every
+  worker sees, as the collection and the batch directories must be);
+* **scan**, one per chunk of the collection and key, submitted when that
+  key's build is done: the worker reads the chunk's runs itself from the
+  collection's path and matches every element of ``Q`` against it,
+  returning the verified pairs;
+* **self**, one per key: the pairs within ``Q`` on that key.
 
-The client reduces the chunks' pairs in chunk order. With PSM-F an element
-is dropped at its first match: a task does not know what earlier chunks
-matched, so it answers for every element (key 2 for those key 1 did not
-match in the same chunk, as in-process), and the client keeps an element's
-pairs only from the first chunk that matched it; the pairs within ``Q``
-are then kept for the elements no chunk matched. An element's matches in
-a chunk or within ``Q`` do not depend on the other elements, so the pairs
-are the in-process merge's. The commit (with the collection's lock) stays
-on the client.
+Meanwhile the client reads the batches too (for the commit, and to find a
+damaged one: the tasks are then cancelled and started again without it).
+It reduces the chunks' pairs in chunk order. With PSM-F an element is
+dropped at its first match: a task does not know what earlier chunks
+matched, so it answers for every element, and the client keeps an
+element's pairs only from the first chunk (and key 1 before key 2) that
+matched it; the pairs within ``Q`` are then kept for the elements no chunk
+matched. An element's matches in a chunk or within ``Q`` do not depend on
+the other elements, so the pairs are the in-process merge's. The commit
+(with the collection's lock) stays on the client.
 
 A worker lost mid-merge: the scheduler runs its tasks again on another
-worker (a task only reads, and a build writes the same files again); when
-it gives up (the task killed its workers
+worker (a scan or self task only reads, and gets the side it needs as a
+value, not from the lost worker; a build run again writes new files); when
+it gives up (a task killed its workers
 ``distributed.scheduler.allowed-failures`` times) the merge stops with
 :class:`ClusterError` before this batch's commit, so the collection is the
 one of the last completed batch.
