@@ -251,6 +251,53 @@ def worker(args) -> None:
                       "rss_start_mb": rss0, "rss_peak_mb": rss1}))
 
 
+def ceiling_worker(args) -> None:
+    """``--worker ceiling-scan`` / ``ceiling-build``: the Dask tasks' work
+    without Dask, in one process: every chunk's scan on key 1 (read, CRC,
+    join) or a side's build, ``--repeat`` times; prints the fastest."""
+    from scrapy_simdup.merge.batchscan import SideSpec, match_chunk
+    from scrapy_simdup.merge.probes import header_bits, merge_probes
+    from scrapy_simdup.storage.batchfile import list_batches, read_batch
+
+    records = np.concatenate([read_batch(b, with_urls=False).records
+                              for b in list_batches(Path(args.dir))])
+    t = header_bits(args.m)
+    spec = SideSpec(distance=H, needed=5, first=True, probes=merge_probes(H, t), t=t)
+    coll = Collection(args.collection)
+    buf = np.empty(args.m, dtype=H_DTYPE)
+    side = spec.build(records, 0)
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        if args.worker == "ceiling-build":
+            spec.build(records, 1)
+        else:
+            for start, group in coll.chunk_plan(args.m):
+                chunk = Collection.read_chunk(coll.path, start, group, 0, True, buf)
+                match_chunk([side], [chunk], records, None, True, keep_table=True)
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"seconds": min(times)}))
+
+
+def parallel_ceiling(crawl, collection, m: int, repeat: int) -> dict:
+    """``{kind: (seconds alone, seconds of each of two at once)}``: the scan
+    and build work of the Dask tasks run by one process, then by two at once
+    (no Dask): how much two cores of this machine give."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    out = {}
+    for kind in ("scan", "build"):
+        cmd = [sys.executable, __file__, "--worker", f"ceiling-{kind}", "--dir", str(crawl),
+               "--collection", str(collection), "--m", str(m), "--repeat", str(repeat)]
+        runs = []
+        for copies in (1, 2):
+            procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+                     for _ in range(copies)]
+            runs.append([json.loads(p.communicate()[0].strip().splitlines()[-1])["seconds"]
+                         for p in procs])
+        out[kind] = (runs[0][0], runs[1])
+    return out
+
+
 def _task_seconds(records, t0: float) -> dict:
     """Compute seconds of a Dask merge's tasks by kind (``simdup-<kind>-...``),
     and the span from the call to the first task's start and from the last
@@ -340,6 +387,12 @@ def dask_bench(args) -> None:
                     f"1 worker: at most {k * one / many:.2f}x the speed of 1 worker with no "
                     f"client work at all")
     log("")
+    log(f"## this machine without Dask: the tasks' work run by one process, then by two at "
+        f"once (best of {args.repeat})")
+    for kind, (alone, pair) in parallel_ceiling(crawl, collection, m, args.repeat).items():
+        log(f"{kind:16s} alone {alone:.2f} s, two at once {pair[0]:.2f} and {pair[1]:.2f} s: "
+            f"two do {2 * alone / max(pair):.2f}x the work of one")
+    log("")
     log("## ratios (same run, wall time)")
     base = best["in-process"]["seconds"]
     for name in names[1:]:
@@ -372,6 +425,9 @@ def main() -> None:
                     "worker processes (only that)")
     ap.add_argument("--dask-workers", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker in ("ceiling-scan", "ceiling-build"):
+        ceiling_worker(args)
+        return
     if args.worker:
         worker(args)
         return
