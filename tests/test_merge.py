@@ -473,3 +473,21 @@ def test_probe_runs_change_the_speed_not_the_pairs(corpus, tmp_path, monkeypatch
     monkeypatch.setattr(_merge, "probe_runs", lambda t, distance: 1)
     one_run = pairs("one", first=False)
     assert with_runs == one_run and with_runs <= exact and len(with_runs) >= 0.9 * len(exact)
+
+
+def test_a_merge_without_commit_numbers_each_group_as_a_commit_would(corpus, tmp_path):
+    """commit=False over several groups of batches: the new fingerprints
+    are numbered one after the other, as committed, never twice the same
+    id; the collection is left as it was."""
+    d = tmp_path / "crawl"
+    _write(d, corpus)
+    dry = merge([d], tmp_path / "dry", distance=H, chunk_size=256, commit=False)
+    assert dry.batches >= 3                    # batches of 200: a group each
+    ids = dry.pairs_array["id"]
+    assert len(ids) > 50 and len(np.unique(ids)) == len(ids)       # PSM-F: one pair each
+    assert ids.min() >= 0 and ids.max() < dry.fingerprints
+    assert Collection(tmp_path / "dry").count == 0
+    # the first group's pairs are the committed merge's
+    done = merge([d], tmp_path / "done", distance=H, chunk_size=256)
+    first = lambda s: s.pairs_array[s.pairs_array["id"] < 200]    # noqa: E731
+    assert np.array_equal(first(dry), first(done))

@@ -230,8 +230,10 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
     ``tables``: BPHS tables for ``exact`` (default ``distance + 1``).
     ``engine``: ``"join"`` (the compiled batch scan) or ``"index"`` (a
     :class:`PSMIndex` per chunk, the online index's own query loop).
-    ``commit=False`` matches without appending anything (benchmarks); the
-    pairs found are in ``summary.pairs_array`` either way.
+    ``commit=False`` matches without appending anything (benchmarks): each
+    group of batches against the collection as it is, not against the
+    groups before it, its fingerprints numbered as a commit would number
+    them; the pairs found are in ``summary.pairs_array`` either way.
 
     A damaged pending batch (its header, data or URL file) is a
     CorruptFileError naming the file; with ``skip_damaged`` the other
@@ -318,6 +320,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         started = time.perf_counter()
         recipe = _single_recipe(coll, pending)
         run_pairs = []
+        uncommitted = 0     # fingerprints matched and not appended (commit=False)
         # group pending batches into Q's of at most chunk_size fingerprints
         groups, cur, cur_n = [], [], 0
         for p, m in pending:
@@ -350,7 +353,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
                                            spec) if batches else None
             if not batches:
                 continue
-            base = coll.count
+            base = coll.count + uncommitted
             if job is not None:
                 found, inner, active = cluster.collect(job, m, bar)
                 summary.chunks_scanned += coll.n_chunks(chunk_size)
@@ -375,6 +378,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
                 coll.append(run, urls, pairs, {batch_key(b.path, b.meta): {
                     "count": len(b), "crc32": b.meta["npy_crc32"],
                     "path": str(b.path.resolve())} for b in batches}, recipe, extra)
+            else:
+                uncommitted += m
             run_pairs.append(pairs)
             summary.batches += len(batches)
             summary.fingerprints += m
