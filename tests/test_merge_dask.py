@@ -237,3 +237,25 @@ def test_the_index_engine_runs_in_process_only(crawls, tmp_path):
     with pytest.raises(ValueError, match="in-process only"):
         merge([crawls / "new"], _copy(crawls, tmp_path, "c"), engine="index", workers=1,
               progress=False)
+
+
+def test_share_directories_of_killed_merges_are_swept(crawls, tmp_path, client, monkeypatch):
+    share = tmp_path / "shm"
+    share.mkdir()
+    monkeypatch.setattr(distributed_module, "LOCAL_SHARE", share)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    prefix = distributed_module._share_prefix()
+    stale = share / f"{prefix}{gone.pid}-abc"       # a killed merge's
+    stale.mkdir()
+    (stale / "0-x-low.npy").write_bytes(b"left")
+    beside = tmp_path / f"{prefix}{gone.pid}-def"   # beside the collection
+    beside.mkdir()
+    running = share / f"{prefix}{os.getpid()}-abc"  # a merge still running
+    running.mkdir()
+    other = share / ".simdup-scan-another-host-1-abc"
+    other.mkdir()
+    merge([crawls / "new"], _copy(crawls, tmp_path, "c"), chunk_size=CHUNK, progress=False,
+          scheduler=client)
+    assert not stale.exists() and not beside.exists()
+    assert running.exists() and other.exists()

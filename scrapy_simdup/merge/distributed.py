@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import uuid
@@ -147,6 +148,35 @@ def _self_task(info: dict) -> np.ndarray:
     return match_self(side, q, keep_table=True)
 
 
+def _share_prefix() -> str:
+    """The start of this machine's share directory names (the client's PID follows)."""
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
+    return f".simdup-scan-{host}-"
+
+
+def _sweep_stale(root: Path) -> None:
+    """Remove the share directories in ``root`` that a merge of this machine
+    left when it was killed (its process is gone); a merge killed outright
+    cannot remove its own, and in ``/dev/shm`` they hold memory."""
+    prefix = _share_prefix()
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
+            continue
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            _remove_directory(entry)
+        except OSError:
+            pass        # alive (another user's process)
+
+
 def _remove_directory(directory: Path) -> None:
     """Remove a share directory, renamed first: a cancelled build task may
     still be running, and can then no longer create files in it."""
@@ -249,13 +279,17 @@ class DaskScan:
 
     def _share_directory(self, client, coll: Collection, need: int) -> Path:
         """A new share directory for a batch: in memory for local workers
-        when there is room for ``need`` bytes twice, else beside the collection."""
+        when there is room for ``need`` bytes twice, else beside the
+        collection. Those a killed merge of this machine left there go first."""
         root = Path(os.path.abspath(coll.path)).parent
-        if self._workers_local(client) and LOCAL_SHARE.is_dir() \
-                and os.access(LOCAL_SHARE, os.W_OK) \
-                and shutil.disk_usage(LOCAL_SHARE).free > 2 * need:
+        local = self._workers_local(client) and LOCAL_SHARE.is_dir() \
+            and os.access(LOCAL_SHARE, os.W_OK)
+        if local:
+            _sweep_stale(LOCAL_SHARE)
+        _sweep_stale(root)
+        if local and shutil.disk_usage(LOCAL_SHARE).free > 2 * need:
             root = LOCAL_SHARE
-        return Path(tempfile.mkdtemp(prefix=".simdup-scan-", dir=root))
+        return Path(tempfile.mkdtemp(prefix=f"{_share_prefix()}{os.getpid()}-", dir=root))
 
     def submit_batch(self, coll: Collection, chunk_size: int, verify: bool, batches: list,
                      spec: SideSpec) -> _Job:
