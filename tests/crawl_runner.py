@@ -110,7 +110,8 @@ def main(job_path: str, result_path: str) -> None:
             result["dropped"].append({
                 "url": failure.request.url, "type": type(exc).__name__,
                 "duplicate_of": getattr(exc, "duplicate_of", None),
-                "distance": getattr(exc, "distance", None)})
+                "distance": getattr(exc, "distance", None),
+                "similarity": getattr(exc, "similarity", None)})
 
     def item_scraped(item, response, spider):
         result["items"].append(ItemAdapter(item).asdict())
@@ -118,7 +119,8 @@ def main(job_path: str, result_path: str) -> None:
     def item_dropped(item, response, exception, spider):
         result["dropped"].append({"url": ItemAdapter(item).get("url"), "type": type(exception).__name__,
                                   "duplicate_of": getattr(exception, "duplicate_of", None),
-                                  "distance": getattr(exception, "distance", None)})
+                                  "distance": getattr(exception, "distance", None),
+                                  "similarity": getattr(exception, "similarity", None)})
 
     settings = {"LOG_LEVEL": "DEBUG", "TELNETCONSOLE_ENABLED": False,
                 "ROBOTSTXT_OBEY": False, **job["settings"]}

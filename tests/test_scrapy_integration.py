@@ -131,6 +131,7 @@ def test_drop_mode_keeps_one_page_per_cluster(site, tmp_path):
         assert drop["type"] == "NearDuplicateResponse"
         assert site.clusters[_name(drop["url"])] == site.clusters[_name(drop["duplicate_of"])]
         assert 0 <= drop["distance"] <= 3
+        assert 0.15 <= drop["similarity"] <= 1.0
     assert any("Dropped near-duplicate" in line and "distance" in line for line in result["log"])
     assert any(line.startswith("INFO scrapy_simdup: Simdup summary: pages: checked 19")
                for line in result["log"]), result["log"]
@@ -271,6 +272,7 @@ def test_item_pipeline_drops_duplicate_items(site, tmp_path):
     for drop in result["dropped"]:
         assert drop["type"] == "NearDuplicateItem"
         assert site.clusters[_name(drop["url"])] == site.clusters[_name(drop["duplicate_of"])]
+        assert 0.15 <= drop["similarity"] <= 1.0
     # dropped near-duplicates are counted, and logged at DEBUG (not a WARNING each)
     assert not [line for line in result["log"] if "Dropped" in line], result["log"][:3]
     # the pipeline alone: the close summary has an items part only

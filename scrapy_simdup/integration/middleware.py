@@ -17,15 +17,18 @@ class NearDuplicateResponse(IgnoreRequest):
     """Raised for a dropped near-duplicate (``SIMDUP_ACTION = "drop"``).
 
     An ``IgnoreRequest``, so Scrapy drops the response quietly; a request
-    errback receives it with ``url``, ``duplicate_of``, ``distance`` and
-    ``simhash`` attributes.
+    errback receives it with ``url``, ``duplicate_of``, ``distance``,
+    ``similarity`` (the estimated similarity of the two pages' features, as
+    in ``meta["simdup"]``) and ``simhash`` attributes.
     """
 
-    def __init__(self, url: str, duplicate_of: str, distance: int, simhash: int) -> None:
+    def __init__(self, url: str, duplicate_of: str, distance: int, simhash: int,
+                 similarity: float | None = None) -> None:
         super().__init__(f"near-duplicate of {duplicate_of} (distance {distance}): {url}")
         self.url = url
         self.duplicate_of = duplicate_of
         self.distance = distance
+        self.similarity = similarity
         self.simhash = simhash
 
 
@@ -91,7 +94,7 @@ class SimdupDownloaderMiddleware(SimdupComponent):
                              match.duplicate_of, match.distance,
                              extra={"spider": self.crawler.spider})
                 raise NearDuplicateResponse(url, match.duplicate_of, match.distance,
-                                            verdict.simhash)
+                                            verdict.simhash, match.similarity)
             elif not verdict.revisit:  # tag mode
                 self.stats.inc_value("simdup/tagged")
                 logger.debug("Tagged near-duplicate %s of %s (distance %d)", url,

@@ -20,15 +20,18 @@ class NearDuplicateItem(DropItem):
 
     Scrapy logs it at DEBUG, like a dropped near-duplicate response (every
     drop is counted in ``simdup/items/dropped``), instead of a WARNING line
-    per duplicate.
+    per duplicate. Attributes: ``key``, ``duplicate_of``, ``distance``,
+    ``similarity`` and ``simhash``, as for a dropped response.
     """
 
-    def __init__(self, key: str, duplicate_of: str, distance: int, simhash: int) -> None:
+    def __init__(self, key: str, duplicate_of: str, distance: int, simhash: int,
+                 similarity: float | None = None) -> None:
         super().__init__(f"near-duplicate of {duplicate_of} (distance {distance}): {key}")
         self.log_level = "DEBUG"     # read by Scrapy's LogFormatter.dropped
         self.key = key
         self.duplicate_of = duplicate_of
         self.distance = distance
+        self.similarity = similarity
         self.simhash = simhash
 
 
@@ -109,11 +112,13 @@ class SimdupPipeline(SimdupComponent):
         if match is not None and verdict.revisit:
             if self.config.on_revisit == "drop":
                 self.stats.inc_value(self.prefix + "dropped")
-                raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash)
+                raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash,
+                                        match.similarity)
             show = self.config.on_revisit == "tag"
         elif match is not None and self.config.action == "drop":
             self.stats.inc_value(self.prefix + "dropped")
-            raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash)
+            raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash,
+                                    match.similarity)
         if self.config.action == "tag" or (verdict.revisit and show):
             try:
                 self._warn_overwrite(adapter, item)
