@@ -37,3 +37,6 @@ DEFAULT_REDIS_HEADER_BITS = 14
 # Fingerprints per batch file (SIMDUP_BATCH_SIZE).
 MIN_BATCH_SIZE = 1
 DEFAULT_BATCH_SIZE = 100_000
+# a batch is held in memory until it is written (128 bytes a page plus its
+# URL): beyond this, a crash loses more than a crawl should risk
+MAX_BATCH_SIZE = 10_000_000

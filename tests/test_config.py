@@ -89,6 +89,7 @@ def test_simdup_dir_defaults_to_jobdir():
     ("SIMDUP_INDEX", ""),
     ("SIMDUP_DIR", 12),
     ("SIMDUP_BATCH_SIZE", 0),
+    ("SIMDUP_BATCH_SIZE", 10 ** 12),              # held in memory until written
     ("SIMDUP_REDIS_KEY", "simdup:%(project)s"),
     ("SIMDUP_REDIS_PARAMS", "not json"),
     ("SIMDUP_REDIS_PARAMS", [1]),
