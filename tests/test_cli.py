@@ -36,8 +36,10 @@ def test_console_script_merge_and_stats(crawl, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "fingerprints merged: 60" in out.stdout
     rows = [json.loads(line) for line in pairs.read_text().splitlines()]
-    assert rows and all(set(r) == {"url", "duplicate_of", "distance", "similarity"} for r in rows)
+    assert rows and all(set(r) == {"url", "duplicate_of", "distance", "similarity", "revisit"}
+                    for r in rows)
     assert all(r["url"].rsplit("/", 2)[1] == r["duplicate_of"].rsplit("/", 2)[1] for r in rows)
+    assert not any(r["revisit"] for r in rows)
     groups = [json.loads(line) for line in clusters.read_text().splitlines()]
     assert len(groups) == 20 and all(g["size"] == 3 for g in groups)
     assert "distance 22, min similarity 0.15" in out.stdout     # the defaults
@@ -295,7 +297,8 @@ def test_pairs_to_dev_stdout(crawl, tmp_path):
     out = _run(_simdup() + ["merge", str(crawl), "--pairs", "/dev/stdout"])
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    assert rows and all(set(r) == {"url", "duplicate_of", "distance", "similarity"} for r in rows)
+    assert rows and all(set(r) == {"url", "duplicate_of", "distance", "similarity", "revisit"}
+                    for r in rows)
     assert Path("/dev/stdout").is_symlink() or not Path("/dev/stdout").is_file()
 
 
@@ -316,3 +319,25 @@ def test_min_similarity_decides_which_candidates_are_duplicates(crawl, tmp_path)
     assert all(r["similarity"] == 1.0 for r in found["1"])
     bad = _run(_simdup() + ["merge", str(crawl), "--min-similarity", "1.5"])
     assert bad.returncode == 2 and "--min-similarity" in bad.stderr
+
+
+def test_pairs_mark_a_page_crawled_again(tmp_path):
+    """A URL in two crawls, its page unchanged or nearly: the pair is listed,
+    marked as a revisit, beside the near-duplicates of other URLs."""
+    from scrapy_simdup.cli import main
+
+    page = features_page(f"w{i} w{i + 1} w{i + 2}" for i in range(300))
+    other = features_page(f"w{i} w{i + 1} w{i + 2}" for i in range(1, 300))
+    for name in ("monday", "tuesday"):
+        with BatchWriter(tmp_path / name, batch_size=10) as w:
+            w.append(page, "https://a.example/story")
+            if name == "tuesday":
+                w.append(other, "https://b.example/story")
+    out = tmp_path / "pairs.jsonl"
+    assert main(["merge", str(tmp_path / "monday"), str(tmp_path / "tuesday"), "--all",
+                 "--pairs", str(out), "--no-progress"]) == 0
+    rows = {(r["url"], r["duplicate_of"]): r
+            for r in map(json.loads, out.read_text().splitlines())}
+    same = ("https://a.example/story", "https://a.example/story")
+    assert rows[same]["revisit"] is True and rows[same]["distance"] == 0
+    assert rows[("https://b.example/story", "https://a.example/story")]["revisit"] is False

@@ -63,10 +63,11 @@ class MergeSummary:
 
 
 def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
-    """JSON Lines ``{"url", "duplicate_of", "distance", "similarity"}``, one
-    per pair: ``distance`` the smaller of the two key distances,
-    ``similarity`` the estimated Jaccard similarity of the two pages (from
-    their equal sketch bins, 3 decimals)."""
+    """JSON Lines ``{"url", "duplicate_of", "distance", "similarity",
+    "revisit"}``, one per pair: ``distance`` the smaller of the two key
+    distances, ``similarity`` the estimated Jaccard similarity of the two
+    pages (from their equal sketch bins, 3 decimals), ``revisit`` whether
+    both are the same URL (a page crawled again)."""
     with open_output(target) as handle:
         step = 100_000
         for s in range(0, len(pairs), step):
@@ -76,7 +77,8 @@ def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
             sims = np.round(similarity(part["matches"]), 3).tolist()
             for u, v, d, sim in zip(a, b, part["distance"].tolist(), sims):
                 handle.write(json.dumps({"url": u, "duplicate_of": v, "distance": d,
-                                         "similarity": sim}, ensure_ascii=False) + "\n")
+                                         "similarity": sim, "revisit": u == v},
+                                        ensure_ascii=False) + "\n")
     return len(pairs)
 
 
