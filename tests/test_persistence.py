@@ -359,6 +359,15 @@ def test_a_simdup_dir_in_use_by_another_crawl_is_refused_at_start_up(site, tmp_p
     with pytest.raises(ValueError, match="other.* cannot be used") as err:
         lock_crawl_directory(other)
     assert "SIMDUP_" not in str(err.value)
+    # a symlink is not followed: the lock file is truncated and written
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    (linked / ".crawl.lock").symlink_to(target)
+    with pytest.raises(ValueError, match="linked.* symbolic link"):
+        lock_crawl_directory(linked)
+    assert target.read_text() == "keep me\n"
 
 
 def test_index_store_append_and_truncated_tail(tmp_path):

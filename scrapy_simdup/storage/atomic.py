@@ -245,7 +245,14 @@ def lock_directory(directory, name: str = ".lock"):
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
+    try:
+        # not through a symlink: the lock file is truncated and written
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK
+                     | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.EINVAL, "is a symbolic link, not a lock file", str(path)) from None
+        raise
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):      # (a directory fails in os.open)
         os.close(fd)
