@@ -185,8 +185,9 @@ def _share_dirs(monkeypatch):
     real = DaskScan._share_directory
 
     def spy(self, *args):
-        made.append(real(self, *args))
-        return made[-1]
+        directory, lock = real(self, *args)
+        made.append(directory)
+        return directory, lock
 
     monkeypatch.setattr(DaskScan, "_share_directory", spy)
     return made
@@ -243,19 +244,43 @@ def test_share_directories_of_killed_merges_are_swept(crawls, tmp_path, client, 
     share = tmp_path / "shm"
     share.mkdir()
     monkeypatch.setattr(distributed_module, "LOCAL_SHARE", share)
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    prefix = distributed_module._share_prefix()
-    stale = share / f"{prefix}{gone.pid}-abc"       # a killed merge's
+    prefix = distributed_module.SHARE_PREFIX
+    stale = share / f"{prefix}killed"           # its lock file, held by no one
     stale.mkdir()
+    (stale / distributed_module.SHARE_LOCK).write_text("")
     (stale / "0-x-low.npy").write_bytes(b"left")
-    beside = tmp_path / f"{prefix}{gone.pid}-def"   # beside the collection
+    beside = tmp_path / f"{prefix}killed2"      # beside the collection
     beside.mkdir()
-    running = share / f"{prefix}{os.getpid()}-abc"  # a merge still running
-    running.mkdir()
-    other = share / ".simdup-scan-another-host-1-abc"
+    (beside / distributed_module.SHARE_LOCK).write_text("")
+    cut = share / f"{prefix}cut-removed"        # a removal cut short
+    cut.mkdir()
+    old = share / f"{prefix}nolock-old"         # killed before it took its lock
+    old.mkdir()
+    os.utime(old, (1, 1))
+    young = share / f"{prefix}nolock-young"     # about to take its lock
+    young.mkdir()
+    running, lock = distributed_module._new_share_directory(share)  # a merge still running
+    other = share / "simdup-scan-not-ours"
     other.mkdir()
-    merge([crawls / "new"], _copy(crawls, tmp_path, "c"), chunk_size=CHUNK, progress=False,
-          scheduler=client)
-    assert not stale.exists() and not beside.exists()
-    assert running.exists() and other.exists()
+    try:
+        merge([crawls / "new"], _copy(crawls, tmp_path, "c"), chunk_size=CHUNK,
+              progress=False, scheduler=client)
+        assert not stale.exists() and not beside.exists() and not cut.exists()
+        assert not old.exists()
+        assert young.exists() and running.exists() and other.exists()
+    finally:
+        distributed_module._remove_share(running, lock)
+
+
+def test_the_workers_are_asked_whether_they_see_the_share_directory(tmp_path, client):
+    scan = DaskScan(scheduler=client)
+    scan._connect()
+    assert scan._workers_see(tmp_path)
+    assert not scan._workers_see(tmp_path / "not-there")
+    scan.close()
+
+
+def test_a_file_a_worker_cannot_open_is_explained(tmp_path, client):
+    future = client.submit(open, str(tmp_path / "not-there"), pure=False)
+    with pytest.raises(ClusterError, match="not-there.*storage every worker sees"):
+        DaskScan._result(future)

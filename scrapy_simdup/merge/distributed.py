@@ -40,13 +40,16 @@ one of the last completed batch.
 """
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import threading
+import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,9 +64,9 @@ CONNECT_TIMEOUT = 30
 INSTALL_HINT = 'install Dask for --workers/--scheduler: pip install "scrapy-simdup[dask]"'
 #: what the workers of a local cluster import when they start, not in the first task
 WORKER_PRELOAD = ("scrapy_simdup.merge.distributed",)
-#: where a local cluster's share directory goes (memory, not disk), when it has room
+#: where a batch's share directory goes (memory, not disk) when every worker
+#: sees it and it has room
 LOCAL_SHARE = Path("/dev/shm")
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 class ClusterError(RuntimeError):
@@ -71,11 +74,14 @@ class ClusterError(RuntimeError):
     collection is unchanged since the last completed batch."""
 
 
-#: on a worker: a thread's chunk buffers, kept from task to task (a fresh
-#: buffer per chunk costs a page fault per 4 KiB, slow on virtual machines)
-_worker_buffers = threading.local()
+#: on a worker: each task thread's chunk buffer, kept from task to task of a
+#: batch (a fresh buffer per chunk costs a page fault per 4 KiB)
+_worker_buffers: dict = {}
 #: on a worker: ``(side, Q's keys)`` of the batch being matched, mapped once
 _worker_sides: dict = {"directory": None, "sides": {}}
+#: on a worker: the share directories of batches that are over (a cancelled
+#: task still running must not map them again)
+_worker_forgotten: deque = deque(maxlen=256)
 _worker_lock = threading.Lock()
 
 
@@ -91,6 +97,7 @@ def _build_task(batches: list, spec: SideSpec, n: int, directory: str) -> dict:
         at += count
     side = spec.build(records, n)
     plain, arrays = side.matcher.shared_parts()
+    # (both builds write Q's keys: a key's scans then need only their own build)
     arrays = {"order": side.order, "q-value": records["value"], "q-value2": records["value2"],
               **arrays}
     del records
@@ -109,6 +116,8 @@ def _side(info: dict) -> tuple[Side, dict]:
     """The side a build task wrote and ``Q``'s keys, mapped on this worker
     once per batch (copy-on-write: the compiled join takes writable buffers)."""
     with _worker_lock:
+        if info["directory"] in _worker_forgotten:
+            raise RuntimeError("this batch is over (a cancelled task)")
         if _worker_sides["directory"] != info["directory"]:
             _worker_sides.update(directory=info["directory"], sides={})    # a new batch
         mapped = _worker_sides["sides"].get(info["n"])
@@ -121,25 +130,31 @@ def _side(info: dict) -> tuple[Side, dict]:
         return mapped
 
 
-async def _forget_batch(directory: str) -> None:
-    """Drop the maps of the batch at ``directory`` (its files are deleted);
-    run on the worker's event loop (so the client need not wait for it)."""
+def _forget(directory: str) -> None:
     with _worker_lock:
+        _worker_forgotten.append(directory)
         if _worker_sides["directory"] == directory:
             _worker_sides.update(directory=None, sides={})
+        _worker_buffers.clear()
 
 
-def _scan_task(info: dict, path: str, start: int, group: list, verify: bool,
-               psm_f: bool) -> np.ndarray:
+async def _forget_batch(directory: str) -> None:
+    """Drop the maps of the batch at ``directory`` (its files are deleted)
+    and the chunk buffers. Run on the worker's event loop, so the client
+    need not wait; the lock is taken in a thread, not on the loop."""
+    await asyncio.get_running_loop().run_in_executor(None, _forget, directory)
+
+
+def _scan_task(info: dict, path: str, start: int, group: list, verify: bool) -> np.ndarray:
     """One chunk of the collection against ``Q`` on one key (every element
     active): the pairs found."""
     side, q = _side(info)
     count = sum(r["count"] for r in group)
-    buf = getattr(_worker_buffers, "buf", None)
+    buf = _worker_buffers.get(threading.get_ident())
     if buf is None or len(buf) < count:
-        buf = _worker_buffers.buf = np.empty(count, dtype=H_DTYPE)
+        buf = _worker_buffers[threading.get_ident()] = np.empty(count, dtype=H_DTYPE)
     chunk = Collection.read_chunk(path, start, group, info["n"], verify, buf)
-    return match_chunk([side], [chunk], q, None, psm_f, keep_table=True)[0]
+    return match_chunk([side], [chunk], q, None, False, keep_table=True)[0]
 
 
 def _self_task(info: dict) -> np.ndarray:
@@ -148,33 +163,57 @@ def _self_task(info: dict) -> np.ndarray:
     return match_self(side, q, keep_table=True)
 
 
-def _share_prefix() -> str:
-    """The start of this machine's share directory names (the client's PID follows)."""
-    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
-    return f".simdup-scan-{host}-"
+#: share directories: ``<root>/.simdup-scan-XXXXXXXX``, each with a lock file
+#: its merge holds while it runs
+SHARE_PREFIX = ".simdup-scan-"
+SHARE_LOCK = ".lock"
+#: a share directory without its lock file is left alone this long (its
+#: merge may be about to take the lock)
+SHARE_GRACE_SECONDS = 600
+
+
+def _new_share_directory(root: Path) -> tuple[Path, int]:
+    """A new share directory in ``root`` and the descriptor holding its lock."""
+    directory = Path(tempfile.mkdtemp(prefix=SHARE_PREFIX, dir=root))
+    fd = os.open(directory / SHARE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return directory, fd
 
 
 def _sweep_stale(root: Path) -> None:
-    """Remove the share directories in ``root`` that a merge of this machine
-    left when it was killed (its process is gone); a merge killed outright
-    cannot remove its own, and in ``/dev/shm`` they hold memory."""
-    prefix = _share_prefix()
+    """Remove the share directories in ``root`` that killed merges left (no
+    process holds their lock): a merge killed outright cannot remove its
+    own, and in ``/dev/shm`` they hold memory."""
     try:
-        entries = list(root.iterdir())
+        entries = [e for e in root.iterdir() if e.name.startswith(SHARE_PREFIX)]
     except OSError:
         return
     for entry in entries:
-        if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
+        if entry.is_symlink() or not entry.is_dir():
             continue
-        pid = entry.name[len(prefix):].split("-", 1)[0]
-        if not pid.isdigit():
+        if entry.name.endswith("-removed"):     # a removal cut short
+            shutil.rmtree(entry, ignore_errors=True)
             continue
         try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            _remove_directory(entry)
+            fd = os.open(entry / SHARE_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            try:
+                young = time.time() - entry.stat().st_mtime < SHARE_GRACE_SECONDS
+            except OSError:
+                continue
+            if not young:
+                _remove_directory(entry)
+            continue
         except OSError:
-            pass        # alive (another user's process)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue                # its merge is running
+        finally:
+            os.close(fd)
+        _remove_directory(entry)
 
 
 def _remove_directory(directory: Path) -> None:
@@ -188,6 +227,14 @@ def _remove_directory(directory: Path) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
+def _remove_share(directory: Path, fd: int) -> None:
+    """Remove a merge's own share directory, then let its lock go."""
+    try:
+        _remove_directory(directory)
+    finally:
+        os.close(fd)
+
+
 def _share_bytes(m: int, spec: SideSpec) -> int:
     """A generous estimate of the share directory's size for ``m`` elements:
     per key the order, keys and sketches, and the probe table."""
@@ -199,6 +246,7 @@ class _Job:
     """The tasks matching one batch ``Q``, and what their submission needs."""
 
     directory: Path     # the share directory
+    lock: int           # the descriptor holding its lock
     tag: str            # in the task keys
     path: str           # the collection
     plan: list          # its chunks
@@ -208,10 +256,10 @@ class _Job:
 
 
 class DaskScan:
-    """The collection scan of a merge on a Dask cluster: a new
+    """The matching of a merge's batches on a Dask cluster: a new
     ``LocalCluster`` of ``workers`` processes, or the scheduler at
     ``scheduler`` (an address, or a ``dask.distributed.Client``, used as is
-    and left open). Connects at the first scan; :meth:`close` ends what it
+    and left open). Connects at the first batch; :meth:`close` ends what it
     started."""
 
     def __init__(self, workers: int | None = None, scheduler=None):
@@ -236,60 +284,80 @@ class DaskScan:
             from dask import distributed  # noqa: PLC0415 (optional: the dask install extra)
         except ImportError as exc:
             raise ClusterError(f"{INSTALL_HINT} ({exc})") from None
+        where = self.scheduler or f"a local cluster of {self.workers} workers"
         if self.scheduler is not None and not isinstance(self.scheduler, str):
-            self.client = self.scheduler
-            return self.client
-        try:
-            if self.scheduler is not None:
-                client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT)
-            else:
-                cluster = distributed.LocalCluster(
-                    n_workers=self.workers, threads_per_worker=1, processes=True,
-                    dashboard_address=":0", silence_logs=logging.ERROR,
-                    preload=list(WORKER_PRELOAD))
-                self._owned.append(cluster)
-                client = distributed.Client(cluster)
-        except OSError as exc:      # (a timeout is one)
-            where = self.scheduler or f"a local cluster of {self.workers} workers"
-            raise ClusterError(f"cannot start or reach the Dask scheduler ({where}): "
-                               f"{exc}") from None
-        self._owned.insert(0, client)
+            client = self.scheduler
+        else:
+            try:
+                if self.scheduler is not None:
+                    client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT)
+                else:
+                    cluster = distributed.LocalCluster(
+                        n_workers=self.workers, threads_per_worker=1, processes=True,
+                        dashboard_address=":0", silence_logs=logging.ERROR,
+                        preload=list(WORKER_PRELOAD))
+                    self._owned.append(cluster)
+                    client = distributed.Client(cluster)
+            except OSError as exc:      # (a timeout is one)
+                raise ClusterError(f"cannot start or reach the Dask scheduler ({where}): "
+                                   f"{exc}") from None
+            self._owned.insert(0, client)
         self.client = client
+        try:
+            client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)
+        except (TimeoutError, OSError):
+            raise ClusterError(f"the Dask cluster ({where}) has no workers after "
+                               f"{CONNECT_TIMEOUT} s") from None
         return client
 
     def close(self) -> None:
+        """Cancel what is still running, remove the share directories, and
+        close the cluster and client this object started."""
         for job in list(self._jobs):
             self.cancel(job)
-        for thread in self._cleanups:
-            thread.join()
-        self._cleanups = []
+        self._join_cleanups()
         for thing in self._owned:
             thing.close()
         self._owned = []
         self.client = None
 
-    def _workers_local(self, client) -> bool:
-        """Every worker runs on this machine (a local cluster)."""
+    def _join_cleanups(self) -> None:
+        for thread in self._cleanups:
+            thread.join()
+        self._cleanups = []
+
+    def _workers_see(self, directory: Path) -> bool:
+        """Every worker sees ``directory`` (at least one worker answers)."""
         if self.workers is not None:
-            return True
-        from distributed.comm import get_address_host  # noqa: PLC0415 (optional: the dask install extra)
+            return True         # our own local cluster
+        try:
+            seen = self.client.run(os.path.isdir, str(directory))
+        except Exception:   # noqa: BLE001 (no answer is no)
+            return False
+        return bool(seen) and all(seen.values())
 
-        addresses = list(client.scheduler_info().get("workers", {}))
-        return bool(addresses) and all(get_address_host(a) in _LOOPBACK for a in addresses)
-
-    def _share_directory(self, client, coll: Collection, need: int) -> Path:
-        """A new share directory for a batch: in memory for local workers
-        when there is room for ``need`` bytes twice, else beside the
-        collection. Those a killed merge of this machine left there go first."""
-        root = Path(os.path.abspath(coll.path)).parent
-        local = self._workers_local(client) and LOCAL_SHARE.is_dir() \
-            and os.access(LOCAL_SHARE, os.W_OK)
-        if local:
+    def _share_directory(self, coll: Collection, need: int) -> tuple[Path, int]:
+        """A new share directory for a batch, and its lock: in ``/dev/shm``
+        when every worker sees it there and it has room for ``need`` bytes
+        twice, else beside the collection. Those killed merges left there
+        go first."""
+        self._join_cleanups()       # (the last batch's share memory, freed)
+        beside = Path(os.path.abspath(coll.path)).parent
+        _sweep_stale(beside)
+        if LOCAL_SHARE.is_dir() and os.access(LOCAL_SHARE, os.W_OK | os.X_OK):
             _sweep_stale(LOCAL_SHARE)
-        _sweep_stale(root)
-        if local and shutil.disk_usage(LOCAL_SHARE).free > 2 * need:
-            root = LOCAL_SHARE
-        return Path(tempfile.mkdtemp(prefix=f"{_share_prefix()}{os.getpid()}-", dir=root))
+            if shutil.disk_usage(LOCAL_SHARE).free > 2 * need:
+                directory, lock = _new_share_directory(LOCAL_SHARE)
+                if self._workers_see(directory):
+                    return directory, lock
+                _remove_share(directory, lock)       # workers on other machines
+        directory, lock = _new_share_directory(beside)
+        if not self._workers_see(directory):
+            _remove_share(directory, lock)
+            raise ClusterError(f"the Dask workers cannot see {beside}: the collection and "
+                               f"the batch directories must be on storage every worker "
+                               f"sees, under the same path")
+        return directory, lock
 
     def submit_batch(self, coll: Collection, chunk_size: int, verify: bool, batches: list,
                      spec: SideSpec) -> _Job:
@@ -298,9 +366,10 @@ class DaskScan:
         build tasks run while the client goes on. :meth:`collect` waits."""
         client = self._connect()
         m = sum(count for _, count in batches)
-        job = _Job(self._share_directory(client, coll, _share_bytes(m, spec)),
-                   uuid.uuid4().hex[:12], os.path.abspath(coll.path),
-                   coll.chunk_plan(chunk_size), verify, spec.psm_f)
+        plan = coll.chunk_plan(chunk_size)
+        directory, lock = self._share_directory(coll, _share_bytes(m, spec))
+        job = _Job(directory, lock, uuid.uuid4().hex[:12], os.path.abspath(coll.path), plan,
+                   verify, spec.psm_f)
         self._jobs.append(job)
         batches = [(os.path.abspath(path), count) for path, count in batches]
         job.futures = [client.submit(_build_task, batches, spec, n, str(job.directory),
@@ -313,8 +382,7 @@ class DaskScan:
         given its built side: the side goes with each task as a value, so a
         worker lost later loses nothing the others need."""
         tasks = [self.client.submit(_scan_task, info, job.path, start, group, job.verify,
-                                    job.psm_f, key=f"simdup-scan-{job.tag}-{i}-{n}",
-                                    pure=False)
+                                    key=f"simdup-scan-{job.tag}-{i}-{n}", pure=False)
                  for i, (start, group) in enumerate(job.plan)]
         tasks.append(self.client.submit(_self_task, info, key=f"simdup-self-{job.tag}-{n}",
                                         pure=False))
@@ -331,17 +399,19 @@ class DaskScan:
         try:
             # what a finished task is: (kind, key n, chunk i)
             what = {f.key: ("build", n, None) for n, f in enumerate(job.futures)}
-            done: dict = {}         # 2 * chunk + key -> pairs, until reduced
+            done: dict = {}         # slot 2 * chunk + key -> pairs, until reduced
             keys_done: dict = {}    # chunk -> its keys' tasks done
-            found, inner, next_i = [], [None, None], 0
+            found, inner, next_slot = [], [None, None], 0
             active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
             tasks = as_completed(job.futures)
             for future in tasks:
                 kind, n, i = what[future.key]
                 result = self._result(future)
                 if kind == "build":
+                    # (released: the side goes with the tasks, nothing needs the future)
+                    job.futures.remove(future)
                     new = self._submit_key(job, n, result)
-                    what.update({f.key: ("scan", n, i) for i, f in enumerate(new[:-1])})
+                    what.update({f.key: ("scan", n, c) for c, f in enumerate(new[:-1])})
                     what[new[-1].key] = ("self", n, None)
                     tasks.update(new)
                     continue
@@ -354,13 +424,13 @@ class DaskScan:
                     bar.update(m)
                 # in chunk order, key 1 before key 2 in a chunk: an element's
                 # pairs come from the first chunk that matched it
-                while next_i in done:
-                    pairs = done.pop(next_i)
+                while next_slot in done:
+                    pairs = done.pop(next_slot)
                     if job.psm_f:
                         pairs = pairs[np.flatnonzero(active[pairs["id"]])]
                         active[pairs["id"]] = 0
                     found.append(pairs)
-                    next_i += 1
+                    next_slot += 1
             return found, inner, active
         finally:
             self.cancel(job)
@@ -378,7 +448,8 @@ class DaskScan:
             self.client.run(_forget_batch, str(job.directory), wait=False)
         except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
             pass
-        thread = threading.Thread(target=_remove_directory, args=(job.directory,),
+        job.futures = []
+        thread = threading.Thread(target=_remove_share, args=(job.directory, job.lock),
                                   name="simdup-share-cleanup")
         thread.start()
         self._cleanups.append(thread)
@@ -392,3 +463,10 @@ class DaskScan:
         except KilledWorker as exc:
             raise ClusterError(f"Dask workers died running a task of the merge ({exc}); "
                                f"nothing of this batch was committed") from None
+        except OSError as exc:
+            raise ClusterError(
+                f"a Dask worker could not use {exc.filename or 'a file'}: "
+                f"{exc.strerror or exc}. The collection, the batch directories and the share "
+                f"directory beside the collection must be on storage every worker sees, "
+                f"under the same path, and the workers must run as the merge's user; "
+                f"nothing of this batch was committed") from None

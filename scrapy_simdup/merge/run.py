@@ -111,7 +111,7 @@ def _read_group(group: list, sizes: dict, commit: bool, verify: bool):
 
 
 def _match_in_process(coll: Collection, chunk_size: int, verify: bool, records: np.ndarray,
-                      spec: SideSpec, bar, summary: MergeSummary) -> tuple[list, list, np.ndarray]:
+                      spec: SideSpec, bar) -> tuple[list, list, np.ndarray]:
     """``Q`` (``records``) against every chunk of ``coll`` and against
     itself, here: ``(pairs found in the chunks, pairs within Q per key,
     active)``, see :mod:`~scrapy_simdup.merge.batchscan`."""
@@ -121,7 +121,6 @@ def _match_in_process(coll: Collection, chunk_size: int, verify: bool, records: 
     found = []
     for _start, *chunks in coll.chunks(chunk_size, verify=verify):
         found += match_chunk(sides, chunks, records, active, spec.psm_f)
-        summary.chunks_scanned += 1
         bar.update(m)
     inner = [match_self(side, records, active if spec.psm_f else None) for side in sides]
     return found, inner, active
@@ -242,8 +241,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
 
     ``workers`` (a new Dask ``LocalCluster`` of that many processes) or
     ``scheduler`` (a Dask scheduler's address, or a ``dask.distributed.Client``)
-    scan the collection on Dask (:mod:`scrapy_simdup.merge.distributed`): the
-    same pairs and collection; ``Q`` against itself and the commit stay here.
+    match each batch on Dask (:mod:`scrapy_simdup.merge.distributed`): the
+    same pairs and collection; reading the batches for the commit, and the
+    commit, stay here.
     """
     if engine not in ("join", "index"):
         raise ValueError(f"engine must be 'join' or 'index', got {engine!r}")
@@ -356,10 +356,10 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
             base = coll.count + uncommitted
             if job is not None:
                 found, inner, active = cluster.collect(job, m, bar)
-                summary.chunks_scanned += coll.n_chunks(chunk_size)
             else:
-                found, inner, active = _match_in_process(
-                    coll, chunk_size, verify, records, spec, bar, summary)
+                found, inner, active = _match_in_process(coll, chunk_size, verify, records,
+                                                         spec, bar)
+            summary.chunks_scanned += coll.n_chunks(chunk_size)
             found.append(_self_pairs(inner, base, active, spec.psm_f))
             bar.update(m)
             pairs = np.concatenate(found)
@@ -404,6 +404,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
             write_clusters(coll, coll.pairs(), clusters_out)
         return summary
     finally:
-        lock.close()
-        if cluster is not None:
-            cluster.close()
+        # the cluster first: tasks of a failed batch may still read the collection
+        try:
+            if cluster is not None:
+                cluster.close()
+        finally:
+            lock.close()
