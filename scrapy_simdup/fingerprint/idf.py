@@ -36,10 +36,10 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from zlib import crc32
 
 import numpy as np
 
+from scrapy_simdup._ext import checksum
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.atomic import atomic_write_bytes, open_regular
 
@@ -93,7 +93,7 @@ class IdfTable:
     def to_bytes(self) -> bytes:
         counts = np.ascontiguousarray(self.counts, dtype="<u2").tobytes()
         head = _HEADER.pack(MAGIC, FORMAT_VERSION, self.bits, self.pages, self.learn_pages,
-                            self.table_id, crc32(counts), 0)
+                            self.table_id, checksum.crc32(counts), 0)
         return head + counts
 
     def save(self, path) -> None:
@@ -119,7 +119,7 @@ class IdfTable:
         if len(body) != 2 << bits:
             raise CorruptFileError(path, f"IDF table is truncated ({len(body)} of {2 << bits} "
                                          f"bytes of counts)")
-        if crc32(body) != crc:
+        if checksum.crc32(body) != crc:
             raise CorruptFileError(path, "IDF table checksum mismatch")
         counts = np.frombuffer(body, dtype="<u2").astype(np.uint16)
         return cls(int(learn_pages), int(bits), int(table_id), int(pages), counts)

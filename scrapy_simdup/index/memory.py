@@ -11,11 +11,10 @@ import json
 import os
 import struct
 from math import comb
-from zlib import crc32
 
 import numpy as np
 
-from scrapy_simdup._ext import bphs, psm
+from scrapy_simdup._ext import bphs, checksum, psm
 from scrapy_simdup._limits import DEFAULT_RECALL, MAX_DISTANCE
 from scrapy_simdup.exceptions import CorruptIndexError
 from scrapy_simdup.index.volatility import VolatilityModel
@@ -228,10 +227,10 @@ class PSMIndex(psm.PSMCore):
                             "fixed_header_bits": self._fixed_header_bits()}).encode()
         data_crc = 0
         for a in (vals, ids, offsets):
-            data_crc = crc32(memoryview(np.ascontiguousarray(a)).cast("B"), data_crc)
+            data_crc = checksum.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), data_crc)
         head = _HEAD.pack(_MAGIC, _VERSION, 0, vals.shape[0], self.header_bits,
                           self.distance, len(model), data_crc, 0)
-        meta_crc = crc32(head[:-4] + model)
+        meta_crc = checksum.crc32(head[:-4] + model)
         head = head[:-4] + struct.pack("<I", meta_crc)
         first = head + model
         chunks = [first, b"\0" * _pad(len(first))]
@@ -267,7 +266,7 @@ class PSMIndex(psm.PSMCore):
                     and mlen < 1 << 24):
                 raise bad("bad header fields")
             model_bytes = f.read(mlen)
-        if len(model_bytes) != mlen or crc32(head[:-4] + model_bytes) != meta_crc:
+        if len(model_bytes) != mlen or checksum.crc32(head[:-4] + model_bytes) != meta_crc:
             raise bad("header checksum mismatch")
         pos = _HEAD.size + mlen
         pos += _pad(pos)
@@ -296,7 +295,7 @@ class PSMIndex(psm.PSMCore):
         if verify:
             crc = 0
             for a in arrays:
-                crc = crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
+                crc = checksum.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
             if crc != data_crc:
                 raise bad("data checksum mismatch")
         # the query loops trust the offsets: they must be a non-decreasing

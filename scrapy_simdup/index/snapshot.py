@@ -29,10 +29,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from zlib import crc32
 
 import numpy as np
 
+from scrapy_simdup._ext import checksum
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 from scrapy_simdup.storage.atomic import (
@@ -134,7 +134,7 @@ class IndexStore:
         if len(data) != length:
             raise CorruptFileError(path, f"{kind} is {size} bytes, the header needs {length} "
                                    "(truncated)")
-        if crc32(data) != crc:
+        if checksum.crc32(data) != crc:
             raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
         return data
 
@@ -155,7 +155,7 @@ class IndexStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             meta[f"{field}_bytes"] = offset + len(data)
-            meta[f"{field}_crc32"] = crc32(data, meta[f"{field}_crc32"])
+            meta[f"{field}_crc32"] = checksum.crc32(data, meta[f"{field}_crc32"])
         fsync_dir(self.directory)
         meta["count"] = self.meta["count"] + len(values)
         meta["saved"] = time.time()

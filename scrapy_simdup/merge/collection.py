@@ -40,10 +40,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from zlib import crc32
 
 import numpy as np
 
+from scrapy_simdup._ext import checksum
 from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
 from scrapy_simdup.storage.atomic import (
     atomic_write_json,
@@ -240,7 +240,7 @@ class Collection:
                 if not k:
                     raise CorruptFileError(path, "collection data ends early (truncated)")
                 got += k
-            if verify and crc32(part) != run[crc_field]:
+            if verify and checksum.crc32(part) != run[crc_field]:
                 raise CorruptFileError(path, f"checksum mismatch in the run starting at "
                                        f"record {start + at}")
             at += run["count"]
@@ -325,10 +325,10 @@ class Collection:
         fsync_dir(self.path)
         meta = dict(self.meta)
         if isinstance(self.meta.get("crc32"), dict):
-            meta["crc32"] = {name: crc32(appended[name], crc)
+            meta["crc32"] = {name: checksum.crc32(appended[name], crc)
                              for name, crc in self.meta["crc32"].items()}
-        meta["runs"] = self.meta["runs"] + ([{"count": len(run), "crc32": crc32(data),
-                                              "crc32_2": crc32(data2)}] if len(run) else [])
+        meta["runs"] = self.meta["runs"] + ([{"count": len(run), "crc32": checksum.crc32(data),
+                                              "crc32_2": checksum.crc32(data2)}] if len(run) else [])
         meta["count"] = self.count + len(run)
         meta["urls_bytes"] = int(ends[-1]) if len(ends) else self.meta["urls_bytes"]
         meta["pairs"] = self.meta["pairs"] + len(pairs)

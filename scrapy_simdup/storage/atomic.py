@@ -22,8 +22,8 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from zlib import crc32
 
+from scrapy_simdup._ext import checksum
 from scrapy_simdup.exceptions import CorruptFileError, DirectoryBusyError
 
 
@@ -207,7 +207,7 @@ def crc32_stream(handle, length: int | None = None, crc: int = 0, block: int = 1
         chunk = handle.read(block if remaining is None else min(block, remaining))
         if not chunk:
             break
-        crc = crc32(chunk, crc)
+        crc = checksum.crc32(chunk, crc)
         if remaining is not None:
             remaining -= len(chunk)
     return crc

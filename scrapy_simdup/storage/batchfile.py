@@ -58,10 +58,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from zlib import crc32
 
 import numpy as np
 
+from scrapy_simdup._ext import checksum
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.atomic import (
     atomic_write,
@@ -190,7 +190,7 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
         "npy_bytes": npy_path.stat().st_size,
         "npy_crc32": crc32_file(npy_path),
         "urls_bytes": len(url_bytes),
-        "urls_crc32": crc32(url_bytes),
+        "urls_crc32": checksum.crc32(url_bytes),
         "sketch_bytes": SKETCH_BYTES,
         "created": time.time(),
     }
@@ -266,7 +266,7 @@ def verify_batch(json_path) -> dict:
         crc, lines, last = 0, 0, b"\n"
         try:
             while chunk := handle.read(1 << 22):
-                crc = crc32(chunk, crc)
+                crc = checksum.crc32(chunk, crc)
                 lines += chunk.count(b"\n")
                 last = chunk[-1:]
         except OSError as exc:
@@ -321,7 +321,7 @@ def _read_records(handle, npy_path: Path, meta: dict, verify: bool, out) -> np.n
             raise CorruptFileError(npy_path, problem)
         start = handle.tell()
         handle.seek(0)
-        crc = crc32(handle.read(start))
+        crc = checksum.crc32(handle.read(start))
         records = np.empty(count, dtype=BATCH_DTYPE) if out is None else out
         view = memoryview(records).cast("B")
         got = 0
@@ -332,7 +332,7 @@ def _read_records(handle, npy_path: Path, meta: dict, verify: bool, out) -> np.n
             got += n
     except OSError as exc:
         raise CorruptFileError(npy_path, f"cannot be read ({exc.strerror or exc})") from None
-    if verify and crc32(view, crc) != meta["npy_crc32"]:
+    if verify and checksum.crc32(view, crc) != meta["npy_crc32"]:
         raise CorruptFileError(npy_path, "batch data checksum mismatch (corrupt file)")
     return records
 
@@ -350,7 +350,7 @@ def read_urls(batch: Batch, verify: bool = True) -> list[str]:
     if len(data) != meta["urls_bytes"]:     # changed while it was read
         raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
                                f"{meta['urls_bytes']} (truncated or overwritten)")
-    if verify and crc32(data) != meta["urls_crc32"]:
+    if verify and checksum.crc32(data) != meta["urls_crc32"]:
         raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
     urls = data.decode("utf-8", "surrogateescape").split("\n")
     if urls and urls[-1] == "":
