@@ -336,9 +336,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         bar = Progress(sum(sum(sizes[p] for p in g) * (chunks0 + i + 1)
                            for i, g in enumerate(groups)), "simdup merge", progress)
         for gi, group in enumerate(groups):
-            # on Dask the workers start on the batches while this process
-            # reads them too (for the commit, and to find damage)
-            # (a job left behind by an error is cancelled by cluster.close())
+            # on Dask the workers start on the batches while this process reads
+            # them too, for the commit and to find damage (a job an error
+            # leaves behind is cancelled by cluster.close())
             job = None if cluster is None else cluster.submit_batch(
                 coll, chunk_size, verify, [(p, sizes[p]) for p in group], spec)
             records, batches, damaged_here = _read_group(group, sizes, commit, verify)
