@@ -75,8 +75,8 @@ class SideSpec:
     def build(self, records: np.ndarray, n: int) -> Side:
         """Side ``n`` (0: key 1, 1: key 2) of the batch ``records`` (BATCH_DTYPE)."""
         key, cq, wrms = KEY_FIELDS[n]
-        order, sorted_q = stable_argsort(records[key])
         # the probe table is built over Q sorted by the key: mostly sequential writes
+        order, sorted_q = stable_argsort(records[key])
         sketch = np.ascontiguousarray(records["sketch"][order])
         if self.exact:
             matcher = ExactBatchMatcher(sorted_q, sketch, self.distance, self.needed,
