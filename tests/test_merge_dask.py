@@ -20,7 +20,7 @@ from scrapy_simdup.cli import main  # noqa: E402
 from scrapy_simdup.exceptions import CorruptFileError  # noqa: E402
 from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter  # noqa: E402
 from scrapy_simdup.merge import distributed as distributed_module  # noqa: E402
-from scrapy_simdup.merge import merge  # noqa: E402
+from scrapy_simdup.merge import merge, sharedir  # noqa: E402
 from scrapy_simdup.merge.collection import Collection  # noqa: E402
 from scrapy_simdup.merge.distributed import ClusterError, DaskScan  # noqa: E402
 from scrapy_simdup.storage.batchfile import list_batches  # noqa: E402
@@ -244,14 +244,14 @@ def test_share_directories_of_killed_merges_are_swept(crawls, tmp_path, client, 
     share = tmp_path / "shm"
     share.mkdir()
     monkeypatch.setattr(distributed_module, "LOCAL_SHARE", share)
-    prefix = distributed_module.SHARE_PREFIX
+    prefix = sharedir.SHARE_PREFIX
     stale = share / f"{prefix}killed"           # its lock file, held by no one
     stale.mkdir()
-    (stale / distributed_module.SHARE_LOCK).write_text("")
+    (stale / sharedir.SHARE_LOCK).write_text("")
     (stale / "0-x-low.npy").write_bytes(b"left")
     beside = tmp_path / f"{prefix}killed2"      # beside the collection
     beside.mkdir()
-    (beside / distributed_module.SHARE_LOCK).write_text("")
+    (beside / sharedir.SHARE_LOCK).write_text("")
     cut = share / f"{prefix}cut-removed"        # a removal cut short
     cut.mkdir()
     old = share / f"{prefix}nolock-old"         # killed before it took its lock
@@ -259,7 +259,7 @@ def test_share_directories_of_killed_merges_are_swept(crawls, tmp_path, client, 
     os.utime(old, (1, 1))
     young = share / f"{prefix}nolock-young"     # about to take its lock
     young.mkdir()
-    running, lock = distributed_module._new_share_directory(share)  # a merge still running
+    running, lock = sharedir.new_share_directory(share)  # a merge still running
     other = share / "simdup-scan-not-ours"
     other.mkdir()
     try:
@@ -269,7 +269,7 @@ def test_share_directories_of_killed_merges_are_swept(crawls, tmp_path, client, 
         assert not old.exists()
         assert young.exists() and running.exists() and other.exists()
     finally:
-        distributed_module._remove_share(running, lock)
+        sharedir.remove_share(running, lock)
 
 
 def test_the_workers_are_asked_whether_they_see_the_share_directory(tmp_path, client):

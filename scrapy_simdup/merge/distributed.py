@@ -41,13 +41,10 @@ one of the last completed batch.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import shutil
-import tempfile
 import threading
-import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -57,6 +54,7 @@ import numpy as np
 
 from scrapy_simdup.merge.batchscan import Side, SideSpec, match_chunk, match_self
 from scrapy_simdup.merge.collection import H_DTYPE, Collection
+from scrapy_simdup.merge.sharedir import new_share_directory, remove_share, sweep_stale
 from scrapy_simdup.storage.batchfile import BATCH_DTYPE, read_batch
 
 #: seconds to wait for a scheduler given by address
@@ -161,78 +159,6 @@ def _self_task(info: dict) -> np.ndarray:
     """The pairs within ``Q`` on one key (every element active)."""
     side, q = _side(info)
     return match_self(side, q, keep_table=True)
-
-
-#: share directories: ``<root>/.simdup-scan-XXXXXXXX``, each with a lock file
-#: its merge holds while it runs
-SHARE_PREFIX = ".simdup-scan-"
-SHARE_LOCK = ".lock"
-#: a share directory without its lock file is left alone this long (its
-#: merge may be about to take the lock)
-SHARE_GRACE_SECONDS = 600
-
-
-def _new_share_directory(root: Path) -> tuple[Path, int]:
-    """A new share directory in ``root`` and the descriptor holding its lock."""
-    directory = Path(tempfile.mkdtemp(prefix=SHARE_PREFIX, dir=root))
-    fd = os.open(directory / SHARE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return directory, fd
-
-
-def _sweep_stale(root: Path) -> None:
-    """Remove the share directories in ``root`` that killed merges left (no
-    process holds their lock): a merge killed outright cannot remove its
-    own, and in ``/dev/shm`` they hold memory."""
-    try:
-        entries = [e for e in root.iterdir() if e.name.startswith(SHARE_PREFIX)]
-    except OSError:
-        return
-    for entry in entries:
-        if entry.is_symlink() or not entry.is_dir():
-            continue
-        if entry.name.endswith("-removed"):     # a removal cut short
-            shutil.rmtree(entry, ignore_errors=True)
-            continue
-        try:
-            fd = os.open(entry / SHARE_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            try:
-                young = time.time() - entry.stat().st_mtime < SHARE_GRACE_SECONDS
-            except OSError:
-                continue
-            if not young:
-                _remove_directory(entry)
-            continue
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue                # its merge is running
-        finally:
-            os.close(fd)
-        _remove_directory(entry)
-
-
-def _remove_directory(directory: Path) -> None:
-    """Remove a share directory, renamed first: a cancelled build task may
-    still be running, and can then no longer create files in it."""
-    gone = directory.with_name(directory.name + "-removed")
-    try:
-        os.rename(directory, gone)
-    except OSError:
-        gone = directory
-    shutil.rmtree(gone, ignore_errors=True)
-
-
-def _remove_share(directory: Path, fd: int) -> None:
-    """Remove a merge's own share directory, then let its lock go."""
-    try:
-        _remove_directory(directory)
-    finally:
-        os.close(fd)
 
 
 def _share_bytes(m: int, spec: SideSpec) -> int:
@@ -343,17 +269,17 @@ class DaskScan:
         go first."""
         self._join_cleanups()       # (the last batch's share memory, freed)
         beside = Path(os.path.abspath(coll.path)).parent
-        _sweep_stale(beside)
+        sweep_stale(beside)
         if LOCAL_SHARE.is_dir() and os.access(LOCAL_SHARE, os.W_OK | os.X_OK):
-            _sweep_stale(LOCAL_SHARE)
+            sweep_stale(LOCAL_SHARE)
             if shutil.disk_usage(LOCAL_SHARE).free > 2 * need:
-                directory, lock = _new_share_directory(LOCAL_SHARE)
+                directory, lock = new_share_directory(LOCAL_SHARE)
                 if self._workers_see(directory):
                     return directory, lock
-                _remove_share(directory, lock)       # workers on other machines
-        directory, lock = _new_share_directory(beside)
+                remove_share(directory, lock)       # workers on other machines
+        directory, lock = new_share_directory(beside)
         if not self._workers_see(directory):
-            _remove_share(directory, lock)
+            remove_share(directory, lock)
             raise ClusterError(f"the Dask workers cannot see {beside}: the collection and "
                                f"the batch directories must be on storage every worker "
                                f"sees, under the same path")
@@ -449,7 +375,7 @@ class DaskScan:
         except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
             pass
         job.futures = []
-        thread = threading.Thread(target=_remove_share, args=(job.directory, job.lock),
+        thread = threading.Thread(target=remove_share, args=(job.directory, job.lock),
                                   name="simdup-share-cleanup")
         thread.start()
         self._cleanups.append(thread)
