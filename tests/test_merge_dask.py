@@ -284,3 +284,20 @@ def test_a_file_a_worker_cannot_open_is_explained(tmp_path, client):
     future = client.submit(open, str(tmp_path / "not-there"), pure=False)
     with pytest.raises(ClusterError, match="not-there.*storage every worker sees"):
         DaskScan._result(future)
+
+
+def test_two_merges_share_a_cluster(crawls, tmp_path, client):
+    """Two merges at once on one cluster (their batches' sides side by side
+    on the workers) each give the in-process result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    want = {}
+    for name, kw in (("f", RUNS["psm-f"]), ("a", RUNS["psm-a"])):
+        want[name] = merge([crawls / "new"], _copy(crawls, tmp_path, f"here-{name}"),
+                           chunk_size=CHUNK, progress=False, **kw).pairs_array
+    with ThreadPoolExecutor(2) as pool:
+        got = {name: pool.submit(merge, [crawls / "new"], _copy(crawls, tmp_path, name),
+                                 chunk_size=CHUNK, progress=False, scheduler=client, **kw)
+               for name, kw in (("f", RUNS["psm-f"]), ("a", RUNS["psm-a"]))}
+        for name, future in got.items():
+            assert np.array_equal(future.result().pairs_array, want[name])

@@ -75,8 +75,9 @@ class ClusterError(RuntimeError):
 #: on a worker: each task thread's chunk buffer, kept from task to task of a
 #: batch (a fresh buffer per chunk costs a page fault per 4 KiB)
 _worker_buffers: dict = {}
-#: on a worker: ``(side, Q's keys)`` of the batch being matched, mapped once
-_worker_sides: dict = {"directory": None, "sides": {}}
+#: on a worker: ``{share directory: {key n: (side, Q's keys)}}`` of the
+#: batches being matched (merges may share a cluster), each mapped once
+_worker_sides: dict = {}
 #: on a worker: the share directories of batches that are over (a cancelled
 #: task still running must not map them again)
 _worker_forgotten: deque = deque(maxlen=256)
@@ -116,24 +117,23 @@ def _side(info: dict) -> tuple[Side, dict]:
     with _worker_lock:
         if info["directory"] in _worker_forgotten:
             raise RuntimeError("this batch is over (a cancelled task)")
-        if _worker_sides["directory"] != info["directory"]:
-            _worker_sides.update(directory=info["directory"], sides={})    # a new batch
-        mapped = _worker_sides["sides"].get(info["n"])
+        sides = _worker_sides.setdefault(info["directory"], {})
+        mapped = sides.get(info["n"])
         if mapped is None:
             arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
             order = arrays.pop("order")
             q = {"value": arrays.pop("q-value"), "value2": arrays.pop("q-value2")}
             side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
-            mapped = _worker_sides["sides"][info["n"]] = (side, q)
+            mapped = sides[info["n"]] = (side, q)
         return mapped
 
 
 def _forget(directory: str) -> None:
     with _worker_lock:
         _worker_forgotten.append(directory)
-        if _worker_sides["directory"] == directory:
-            _worker_sides.update(directory=None, sides={})
-        _worker_buffers.clear()
+        _worker_sides.pop(directory, None)
+        if not _worker_sides:
+            _worker_buffers.clear()
 
 
 async def _forget_batch(directory: str) -> None:
