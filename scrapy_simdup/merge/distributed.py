@@ -353,7 +353,7 @@ class DaskScan:
                 while next_slot in done:
                     pairs = done.pop(next_slot)
                     if job.psm_f:
-                        pairs = pairs[np.flatnonzero(active[pairs["id"]])]
+                        pairs = np.take(pairs, np.flatnonzero(active[pairs["id"]]))
                         active[pairs["id"]] = 0
                     found.append(pairs)
                     next_slot += 1

@@ -87,8 +87,9 @@ def _self_pairs(parts: list, base: int, active: np.ndarray, psm_f: bool) -> np.n
     found."""
     pairs = np.concatenate(parts)
     if psm_f:
-        pairs = pairs[np.flatnonzero(active[pairs["id"]])]
-        pairs = pairs[_first_occurrences(pairs["id"], len(active))]
+        # (np.take: several times faster than indexing on records)
+        pairs = np.take(pairs, np.flatnonzero(active[pairs["id"]]))
+        pairs = np.take(pairs, _first_occurrences(pairs["id"], len(active)))
     pairs["duplicate_of"] += base
     return pairs
 
@@ -132,7 +133,9 @@ def _unique_pairs(sorted_pairs: np.ndarray) -> np.ndarray:
         return sorted_pairs
     ids, dups = sorted_pairs["id"], sorted_pairs["duplicate_of"]
     again = (ids[1:] == ids[:-1]) & (dups[1:] == dups[:-1])
-    return sorted_pairs[np.concatenate(([True], ~again))] if again.any() else sorted_pairs
+    if not again.any():
+        return sorted_pairs
+    return np.take(sorted_pairs, np.flatnonzero(np.concatenate(([True], ~again))))
 
 
 def _first_occurrences(keys: np.ndarray, n: int) -> np.ndarray:
