@@ -37,6 +37,7 @@ from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 from scrapy_simdup.storage.atomic import (
     atomic_write_json,
+    crc32_stream,
     fsync_dir,
     open_regular,
     read_header,
@@ -55,6 +56,51 @@ RECORD_BYTES = RECORD.itemsize
 HEADER_FILE = "index.json"
 FILES_GLOB = "index.*"          # the snapshot's files
 _INT_FIELDS = ("count", "values_bytes", "values_crc32", "keys_bytes", "keys_crc32")
+#: the snapshot's data files and their header fields
+_DATA_FILES = (("index.values", "values"), ("index.keys", "keys"))
+_KIND = "index snapshot file"
+
+
+def read_snapshot_header(path: Path) -> dict:
+    """The snapshot header at ``path``, checked (format, version, fields, the
+    values length against the count): a CorruptFileError naming it."""
+    meta = read_header(path, "index snapshot header", FORMAT, VERSION, _INT_FIELDS)
+    if meta["values_bytes"] != RECORD_BYTES * meta["count"]:
+        raise CorruptFileError(path, "values length does not match the count")
+    return meta
+
+
+def _truncated(path: Path, size: int, length: int) -> CorruptFileError:
+    return CorruptFileError(path, f"{_KIND} is {size} bytes, the header needs {length} "
+                            "(truncated)")
+
+
+def _mismatch(path: Path) -> CorruptFileError:
+    return CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
+
+
+def verify_snapshot(directory) -> dict:
+    """Check the snapshot of ``directory`` as :meth:`IndexStore.load` does
+    (header, lengths, CRC-32s), reading its files in blocks, and return its
+    header: a CorruptFileError naming a bad file. Read only, where an
+    ``IndexStore`` also deletes the directory's temporaries, which a running
+    crawl may be writing (``simdup stats`` uses it)."""
+    directory = Path(directory)
+    meta = read_snapshot_header(directory / HEADER_FILE)
+    for name, field in _DATA_FILES:
+        path, length = directory / name, meta[f"{field}_bytes"]
+        with open_regular(path, _KIND, buffering=0) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < length:
+                raise _truncated(path, size, length)
+            try:
+                crc = crc32_stream(handle, length)
+            except OSError as exc:
+                raise CorruptFileError(path, f"{_KIND} cannot be read ({exc.strerror or exc})") \
+                    from None
+        if crc != meta[f"{field}_crc32"]:
+            raise _mismatch(path)
+    return meta
 
 
 def _empty_header() -> dict:
@@ -95,7 +141,7 @@ class IndexStore:
                 self.outdated = _older_version(self.meta_path)
 
     def _read_header(self) -> dict:
-        return read_header(self.meta_path, "index snapshot header", FORMAT, VERSION, _INT_FIELDS)
+        return read_snapshot_header(self.meta_path)
 
     def exists(self) -> bool:
         """A snapshot is here (also a damaged one: data files without header)."""
@@ -106,8 +152,6 @@ class IndexStore:
         """The stored records (``RECORD`` array: value, value2, sketch) and
         keys; raises CorruptFileError naming a bad file."""
         meta = self._read_header()
-        if meta["values_bytes"] != RECORD_BYTES * meta["count"]:
-            raise CorruptFileError(self.meta_path, "values length does not match the count")
         values_data = self._read_prefix(self.values_path, meta["values_bytes"], meta["values_crc32"])
         keys_data = self._read_prefix(self.keys_path, meta["keys_bytes"], meta["keys_crc32"])
         values = np.frombuffer(values_data, dtype=RECORD)
@@ -122,20 +166,18 @@ class IndexStore:
 
     @staticmethod
     def _read_prefix(path: Path, length: int, crc: int) -> bytes:
-        kind = "index snapshot file"
-        with open_regular(path, kind) as handle:
+        with open_regular(path, _KIND) as handle:
             size = os.fstat(handle.fileno()).st_size
             try:
                 # a damaged header must not make us allocate what it claims
                 data = handle.read(length) if size >= length else b""
             except OSError as exc:
-                raise CorruptFileError(path, f"{kind} cannot be read ({exc.strerror or exc})") \
+                raise CorruptFileError(path, f"{_KIND} cannot be read ({exc.strerror or exc})") \
                     from None
         if len(data) != length:
-            raise CorruptFileError(path, f"{kind} is {size} bytes, the header needs {length} "
-                                   "(truncated)")
+            raise _truncated(path, size, length)
         if checksum.crc32(data) != crc:
-            raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
+            raise _mismatch(path)
         return data
 
     def append(self, values: np.ndarray, keys: list[str], settings: dict | None = None) -> None:

@@ -7,9 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_simdup.exceptions import CorruptFileError
-from scrapy_simdup.index.snapshot import FORMAT as INDEX_FORMAT
-from scrapy_simdup.index.snapshot import HEADER_FILE, RECORD_BYTES
-from scrapy_simdup.index.snapshot import VERSION as INDEX_VERSION
+from scrapy_simdup.index.snapshot import HEADER_FILE, verify_snapshot
 from scrapy_simdup.merge.collection import (
     SIDE_FILES,
     Collection,
@@ -18,38 +16,10 @@ from scrapy_simdup.merge.collection import (
     merged_before,
 )
 from scrapy_simdup.merge.report import components, n_distinct
-from scrapy_simdup.storage.atomic import crc32_stream, open_regular, read_header, read_json
+from scrapy_simdup.storage.atomic import read_json
 from scrapy_simdup.storage.batchfile import list_batches, read_meta, unfinished_batches, verify_batch
 
 _VERIFY_CHUNK = 1 << 20     # records of H.bin read at a time by the check
-
-
-def check_index_snapshot(directory: Path) -> None:
-    """Check the index snapshot of ``directory`` as the crawl's restore reads
-    it (header, lengths, CRC-32s of ``index.values`` and ``index.keys``): a
-    CorruptFileError naming a bad file. Read only: an ``IndexStore`` would
-    also delete the directory's temporaries, which a running crawl may be
-    writing."""
-    header = directory / HEADER_FILE
-    meta = read_header(header, "index snapshot header", INDEX_FORMAT, INDEX_VERSION,
-                       ("count", "values_bytes", "values_crc32", "keys_bytes", "keys_crc32"))
-    if meta["values_bytes"] != RECORD_BYTES * meta["count"]:
-        raise CorruptFileError(header, "values length does not match the count")
-    kind = "index snapshot file"
-    for name, field in (("index.values", "values"), ("index.keys", "keys")):
-        path, length = directory / name, meta[f"{field}_bytes"]
-        with open_regular(path, kind, buffering=0) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size < length:
-                raise CorruptFileError(path, f"{kind} is {size} bytes, the header needs "
-                                       f"{length} (truncated)")
-            try:
-                crc = crc32_stream(handle, length)
-            except OSError as exc:
-                raise CorruptFileError(path, f"{kind} cannot be read ({exc.strerror or exc})") \
-                    from None
-        if crc != meta[f"{field}_crc32"]:
-            raise CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
 
 
 def _add_damaged(entry: dict, header: Path, exc: CorruptFileError, file=None) -> None:
@@ -128,7 +98,7 @@ def stats(dirs, collection=None, verify: bool = True) -> dict:
             try:
                 entry["index"] = read_json(index_meta, "index snapshot header")
                 if verify:
-                    check_index_snapshot(d)
+                    verify_snapshot(d)
             except CorruptFileError as exc:
                 entry["corrupt"].append(str(exc))
                 entry["index_damaged"] = {"file": str(exc.path), "problem": exc.problem}
