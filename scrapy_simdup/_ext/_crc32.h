@@ -15,15 +15,14 @@
 #include <stdint.h>
 
 static uint32_t simdup_crc32_table[256];
-static int simdup_crc32_table_ready = 0;
 
+/* Fills the byte table; called once, when the module is imported. */
 static void simdup_crc32_init_table(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
         simdup_crc32_table[i] = c;
     }
-    simdup_crc32_table_ready = 1;
 }
 
 /* on the inverted register, as inside zlib */
@@ -131,10 +130,9 @@ static int simdup_crc32_level(void) {
     return 0;
 }
 
-/* Only when simdup_crc32_level() is 1. */
+/* Only when simdup_crc32_level() is 1, after simdup_crc32_init_table(). */
 static uint32_t simdup_crc32_update(uint32_t crc, const unsigned char *buf, size_t len) {
     uint32_t c = ~crc;
-    if (!simdup_crc32_table_ready) simdup_crc32_init_table();
 #ifdef SIMDUP_CRC32_X86
     if (len >= 64) {
         size_t bulk = len & ~(size_t)15;

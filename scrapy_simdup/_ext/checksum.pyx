@@ -8,8 +8,10 @@ from libc.stdint cimport uint32_t
 
 import zlib
 
-from scrapy_simdup._ext.crc32 cimport simdup_crc32_level, simdup_crc32_update
+from scrapy_simdup._ext.crc32 cimport (simdup_crc32_init_table, simdup_crc32_level,
+                                       simdup_crc32_update)
 
+simdup_crc32_init_table()
 cdef int _level = simdup_crc32_level()
 
 
