@@ -301,3 +301,28 @@ def test_two_merges_share_a_cluster(crawls, tmp_path, client):
                for name, kw in (("f", RUNS["psm-f"]), ("a", RUNS["psm-a"]))}
         for name, future in got.items():
             assert np.array_equal(future.result().pairs_array, want[name])
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(crawls, tmp_path, monkeypatch, capsys):
+    import socket
+
+    with socket.socket() as s:          # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(distributed_module, "CONNECT_TIMEOUT", 2)
+    coll = _copy(crawls, tmp_path, "coll")
+    before = _state(coll)
+    code = main(["merge", str(crawls / "new"), "--collection", str(coll), "--scheduler",
+                 f"tcp://127.0.0.1:{port}", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot start or reach the Dask scheduler" in err, err
+    assert _state(coll) == before
+
+
+def test_a_cluster_without_workers_is_a_clear_error(crawls, tmp_path, monkeypatch):
+    monkeypatch.setattr(distributed_module, "CONNECT_TIMEOUT", 2)
+    cluster = distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0")
+    with cluster, distributed.Client(cluster) as c:
+        with pytest.raises(ClusterError, match="has no workers"):
+            merge([crawls / "new"], _copy(crawls, tmp_path, "coll"), chunk_size=CHUNK,
+                  progress=False, scheduler=c)
