@@ -73,7 +73,8 @@ H_DTYPE = np.dtype([("value", "<u8"), ("value2", "<u8"), ("id", "<i8"),
 SIDE_FILES = ("urls.bin", "urls.idx", "pairs.bin")      # CRC-32 in the header
 PAIR_DTYPE = np.dtype([("id", "<i8"), ("duplicate_of", "<i8"), ("distance", "u1"),
                        ("matches", "u1")])
-RUN_FILES = (("H.bin", "crc32"), ("H2.bin", "crc32_2"))   # the runs by key 1, by key 2
+#: the runs sorted by key 1 and by key 2: (file, its run CRC field, the key)
+RUN_FILES = (("H.bin", "crc32", "value"), ("H2.bin", "crc32_2", "value2"))
 
 
 class Collection:
@@ -207,24 +208,27 @@ class Collection:
         groups = self._groups(chunk_size)
         size = max((sum(r["count"] for r in g) for g in groups), default=0)
         bufs = [np.empty(size, dtype=H_DTYPE) for _ in RUN_FILES]
-        handles = [open(self.path / name, "rb", buffering=0) for name, _ in RUN_FILES]
+        handles = [open(self.path / name, "rb", buffering=0) for name, _, _ in RUN_FILES]
         try:
             start = 0
             for group in groups:
                 out = []
-                for (name, crc_field), handle, buf in zip(RUN_FILES, handles, bufs):
+                for (name, crc_field, key), handle, buf in zip(RUN_FILES, handles, bufs):
                     at = self._read_group(handle, self.path / name, crc_field, group, buf,
                                           start, verify)
-                    records = buf[:at]
-                    if len(group) > 1:
-                        key = "value" if crc_field == "crc32" else "value2"
-                        records = records[np.argsort(records[key], kind="stable")]
-                    out.append(records)
+                    out.append(self._sorted_chunk(buf[:at], group, key))
                 yield start, out[0], out[1]
                 start += at
         finally:
             for handle in handles:
                 handle.close()
+
+    @staticmethod
+    def _sorted_chunk(records: np.ndarray, group: list[dict], key: str) -> np.ndarray:
+        """A chunk's ``records`` (its runs, each sorted by ``key``) sorted by ``key``."""
+        if len(group) > 1:
+            records = records[np.argsort(records[key], kind="stable")]
+        return records
 
     @staticmethod
     def _read_group(handle, path, crc_field, group, buf, start, verify) -> int:
@@ -255,15 +259,13 @@ class Collection:
         yields for it. ``buf``: an :data:`H_DTYPE` array to read into when
         large enough (the result may then be a view of it), else a fresh one."""
         count = sum(r["count"] for r in group)
-        name, crc_field = RUN_FILES[key]
+        name, crc_field, field = RUN_FILES[key]
         buf = buf[:count] if buf is not None and len(buf) >= count \
             else np.empty(count, dtype=H_DTYPE)
         with open(Path(path) / name, "rb", buffering=0) as handle:
             handle.seek(start * H_DTYPE.itemsize)
             cls._read_group(handle, Path(path) / name, crc_field, group, buf, start, verify)
-        if len(group) > 1:
-            buf = buf[np.argsort(buf["value2" if key else "value"], kind="stable")]
-        return buf
+        return cls._sorted_chunk(buf, group, field)
 
     def urls(self, ids) -> list[str]:
         """URLs of collection ids (random access through ``urls.idx``)."""
