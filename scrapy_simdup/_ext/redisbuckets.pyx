@@ -10,6 +10,7 @@ may hide from the snapshot (:func:`own_flags`). No Scrapy, no Redis here.
 from libc.stdint cimport int64_t, uint32_t, uint64_t, uint8_t
 
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
+from scrapy_simdup._ext.sorted cimport simdup_find_u64
 from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
 
 import numpy as np
@@ -33,16 +34,7 @@ cdef inline uint32_t _le24(const uint8_t *p) noexcept nogil:
 
 cdef inline Py_ssize_t _find(const uint64_t[::1] sorted_, uint64_t x) noexcept nogil:
     """Position of ``x`` in the ascending ``sorted_``, or -1."""
-    cdef Py_ssize_t lo = 0, hi = sorted_.shape[0], mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if sorted_[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo < sorted_.shape[0] and sorted_[lo] == x:
-        return lo
-    return -1
+    return simdup_find_u64(&sorted_[0] if sorted_.shape[0] else NULL, sorted_.shape[0], x)
 
 
 cdef inline void _own_seen(short[::1] oa, short[::1] od, uint64_t[::1] ok, Py_ssize_t c,

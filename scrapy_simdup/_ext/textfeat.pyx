@@ -26,6 +26,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 from scrapy_simdup._ext.murmur3 cimport simdup_murmur3_64
+from scrapy_simdup._ext.sorted cimport simdup_find_u64
 from scrapy_simdup._ext.pyapi cimport (Py_UNICODE_ISALNUM, PyUnicode_4BYTE_KIND, PyUnicode_DATA,
                                        PyUnicode_FromKindAndData, PyUnicode_GET_LENGTH,
                                        PyUnicode_IS_COMPACT_ASCII, PyUnicode_KIND,
@@ -168,8 +169,8 @@ cdef Py_ssize_t _features_into(const uint64_t[::1] th, Py_ssize_t shingle_size, 
     """Shingle then spot-signature hashes of ``th`` into ``o`` (room for
     ``2 * len(th)``); returns how many."""
     cdef Py_ssize_t n = th.shape[0], k = 0, m = 0, i, j, c, q, n_stop = stop_hashes.shape[0]
-    cdef Py_ssize_t lo, hi, mid, n_content = 0, n_spots = 0, chain = 2, n_stops = 0
-    cdef uint64_t s, t
+    cdef Py_ssize_t n_content = 0, n_spots = 0, chain = 2, n_stops = 0
+    cdef uint64_t s
     cdef int64_t *content
     cdef int64_t *stops
     if shingles and shingle_size < 1:
@@ -190,18 +191,10 @@ cdef Py_ssize_t _features_into(const uint64_t[::1] th, Py_ssize_t shingle_size, 
     if content is NULL:
         raise MemoryError()
     stops = content + n
+    cdef const uint64_t *stop_ptr = &stop_hashes[0] if n_stop else NULL
     try:
         for i in range(n):
-            t = th[i]
-            lo = 0
-            hi = n_stop
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if stop_hashes[mid] < t:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if lo < n_stop and stop_hashes[lo] == t:
+            if simdup_find_u64(stop_ptr, n_stop, th[i]) >= 0:
                 stops[n_stops] = i
                 n_stops += 1
             else:
