@@ -166,6 +166,32 @@ def test_workers_that_keep_dying_leave_the_collection_intact(crawls, tmp_path):
     assert np.array_equal(again.pairs_array, want.pairs_array)
 
 
+def test_one_worker_reads_the_batch_once_and_shares_nothing(crawls, tmp_path, monkeypatch):
+    """With one worker process both sides are built by one task and stay in
+    its memory (no share directory); the worker that replaces a killed one
+    builds the sides it needs itself."""
+    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
+                 progress=False)
+    made = _share_dirs(monkeypatch)
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")
+    with cluster, distributed.Client(cluster) as c:
+        with distributed.get_task_stream(c) as stream:
+            there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"),
+                          chunk_size=CHUNK, progress=False, scheduler=c)
+        builds = {str(t["key"]) for t in stream.data if str(t["key"]).startswith("simdup-build-")}
+        tags = {key.rsplit("-", 1)[0] for key in builds}
+        assert len(tags) > 1 and len(builds) == len(tags)     # one build per batch
+        c.register_plugin(ExitOnScan(tmp_path / "killed"), name="exit-once")
+        again = merge([crawls / "new"], _copy(crawls, tmp_path, "again"), chunk_size=CHUNK,
+                      progress=False, scheduler=c)
+    assert (tmp_path / "killed").exists()       # the first worker died at a scan
+    assert made == []
+    for got in (there, again):
+        assert np.array_equal(here.pairs_array, got.pairs_array)
+    assert _state(tmp_path / "here") == _state(tmp_path / "there") == _state(tmp_path / "again")
+
+
 def test_an_in_process_merge_does_not_import_dask(crawls, tmp_path):
     coll = _copy(crawls, tmp_path, "coll")
     code = ("import sys; from scrapy_simdup.cli import main; "

@@ -5,19 +5,25 @@ imports it until a cluster is asked for, so an in-process merge never does.
 
 The tasks of a batch ``Q`` (the steps of :mod:`~scrapy_simdup.merge.batchscan`):
 
-* **build**, one per key: a worker reads ``Q``'s batch files, sorts ``Q`` by
-  the key and builds its matcher (the probe table) once, and writes the
-  matcher's arrays and ``Q``'s keys to a share directory, where every worker
-  maps them copy-on-write, once per batch (on one machine the workers then
-  share the pages, where sending them would copy hundreds of megabytes into
+* **build**, one per key (one for both when the cluster runs one task at a
+  time: ``Q`` is then read once): a worker reads ``Q``'s batch files, sorts
+  ``Q`` by the key and builds its matcher (the probe table) once, and keeps
+  it in memory. When there are other worker processes, it also writes the
+  matcher's arrays and ``Q``'s keys to a share directory, where they map
+  them copy-on-write, once per batch (on one machine the workers then share
+  the pages, where sending them would copy hundreds of megabytes into
   each). The share directory is in ``/dev/shm`` when every worker runs on
   this machine and it has room, else beside the collection (storage every
   worker sees, as the collection and the batch directories must be);
 * **scan**, one per chunk of the collection and key, submitted when that
-  key's build is done: the worker reads the chunk's runs itself from the
-  collection's path and matches every element of ``Q`` against it,
-  returning the verified pairs;
+  key's build is done, in chunk order: the worker reads the chunk's runs
+  itself from the collection's path and matches every element of ``Q``
+  against it, returning the verified pairs;
 * **self**, one per key: the pairs within ``Q`` on that key.
+
+A worker without a side in memory maps it from the share directory, or,
+when there is none (a worker that joined or replaced a lost one while the
+cluster had one), builds it itself.
 
 Meanwhile the client reads the batches too (for the commit, and to find a
 damaged one: the tasks are then cancelled and started again without it).
@@ -31,8 +37,9 @@ the other elements, so the pairs are the in-process merge's. The commit
 (with the collection's lock) stays on the client.
 
 A worker lost mid-merge: the scheduler runs its tasks again on another
-worker (a scan or self task only reads, and gets the side it needs as a
-value, not from the lost worker; a build run again writes new files); when
+worker (a scan or self task only reads, and gets the description of the
+side it needs as a value, not from the lost worker; a build run again
+writes new files); when
 it gives up (a task killed its workers
 ``distributed.scheduler.allowed-failures`` times) the merge stops with
 :class:`ClusterError` before this batch's commit, so the collection is the
@@ -75,78 +82,107 @@ class ClusterError(RuntimeError):
 #: on a worker: each task thread's chunk buffer, kept from task to task of a
 #: batch (a fresh buffer per chunk costs a page fault per 4 KiB)
 _worker_buffers: dict = {}
-#: on a worker: ``{share directory: {key n: (side, Q's keys)}}`` of the
-#: batches being matched (merges may share a cluster), each mapped once
+#: on a worker: ``{job tag: {key n: (side, Q's keys)}}`` of the batches being
+#: matched (merges may share a cluster): built here, or mapped once
 _worker_sides: dict = {}
-#: on a worker: the share directories of batches that are over (a cancelled
-#: task still running must not map them again)
+#: on a worker: the tags of batches that are over (a cancelled task still
+#: running must not keep or map their sides again)
 _worker_forgotten: deque = deque(maxlen=256)
 _worker_lock = threading.Lock()
 
 
-def _build_task(batches: list, spec: SideSpec, n: int, directory: str) -> dict:
-    """Side ``n`` of ``Q`` (the batch files ``batches``: ``(path, count)``)
-    and ``Q``'s keys in arrival order, written to ``directory``: what
-    :func:`_side` needs to map them."""
-    records = np.empty(sum(count for _, count in batches), dtype=BATCH_DTYPE)
+def _build_sides(job: dict, keys) -> dict:
+    """``{n: (side n, Q's keys)}`` for the ``keys`` of ``job``'s batch ``Q``,
+    read from its batch files (``job["batches"]``: ``(path, count)``)."""
+    records = np.empty(sum(count for _, count in job["batches"]), dtype=BATCH_DTYPE)
     at = 0
-    for path, count in batches:
+    for path, count in job["batches"]:
         # (the client reads and checks them too, and starts again without a damaged one)
         read_batch(path, with_urls=False, verify=False, out=records[at:at + count])
         at += count
-    side = spec.build(records, n)
+    q = {"value": np.ascontiguousarray(records["value"]),
+         "value2": np.ascontiguousarray(records["value2"])}
+    return {n: (job["spec"].build(records, n), q) for n in keys}
+
+
+def _keep(tag: str, n: int, mapped: tuple) -> tuple:
+    """Keep side ``n`` of batch ``tag`` on this worker for its other tasks;
+    the one kept first when two threads raced."""
+    with _worker_lock:
+        if tag in _worker_forgotten:
+            raise RuntimeError("this batch is over (a cancelled task)")
+        return _worker_sides.setdefault(tag, {}).setdefault(n, mapped)
+
+
+def _publish(side: Side, q: dict, n: int, directory: str) -> dict:
+    """Write side ``n`` and ``Q``'s keys to the share directory: ``{array
+    name: file}``. New names each run: a build run again (its worker lost)
+    must not rewrite files other workers have mapped."""
     plain, arrays = side.matcher.shared_parts()
-    # (both builds write Q's keys: a key's scans then need only their own build)
-    arrays = {"order": side.order, "q-value": records["value"], "q-value2": records["value2"],
-              **arrays}
-    del records
-    # new names each run: a build run again (its worker lost) must not
-    # rewrite files other workers have mapped
+    # (both keys write Q's keys: a key's scans then need only their own build)
+    arrays = {"order": side.order, "q-value": q["value"], "q-value2": q["value2"], **arrays}
     run = f"{n}-{uuid.uuid4().hex[:8]}"
     files = {}
     for name, array in arrays.items():
         files[name] = os.path.join(directory, f"{run}-{name}.npy")
         np.save(files[name], array)
-    return {"directory": directory, "n": n, "key": side.key, "cls": type(side.matcher),
-            "plain": plain, "files": files}
+    return files
 
 
-def _side(info: dict) -> tuple[Side, dict]:
-    """The side a build task wrote and ``Q``'s keys, mapped on this worker
-    once per batch (copy-on-write: the compiled join takes writable buffers)."""
+def _build_task(job: dict, keys: list, directory: str | None) -> list:
+    """Build the sides ``keys`` of ``job``'s batch and keep them on this
+    worker; with a share ``directory`` (other workers), write them there too.
+    What :func:`_side` needs, per key."""
+    out = []
+    for n, (side, q) in _build_sides(job, keys).items():
+        _keep(job["tag"], n, (side, q))
+        plain, _ = side.matcher.shared_parts()
+        out.append({"n": n, "key": side.key, "cls": type(side.matcher), "plain": plain,
+                    "files": _publish(side, q, n, directory) if directory else None})
+    return out
+
+
+def _side(job: dict, info: dict) -> tuple[Side, dict]:
+    """The side ``info`` describes and ``Q``'s keys on this worker: kept from
+    its build, else mapped from the share directory (copy-on-write: the
+    compiled join takes writable buffers), else (no share directory: a
+    worker that joined or replaced a lost one) built here."""
+    tag, n = job["tag"], info["n"]
     with _worker_lock:
-        if info["directory"] in _worker_forgotten:
+        if tag in _worker_forgotten:
             raise RuntimeError("this batch is over (a cancelled task)")
-        sides = _worker_sides.setdefault(info["directory"], {})
-        mapped = sides.get(info["n"])
-        if mapped is None:
-            arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
-            order = arrays.pop("order")
-            q = {"value": arrays.pop("q-value"), "value2": arrays.pop("q-value2")}
-            side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
-            mapped = sides[info["n"]] = (side, q)
+        mapped = _worker_sides.get(tag, {}).get(n)
+    if mapped is not None:
         return mapped
+    if info["files"] is None:
+        return _keep(tag, n, _build_sides(job, [n])[n])
+    arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
+    order = arrays.pop("order")
+    q = {"value": arrays.pop("q-value"), "value2": arrays.pop("q-value2")}
+    side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
+    return _keep(tag, n, (side, q))
 
 
-def _forget(directory: str) -> None:
+def _forget(tag: str) -> None:
     with _worker_lock:
-        _worker_forgotten.append(directory)
-        _worker_sides.pop(directory, None)
+        _worker_forgotten.append(tag)
+        _worker_sides.pop(tag, None)
         if not _worker_sides:
             _worker_buffers.clear()
 
 
-async def _forget_batch(directory: str) -> None:
-    """Drop the maps of the batch at ``directory`` (its files are deleted)
-    and the chunk buffers. Run on the worker's event loop, so the client
-    need not wait; the lock is taken in a thread, not on the loop."""
-    await asyncio.get_running_loop().run_in_executor(None, _forget, directory)
+async def _forget_batch(tag: str) -> None:
+    """Drop the sides of batch ``tag`` (its share files are deleted) and the
+    chunk buffers. Run on the worker's event loop, so the client need not
+    wait; the lock is taken in a thread, not on the loop."""
+    await asyncio.get_running_loop().run_in_executor(None, _forget, tag)
 
 
-def _scan_task(info: dict, path: str, start: int, group: list, verify: bool) -> np.ndarray:
+def _scan_task(job: dict, info: dict, path: str, start: int, group: list,
+               verify: bool) -> np.ndarray:
     """One chunk of the collection against ``Q`` on one key (every element
     active): the pairs found."""
-    side, q = _side(info)
+    side, q = _side(job, info)
     count = sum(r["count"] for r in group)
     buf = _worker_buffers.get(threading.get_ident())
     if buf is None or len(buf) < count:
@@ -155,9 +191,9 @@ def _scan_task(info: dict, path: str, start: int, group: list, verify: bool) -> 
     return match_chunk([side], [chunk], q, None, False, keep_table=True)[0]
 
 
-def _self_task(info: dict) -> np.ndarray:
+def _self_task(job: dict, info: dict) -> np.ndarray:
     """The pairs within ``Q`` on one key (every element active)."""
-    side, q = _side(info)
+    side, q = _side(job, info)
     return match_self(side, q, keep_table=True)
 
 
@@ -171,9 +207,10 @@ def _share_bytes(m: int, spec: SideSpec) -> int:
 class _Job:
     """The tasks matching one batch ``Q``, and what their submission needs."""
 
-    directory: Path     # the share directory
-    lock: int           # the descriptor holding its lock
-    tag: str            # in the task keys
+    directory: Path | None  # the share directory (None: one worker process)
+    lock: int | None        # the descriptor holding its lock
+    tag: str                # in the task keys, and the batch's name on the workers
+    task: dict              # what every task gets: the tag, the batch files, the spec
     path: str           # the collection
     plan: list          # its chunks
     verify: bool
@@ -292,26 +329,39 @@ class DaskScan:
         build tasks run while the client goes on. :meth:`collect` waits."""
         client = self._connect()
         m = sum(count for _, count in batches)
-        plan = coll.chunk_plan(chunk_size)
-        directory, lock = self._share_directory(coll, _share_bytes(m, spec))
-        job = _Job(directory, lock, uuid.uuid4().hex[:12], os.path.abspath(coll.path), plan,
-                   verify, spec.psm_f)
+        threads = client.nthreads()     # {worker: threads}
+        directory = lock = None
+        if len(threads) > 1:    # the other worker processes map what a build wrote
+            directory, lock = self._share_directory(coll, _share_bytes(m, spec))
+        tag = uuid.uuid4().hex[:12]
+        task = {"tag": tag, "spec": spec,
+                "batches": [(os.path.abspath(path), count) for path, count in batches]}
+        job = _Job(directory, lock, tag, task, os.path.abspath(coll.path),
+                   coll.chunk_plan(chunk_size), verify, spec.psm_f)
         self._jobs.append(job)
-        batches = [(os.path.abspath(path), count) for path, count in batches]
-        job.futures = [client.submit(_build_task, batches, spec, n, str(job.directory),
-                                     key=f"simdup-build-{job.tag}-{n}", pure=False)
-                       for n in range(2)]
+        # a build per key when two can run at once, else one (Q read once)
+        keys = [[0], [1]] if sum(threads.values()) > 1 else [[0, 1]]
+        job.futures = [client.submit(_build_task, task, k, directory and str(directory),
+                                     key=f"simdup-build-{tag}-{i}", pure=False)
+                       for i, k in enumerate(keys)]
         return job
 
-    def _submit_key(self, job: _Job, n: int, info: dict) -> list:
-        """The scan tasks of key ``n`` (one per chunk) and its self task,
-        given its built side: the side goes with each task as a value, so a
-        worker lost later loses nothing the others need."""
-        tasks = [self.client.submit(_scan_task, info, job.path, start, group, job.verify,
-                                    key=f"simdup-scan-{job.tag}-{i}-{n}", pure=False)
+    def _submit_key(self, job: _Job, info: dict) -> list:
+        """The scan tasks of the key ``info`` describes (one per chunk) and
+        its self task, given its built side. The side's description goes
+        with each task as a value, so a worker lost later loses nothing the
+        others need. (Not restricted to the worker that has the side in
+        memory: a task restricted to a worker that is lost waits for it
+        forever, even when other workers are allowed.)"""
+        n = info["n"]
+        # (in chunk order: the client reduces the chunks' pairs in that order)
+        tasks = [self.client.submit(_scan_task, job.task, info, job.path, start, group,
+                                    job.verify, key=f"simdup-scan-{job.tag}-{i}-{n}",
+                                    pure=False, priority=-i)
                  for i, (start, group) in enumerate(job.plan)]
-        tasks.append(self.client.submit(_self_task, info, key=f"simdup-self-{job.tag}-{n}",
-                                        pure=False))
+        tasks.append(self.client.submit(_self_task, job.task, info,
+                                        key=f"simdup-self-{job.tag}-{n}", pure=False,
+                                        priority=-len(job.plan)))
         job.futures += tasks
         return tasks
 
@@ -324,7 +374,7 @@ class DaskScan:
 
         try:
             # what a finished task is: (kind, key n, chunk i)
-            what = {f.key: ("build", n, None) for n, f in enumerate(job.futures)}
+            what = {f.key: ("build", None, None) for f in job.futures}
             done: dict = {}         # slot 2 * chunk + key -> pairs, until reduced
             keys_done: dict = {}    # chunk -> its keys' tasks done
             found, inner, next_slot = [], [None, None], 0
@@ -334,12 +384,14 @@ class DaskScan:
                 kind, n, i = what[future.key]
                 result = self._result(future)
                 if kind == "build":
-                    # (released: the side goes with the tasks, nothing needs the future)
+                    # (released: the sides go with the tasks, nothing needs the future)
                     job.futures.remove(future)
-                    new = self._submit_key(job, n, result)
-                    what.update({f.key: ("scan", n, c) for c, f in enumerate(new[:-1])})
-                    what[new[-1].key] = ("self", n, None)
-                    tasks.update(new)
+                    for info in result:
+                        new = self._submit_key(job, info)
+                        what.update({f.key: ("scan", info["n"], c)
+                                     for c, f in enumerate(new[:-1])})
+                        what[new[-1].key] = ("self", info["n"], None)
+                        tasks.update(new)
                     continue
                 if kind == "self":
                     inner[n] = result
@@ -371,10 +423,12 @@ class DaskScan:
         self._jobs.remove(job)
         try:
             self.client.cancel(job.futures)
-            self.client.run(_forget_batch, str(job.directory), wait=False)
+            self.client.run(_forget_batch, job.tag, wait=False)
         except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
             pass
         job.futures = []
+        if job.directory is None:
+            return
         thread = threading.Thread(target=remove_share, args=(job.directory, job.lock),
                                   name="simdup-share-cleanup")
         thread.start()
