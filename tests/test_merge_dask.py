@@ -9,6 +9,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -166,30 +167,96 @@ def test_workers_that_keep_dying_leave_the_collection_intact(crawls, tmp_path):
     assert np.array_equal(again.pairs_array, want.pairs_array)
 
 
-def test_one_worker_reads_the_batch_once_and_shares_nothing(crawls, tmp_path, monkeypatch):
-    """With one worker process both sides are built by one task and stay in
-    its memory (no share directory); the worker that replaces a killed one
-    builds the sides it needs itself."""
+class RecordTasks(distributed.WorkerPlugin):
+    """Appends the key of each task its worker starts to a file."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "executing":
+            with open(self.path, "a") as f:
+                f.write(f"{key}\n")
+
+
+def _on_connect(monkeypatch, plugins: dict):
+    """Register ``plugins`` (``{name: WorkerPlugin}``) on the cluster a
+    ``--workers`` merge starts, before its first task."""
+    real = DaskScan._connect
+
+    def connect(self):
+        new = self.client is None
+        client = real(self)
+        if new:
+            for name, plugin in plugins.items():
+                client.register_plugin(plugin, name=name)
+        return client
+
+    monkeypatch.setattr(DaskScan, "_connect", connect)
+
+
+def _sides_held() -> int:
+    """On a worker: how many batches it holds sides of."""
+    return len(distributed_module._worker_sides)
+
+
+@pytest.mark.parametrize("method", sorted(RUNS))
+def test_one_worker_builds_once_a_batch_and_shares_nothing(crawls, tmp_path, monkeypatch,
+                                                            method):
+    """``--workers 1``: both sides of a batch built by one task (``Q`` read
+    once), kept in the worker's memory, no share directory."""
+    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
+                 progress=False, **RUNS[method])
+    made = _share_dirs(monkeypatch)
+    _on_connect(monkeypatch, {"record": RecordTasks(tmp_path / "tasks")})
+    there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
+                  progress=False, workers=1, **RUNS[method])
+    assert np.array_equal(here.pairs_array, there.pairs_array)
+    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+    assert made == []
+    started = (tmp_path / "tasks").read_text().split()
+    builds = [key for key in started if key.startswith("simdup-build-")]
+    batches = {key.split("-")[2] for key in started}
+    assert len(batches) > 1 and len(builds) == len(batches)
+
+
+@pytest.mark.parametrize("task", ["simdup-build-", "simdup-scan-", "simdup-self-"])
+def test_the_worker_replacing_a_lost_one_builds_its_own_sides(crawls, tmp_path, monkeypatch,
+                                                             task):
+    """``--workers 1`` shares nothing, so the worker that replaces a killed
+    one builds the sides it needs itself."""
     here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
                  progress=False)
-    made = _share_dirs(monkeypatch)
-    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+    _on_connect(monkeypatch, {"exit-once": ExitOnScan(tmp_path / "killed", prefix=task)})
+    there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
+                  progress=False, workers=1)
+    assert (tmp_path / "killed").read_text().startswith(task)
+    assert np.array_equal(here.pairs_array, there.pairs_array)
+    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+
+
+def test_a_worker_of_two_threads(crawls, tmp_path):
+    """Two task threads share their worker's sides (one maps or builds each,
+    the other waits), with every method; the sides are dropped after."""
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
                                        dashboard_address=":0")
     with cluster, distributed.Client(cluster) as c:
-        with distributed.get_task_stream(c) as stream:
-            there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"),
-                          chunk_size=CHUNK, progress=False, scheduler=c)
-        builds = {str(t["key"]) for t in stream.data if str(t["key"]).startswith("simdup-build-")}
-        tags = {key.rsplit("-", 1)[0] for key in builds}
-        assert len(tags) > 1 and len(builds) == len(tags)     # one build per batch
-        c.register_plugin(ExitOnScan(tmp_path / "killed"), name="exit-once")
-        again = merge([crawls / "new"], _copy(crawls, tmp_path, "again"), chunk_size=CHUNK,
-                      progress=False, scheduler=c)
-    assert (tmp_path / "killed").exists()       # the first worker died at a scan
-    assert made == []
-    for got in (there, again):
-        assert np.array_equal(here.pairs_array, got.pairs_array)
-    assert _state(tmp_path / "here") == _state(tmp_path / "there") == _state(tmp_path / "again")
+        for method, kw in sorted(RUNS.items()):
+            here = merge([crawls / "new"], _copy(crawls, tmp_path, f"here-{method}"),
+                         chunk_size=CHUNK, progress=False, **kw)
+            there = merge([crawls / "new"], _copy(crawls, tmp_path, f"there-{method}"),
+                          chunk_size=CHUNK, progress=False, scheduler=c, **kw)
+            assert np.array_equal(here.pairs_array, there.pairs_array), method
+        _assert_sides_dropped(c)
+
+
+def _assert_sides_dropped(client, seconds=20):
+    """Every worker drops the sides of a merge's batches (told without
+    waiting for an answer, so it may take a moment)."""
+    deadline = time.monotonic() + seconds
+    while any(client.run(_sides_held).values()):
+        assert time.monotonic() < deadline, client.run(_sides_held)
+        time.sleep(0.05)
 
 
 def test_an_in_process_merge_does_not_import_dask(crawls, tmp_path):
@@ -235,6 +302,7 @@ def test_the_share_directory_is_removed_after_the_merge(crawls, tmp_path, client
     root = distributed_module.LOCAL_SHARE if where == "memory" else tmp_path
     assert made and all(d.parent == root and d.name.startswith(".simdup-scan-") for d in made)
     assert not any(d.exists() for d in made)
+    _assert_sides_dropped(client)
 
 
 def test_a_damaged_batch_is_left_out_as_in_process(crawls, tmp_path, client, monkeypatch):

@@ -5,25 +5,29 @@ imports it until a cluster is asked for, so an in-process merge never does.
 
 The tasks of a batch ``Q`` (the steps of :mod:`~scrapy_simdup.merge.batchscan`):
 
-* **build**, one per key (one for both when the cluster runs one task at a
-  time: ``Q`` is then read once): a worker reads ``Q``'s batch files, sorts
-  ``Q`` by the key and builds its matcher (the probe table) once, and keeps
-  it in memory. When there are other worker processes, it also writes the
-  matcher's arrays and ``Q``'s keys to a share directory, where they map
-  them copy-on-write, once per batch (on one machine the workers then share
-  the pages, where sending them would copy hundreds of megabytes into
-  each). The share directory is in ``/dev/shm`` when every worker runs on
-  this machine and it has room, else beside the collection (storage every
-  worker sees, as the collection and the batch directories must be);
+* **build**, one per key (one for both on a local cluster of one worker
+  and thread, as ``--workers 1`` starts: ``Q`` is then read once): a worker
+  reads ``Q``'s batch files, sorts ``Q`` by the key and builds its matcher
+  (the probe table) once, and keeps it in memory. Unless the cluster is
+  such a local one, it also writes the matcher's arrays and ``Q``'s keys to
+  a share directory, where the other workers map them copy-on-write, once
+  per batch (on one machine the workers then share the pages, where sending
+  them would copy hundreds of megabytes into each). The share directory is
+  in ``/dev/shm`` when every worker runs on this machine and it has room,
+  else beside the collection (storage every worker sees, as the collection
+  and the batch directories must be);
 * **scan**, one per chunk of the collection and key, submitted when that
-  key's build is done, in chunk order: the worker reads the chunk's runs
+  key's build is done, and run in chunk order (task priority, which also
+  lets a later merge sharing the cluster run its first chunks before an
+  earlier merge's last ones): the worker reads the chunk's runs
   itself from the collection's path and matches every element of ``Q``
   against it, returning the verified pairs;
 * **self**, one per key: the pairs within ``Q`` on that key.
 
 A worker without a side in memory maps it from the share directory, or,
-when there is none (a worker that joined or replaced a lost one while the
-cluster had one), builds it itself.
+when there is none (the worker that replaced the lost one of a local
+cluster of one), builds it itself; one thread of a worker does it, the
+others wait for it.
 
 Meanwhile the client reads the batches too (for the commit, and to find a
 damaged one: the tasks are then cancelled and started again without it).
@@ -88,7 +92,16 @@ _worker_sides: dict = {}
 #: on a worker: the tags of batches that are over (a cancelled task still
 #: running must not keep or map their sides again)
 _worker_forgotten: deque = deque(maxlen=256)
+#: on a worker: ``{(job tag, key n): Event}`` of the sides a thread is
+#: building or mapping (the others wait for it rather than make their own)
+_worker_making: dict = {}
 _worker_lock = threading.Lock()
+
+
+def _check_live(tag: str) -> None:
+    """Raise when batch ``tag`` is over (call with the lock held)."""
+    if tag in _worker_forgotten:
+        raise RuntimeError("this batch is over (a cancelled task)")
 
 
 def _build_sides(job: dict, keys) -> dict:
@@ -102,15 +115,19 @@ def _build_sides(job: dict, keys) -> dict:
         at += count
     q = {"value": np.ascontiguousarray(records["value"]),
          "value2": np.ascontiguousarray(records["value2"])}
-    return {n: (job["spec"].build(records, n), q) for n in keys}
+    sides = {}
+    for n in keys:
+        with _worker_lock:
+            _check_live(job["tag"])     # (a cancelled build stops early)
+        sides[n] = (job["spec"].build(records, n), q)
+    return sides
 
 
 def _keep(tag: str, n: int, mapped: tuple) -> tuple:
     """Keep side ``n`` of batch ``tag`` on this worker for its other tasks;
     the one kept first when two threads raced."""
     with _worker_lock:
-        if tag in _worker_forgotten:
-            raise RuntimeError("this batch is over (a cancelled task)")
+        _check_live(tag)
         return _worker_sides.setdefault(tag, {}).setdefault(n, mapped)
 
 
@@ -148,19 +165,29 @@ def _side(job: dict, info: dict) -> tuple[Side, dict]:
     compiled join takes writable buffers), else (no share directory: a
     worker that joined or replaced a lost one) built here."""
     tag, n = job["tag"], info["n"]
-    with _worker_lock:
-        if tag in _worker_forgotten:
-            raise RuntimeError("this batch is over (a cancelled task)")
-        mapped = _worker_sides.get(tag, {}).get(n)
-    if mapped is not None:
-        return mapped
-    if info["files"] is None:
-        return _keep(tag, n, _build_sides(job, [n])[n])
-    arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
-    order = arrays.pop("order")
-    q = {"value": arrays.pop("q-value"), "value2": arrays.pop("q-value2")}
-    side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
-    return _keep(tag, n, (side, q))
+    while True:
+        with _worker_lock:
+            _check_live(tag)
+            mapped = _worker_sides.get(tag, {}).get(n)
+            if mapped is not None:
+                return mapped
+            making = _worker_making.get((tag, n))
+            if making is None:      # this thread makes it
+                making = _worker_making[(tag, n)] = threading.Event()
+                break
+        making.wait()
+    try:
+        if info["files"] is None:
+            return _keep(tag, n, _build_sides(job, [n])[n])
+        arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
+        order = arrays.pop("order")
+        q = {"value": arrays.pop("q-value"), "value2": arrays.pop("q-value2")}
+        side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
+        return _keep(tag, n, (side, q))
+    finally:
+        with _worker_lock:
+            del _worker_making[(tag, n)]
+        making.set()
 
 
 def _forget(tag: str) -> None:
@@ -207,8 +234,8 @@ def _share_bytes(m: int, spec: SideSpec) -> int:
 class _Job:
     """The tasks matching one batch ``Q``, and what their submission needs."""
 
-    directory: Path | None  # the share directory (None: one worker process)
-    lock: int | None        # the descriptor holding its lock
+    directory: Path | None  # the share directory (None: a local cluster of one worker)
+    lock: int | None        # the descriptor holding its lock (None without one)
     tag: str                # in the task keys, and the batch's name on the workers
     task: dict              # what every task gets: the tag, the batch files, the spec
     path: str           # the collection
@@ -289,6 +316,16 @@ class DaskScan:
             thread.join()
         self._cleanups = []
 
+    def _alone(self) -> bool:
+        """The cluster is a local one (in this process) of one worker running
+        one task at a time, as ``--workers 1`` starts: its builds keep the
+        sides, nothing is shared, and one build reads ``Q`` once. (A cluster
+        given by address may grow, or its workers run several threads.)"""
+        from dask.distributed import LocalCluster  # noqa: PLC0415 (optional: the dask install extra)
+
+        return (isinstance(getattr(self.client, "cluster", None), LocalCluster)
+                and sum(self.client.nthreads().values()) == 1)
+
     def _workers_see(self, directory: Path) -> bool:
         """Every worker sees ``directory`` (at least one worker answers)."""
         if self.workers is not None:
@@ -329,9 +366,9 @@ class DaskScan:
         build tasks run while the client goes on. :meth:`collect` waits."""
         client = self._connect()
         m = sum(count for _, count in batches)
-        threads = client.nthreads()     # {worker: threads}
+        alone = self._alone()
         directory = lock = None
-        if len(threads) > 1:    # the other worker processes map what a build wrote
+        if not alone:
             directory, lock = self._share_directory(coll, _share_bytes(m, spec))
         tag = uuid.uuid4().hex[:12]
         task = {"tag": tag, "spec": spec,
@@ -339,8 +376,7 @@ class DaskScan:
         job = _Job(directory, lock, tag, task, os.path.abspath(coll.path),
                    coll.chunk_plan(chunk_size), verify, spec.psm_f)
         self._jobs.append(job)
-        # a build per key when two can run at once, else one (Q read once)
-        keys = [[0], [1]] if sum(threads.values()) > 1 else [[0, 1]]
+        keys = [[0, 1]] if alone else [[0], [1]]
         job.futures = [client.submit(_build_task, task, k, directory and str(directory),
                                      key=f"simdup-build-{tag}-{i}", pure=False)
                        for i, k in enumerate(keys)]
@@ -379,7 +415,9 @@ class DaskScan:
             keys_done: dict = {}    # chunk -> its keys' tasks done
             found, inner, next_slot = [], [None, None], 0
             active = np.ones(m, dtype=np.uint8)     # arrival order, shared by both keys
-            tasks = as_completed(job.futures)
+            # (our client's loop: as_completed takes the default client's, which
+            # in a process with several clients may be another one)
+            tasks = as_completed(job.futures, loop=self.client.loop)
             for future in tasks:
                 kind, n, i = what[future.key]
                 result = self._result(future)
@@ -414,15 +452,18 @@ class DaskScan:
             self.cancel(job)
 
     def cancel(self, job: _Job) -> None:
-        """Stop ``job``'s tasks and drop its share directory and the workers'
-        maps of it, in the background (:meth:`close` waits): freeing
-        hundreds of megabytes takes a while, and the client has the pairs to
-        sort meanwhile."""
+        """Stop ``job``'s tasks and drop the workers' sides of its batch and
+        its share directory (if any), in the background (:meth:`close`
+        waits): freeing hundreds of megabytes takes a while, and the client
+        has the pairs to sort meanwhile."""
         if job not in self._jobs:
             return
         self._jobs.remove(job)
         try:
             self.client.cancel(job.futures)
+        except Exception:   # noqa: BLE001 (a lost cluster runs nothing more)
+            pass
+        try:
             self.client.run(_forget_batch, job.tag, wait=False)
         except Exception:   # noqa: BLE001 (a lost worker forgets by itself)
             pass

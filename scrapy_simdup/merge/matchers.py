@@ -46,9 +46,10 @@ def probe_runs(t: int, distance: int) -> int:
 
 class SharedMatcher:
     """A matcher a Dask worker maps from files rather than receives: its
-    ``SHARED_ARRAYS`` are written once and mapped by every worker, the other
-    attributes (a few numbers) go with the tasks, and ``DERIVED`` ones are
-    rebuilt by :meth:`restore` on the worker."""
+    ``SHARED_ARRAYS`` are written once by the worker that built it and
+    mapped by the others, the other attributes (a few numbers) go with the
+    tasks, and ``DERIVED`` ones are rebuilt by :meth:`restore` on the
+    worker."""
 
     SHARED_ARRAYS: tuple = ()
     DERIVED: tuple = ()
