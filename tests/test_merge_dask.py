@@ -250,6 +250,21 @@ def test_a_worker_of_two_threads(crawls, tmp_path):
         _assert_sides_dropped(c)
 
 
+def test_sides_of_a_killed_merge_are_dropped_by_the_next(crawls, tmp_path, client, monkeypatch):
+    """A merge killed outright never tells the workers that its batch is
+    over; once its share directory is gone (the next merge sweeps it), the
+    next merge's tasks drop its sides."""
+    with monkeypatch.context() as m:
+        # (a lambda goes to the workers by value: they are never told)
+        m.setattr(distributed_module, "_forget_batch", lambda tag: None)
+        merge([crawls / "new"], _copy(crawls, tmp_path, "killed"), chunk_size=CHUNK,
+              progress=False, scheduler=client)
+    assert any(client.run(_sides_held).values())
+    merge([crawls / "new"], _copy(crawls, tmp_path, "next"), chunk_size=CHUNK,
+          progress=False, scheduler=client)
+    _assert_sides_dropped(client)
+
+
 def _assert_sides_dropped(client, seconds=20):
     """Every worker drops the sides of a merge's batches (told without
     waiting for an answer, so it may take a moment)."""

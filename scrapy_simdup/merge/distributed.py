@@ -92,6 +92,10 @@ _worker_sides: dict = {}
 #: on a worker: the tags of batches that are over (a cancelled task still
 #: running must not keep or map their sides again)
 _worker_forgotten: deque = deque(maxlen=256)
+#: on a worker: ``{job tag: share directory}`` of the batches whose sides it
+#: holds: a batch whose directory is gone is over (its merge was killed
+#: before it could say so), and its sides are dropped
+_worker_directories: dict = {}
 #: on a worker: ``{(job tag, key n): Event}`` of the sides a thread is
 #: building or mapping (the others wait for it rather than make their own)
 _worker_making: dict = {}
@@ -123,12 +127,26 @@ def _build_sides(job: dict, keys) -> dict:
     return sides
 
 
-def _keep(tag: str, n: int, mapped: tuple) -> tuple:
-    """Keep side ``n`` of batch ``tag`` on this worker for its other tasks;
+def _keep(job: dict, n: int, mapped: tuple) -> tuple:
+    """Keep side ``n`` of ``job``'s batch on this worker for its other tasks;
     the one kept first when two threads raced."""
     with _worker_lock:
-        _check_live(tag)
-        return _worker_sides.setdefault(tag, {}).setdefault(n, mapped)
+        _check_live(job["tag"])
+        if job["directory"] is not None:
+            _worker_directories[job["tag"]] = job["directory"]
+        return _worker_sides.setdefault(job["tag"], {}).setdefault(n, mapped)
+
+
+def _drop_orphans() -> None:
+    """Drop the sides of batches whose share directory is gone: a merge
+    killed outright never tells its workers that its batch is over, and the
+    next merge sweeps its directory (a long-lived worker would otherwise
+    hold the sides until it restarts)."""
+    with _worker_lock:
+        held = list(_worker_directories.items())
+    for tag, directory in held:
+        if not os.path.isdir(directory):
+            _forget(tag)
 
 
 def _publish(side: Side, q: dict, n: int, directory: str) -> dict:
@@ -146,13 +164,15 @@ def _publish(side: Side, q: dict, n: int, directory: str) -> dict:
     return files
 
 
-def _build_task(job: dict, keys: list, directory: str | None) -> list:
+def _build_task(job: dict, keys: list) -> list:
     """Build the sides ``keys`` of ``job``'s batch and keep them on this
-    worker; with a share ``directory`` (other workers), write them there too.
+    worker; with a share directory (other workers), write them there too.
     What :func:`_side` needs, per key."""
+    _drop_orphans()
+    directory = job["directory"]
     out = []
     for n, (side, q) in _build_sides(job, keys).items():
-        _keep(job["tag"], n, (side, q))
+        _keep(job, n, (side, q))
         plain, _ = side.matcher.shared_parts()
         out.append({"n": n, "key": side.key, "cls": type(side.matcher), "plain": plain,
                     "files": _publish(side, q, n, directory) if directory else None})
@@ -164,6 +184,7 @@ def _side(job: dict, info: dict) -> tuple[Side, dict]:
     its build, else mapped from the share directory (copy-on-write: the
     compiled join takes writable buffers), else (no share directory: a
     worker that joined or replaced a lost one) built here."""
+    _drop_orphans()
     tag, n = job["tag"], info["n"]
     while True:
         with _worker_lock:
@@ -178,12 +199,12 @@ def _side(job: dict, info: dict) -> tuple[Side, dict]:
         making.wait()
     try:
         if info["files"] is None:
-            return _keep(tag, n, _build_sides(job, [n])[n])
+            return _keep(job, n, _build_sides(job, [n])[n])
         arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
         order = arrays.pop("order")
         q = {"value": arrays.pop("q-value"), "value2": arrays.pop("q-value2")}
         side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
-        return _keep(tag, n, (side, q))
+        return _keep(job, n, (side, q))
     finally:
         with _worker_lock:
             del _worker_making[(tag, n)]
@@ -194,6 +215,7 @@ def _forget(tag: str) -> None:
     with _worker_lock:
         _worker_forgotten.append(tag)
         _worker_sides.pop(tag, None)
+        _worker_directories.pop(tag, None)
         if not _worker_sides:
             _worker_buffers.clear()
 
@@ -371,13 +393,13 @@ class DaskScan:
         if not alone:
             directory, lock = self._share_directory(coll, _share_bytes(m, spec))
         tag = uuid.uuid4().hex[:12]
-        task = {"tag": tag, "spec": spec,
+        task = {"tag": tag, "spec": spec, "directory": directory and str(directory),
                 "batches": [(os.path.abspath(path), count) for path, count in batches]}
         job = _Job(directory, lock, tag, task, os.path.abspath(coll.path),
                    coll.chunk_plan(chunk_size), verify, spec.psm_f)
         self._jobs.append(job)
         keys = [[0, 1]] if alone else [[0], [1]]
-        job.futures = [client.submit(_build_task, task, k, directory and str(directory),
+        job.futures = [client.submit(_build_task, task, k,
                                      key=f"simdup-build-{tag}-{i}", pure=False)
                        for i, k in enumerate(keys)]
         return job
