@@ -137,15 +137,15 @@ def _keep(job: dict, n: int, mapped: tuple) -> tuple:
         return _worker_sides.setdefault(job["tag"], {}).setdefault(n, mapped)
 
 
-def _drop_orphans() -> None:
-    """Drop the sides of batches whose share directory is gone: a merge
-    killed outright never tells its workers that its batch is over, and the
-    next merge sweeps its directory (a long-lived worker would otherwise
-    hold the sides until it restarts)."""
+def _drop_orphans(running: str) -> None:
+    """Drop the sides of batches (other than ``running``, the caller's)
+    whose share directory is gone: a merge killed outright never tells its
+    workers that its batch is over, and the next merge sweeps its directory
+    (a long-lived worker would otherwise hold the sides until it restarts)."""
     with _worker_lock:
         held = list(_worker_directories.items())
     for tag, directory in held:
-        if not os.path.isdir(directory):
+        if tag != running and not os.path.isdir(directory):
             _forget(tag)
 
 
@@ -168,7 +168,7 @@ def _build_task(job: dict, keys: list) -> list:
     """Build the sides ``keys`` of ``job``'s batch and keep them on this
     worker; with a share directory (other workers), write them there too.
     What :func:`_side` needs, per key."""
-    _drop_orphans()
+    _drop_orphans(job["tag"])
     directory = job["directory"]
     out = []
     for n, (side, q) in _build_sides(job, keys).items():
@@ -182,9 +182,9 @@ def _build_task(job: dict, keys: list) -> list:
 def _side(job: dict, info: dict) -> tuple[Side, dict]:
     """The side ``info`` describes and ``Q``'s keys on this worker: kept from
     its build, else mapped from the share directory (copy-on-write: the
-    compiled join takes writable buffers), else (no share directory: a
-    worker that joined or replaced a lost one) built here."""
-    _drop_orphans()
+    compiled join takes writable buffers), else (no share directory: the
+    worker that replaced the lost one of a local cluster of one) built here."""
+    _drop_orphans(job["tag"])
     tag, n = job["tag"], info["n"]
     while True:
         with _worker_lock:
