@@ -211,6 +211,7 @@ def test_one_worker_builds_once_a_batch_and_shares_nothing(crawls, tmp_path, mon
     _on_connect(monkeypatch, {"record": RecordTasks(tmp_path / "tasks")})
     there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
                   progress=False, workers=1, **RUNS[method])
+    assert there.cluster == "dask, 1 local worker"
     assert np.array_equal(here.pairs_array, there.pairs_array)
     assert _state(tmp_path / "here") == _state(tmp_path / "there")
     assert made == []

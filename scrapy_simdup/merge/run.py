@@ -306,7 +306,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
                                collection_before=coll.count, min_similarity=min_similarity)
         if cluster is not None:
-            summary.cluster = (f"dask, {workers} local workers" if workers is not None else
+            summary.cluster = (f"dask, {workers} local worker{'s' if workers > 1 else ''}"
+                               if workers is not None else
                                f"dask, scheduler {scheduler}" if isinstance(scheduler, str)
                                else "dask")
         summary.damaged += damaged
