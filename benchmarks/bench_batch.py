@@ -209,16 +209,12 @@ def worker(args) -> None:
     rss0 = _peak_rss_mb()
     client = None
     if args.dask_workers:
-        from dask.distributed import Client, LocalCluster
-
-        from scrapy_simdup.merge.distributed import WORKER_PRELOAD
+        from scrapy_simdup.merge.distributed import DaskScan
 
         t0 = time.perf_counter()
-        # the cluster `simdup merge --workers N` starts
-        cluster = LocalCluster(n_workers=args.dask_workers, threads_per_worker=1,
-                               processes=True, dashboard_address=":0",
-                               preload=list(WORKER_PRELOAD))
-        client = Client(cluster)
+        # the cluster `simdup merge --workers N` starts, started here to leave it untimed
+        scan = DaskScan(workers=args.dask_workers)
+        client = scan._connect()
         startup = time.perf_counter() - t0
     kw = {"psm-f": dict(first=True), "psm-a": dict(first=False),
           "bphs": dict(exact=True, first=False, tables=4),
@@ -251,8 +247,7 @@ def worker(args) -> None:
               progress=False, **kw)
         extra["again"] = time.perf_counter() - t1
     if client is not None:
-        client.close()
-        cluster.close()
+        scan.close()
     print(json.dumps({**extra, "method": args.worker, "seconds": seconds, "cpu": cpu,
                       "m": s.fingerprints,
                       "n": s.collection_before, "chunks": s.chunks_scanned,

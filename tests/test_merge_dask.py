@@ -74,16 +74,40 @@ def _state(path):
     return meta, {name: (path / name).read_bytes() for name in FILES}
 
 
+@pytest.fixture(scope="module")
+def in_process(crawls, tmp_path_factory):
+    """``in_process(method)``: the in-process merge of the new crawl into a
+    copy of the collection, ``(summary, its _state)``, merged once a method."""
+    done = {}
+
+    def result(method="psm-f"):
+        if method not in done:
+            coll = _copy(crawls, tmp_path_factory.mktemp("in-process"), method)
+            summary = merge([crawls / "new"], coll, chunk_size=CHUNK, progress=False,
+                            **RUNS[method])
+            done[method] = (summary, _state(coll))
+        return done[method]
+
+    return result
+
+
+def _assert_as_in_process(in_process, there, coll, method="psm-f"):
+    """The Dask merge ``there`` into ``coll`` gave the in-process pairs and
+    collection."""
+    here, state = in_process(method)
+    assert np.array_equal(here.pairs_array, there.pairs_array)
+    assert _state(coll) == state
+
+
 @pytest.mark.parametrize("method", sorted(RUNS))
-def test_the_same_pairs_and_collection_as_in_process(crawls, tmp_path, client, method):
-    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
-                 progress=False, **RUNS[method])
+def test_the_same_pairs_and_collection_as_in_process(crawls, tmp_path, client, in_process,
+                                                     method):
+    here, _ = in_process(method)
     there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
                   progress=False, scheduler=client, **RUNS[method])
     assert here.chunks_scanned == there.chunks_scanned > 4
     assert here.pairs > 100
-    assert np.array_equal(here.pairs_array, there.pairs_array)
-    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+    _assert_as_in_process(in_process, there, tmp_path / "there", method)
     assert there.cluster == "dask" and here.cluster is None
     if method == "psm-a":
         # pages with matches in more than one chunk of the old collection:
@@ -132,9 +156,7 @@ class ExitOnScan(distributed.WorkerPlugin):
 
 
 @pytest.mark.parametrize("task", ["simdup-build-", "simdup-scan-", "simdup-self-"])
-def test_a_killed_worker_is_recomputed(crawls, tmp_path, client, task):
-    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
-                 progress=False)
+def test_a_killed_worker_is_recomputed(crawls, tmp_path, client, in_process, task):
     client.register_plugin(ExitOnScan(tmp_path / "killed", prefix=task), name="exit-once")
     try:
         there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
@@ -142,11 +164,10 @@ def test_a_killed_worker_is_recomputed(crawls, tmp_path, client, task):
     finally:
         client.unregister_worker_plugin("exit-once")
     assert (tmp_path / "killed").read_text().startswith(task)   # a worker died mid-merge
-    assert np.array_equal(here.pairs_array, there.pairs_array)
-    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+    _assert_as_in_process(in_process, there, tmp_path / "there")
 
 
-def test_workers_that_keep_dying_leave_the_collection_intact(crawls, tmp_path):
+def test_workers_that_keep_dying_leave_the_collection_intact(crawls, tmp_path, in_process):
     import dask
 
     coll = _copy(crawls, tmp_path, "coll")
@@ -162,9 +183,7 @@ def test_workers_that_keep_dying_leave_the_collection_intact(crawls, tmp_path):
     assert _state(coll) == before
     # and the next merge (in-process) takes the batches as if nothing happened
     again = merge([crawls / "new"], coll, chunk_size=CHUNK, progress=False)
-    want = merge([crawls / "new"], _copy(crawls, tmp_path, "want"), chunk_size=CHUNK,
-                 progress=False)
-    assert np.array_equal(again.pairs_array, want.pairs_array)
+    assert np.array_equal(again.pairs_array, in_process()[0].pairs_array)
 
 
 class RecordTasks(distributed.WorkerPlugin):
@@ -202,18 +221,15 @@ def _sides_held() -> int:
 
 @pytest.mark.parametrize("method", sorted(RUNS))
 def test_one_worker_builds_once_a_batch_and_shares_nothing(crawls, tmp_path, monkeypatch,
-                                                            method):
+                                                            in_process, method):
     """``--workers 1``: both sides of a batch built by one task (``Q`` read
     once), kept in the worker's memory, no share directory."""
-    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
-                 progress=False, **RUNS[method])
     made = _share_dirs(monkeypatch)
     _on_connect(monkeypatch, {"record": RecordTasks(tmp_path / "tasks")})
     there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
                   progress=False, workers=1, **RUNS[method])
     assert there.cluster == "dask, 1 local worker"
-    assert np.array_equal(here.pairs_array, there.pairs_array)
-    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+    _assert_as_in_process(in_process, there, tmp_path / "there", method)
     assert made == []
     started = (tmp_path / "tasks").read_text().split()
     builds = [key for key in started if key.startswith("simdup-build-")]
@@ -223,28 +239,24 @@ def test_one_worker_builds_once_a_batch_and_shares_nothing(crawls, tmp_path, mon
 
 @pytest.mark.parametrize("task", ["simdup-build-", "simdup-scan-", "simdup-self-"])
 def test_the_worker_replacing_a_lost_one_builds_its_own_sides(crawls, tmp_path, monkeypatch,
-                                                             task):
+                                                             in_process, task):
     """``--workers 1`` shares nothing, so the worker that replaces a killed
     one builds the sides it needs itself."""
-    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
-                 progress=False)
     _on_connect(monkeypatch, {"exit-once": ExitOnScan(tmp_path / "killed", prefix=task)})
     there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
                   progress=False, workers=1)
     assert (tmp_path / "killed").read_text().startswith(task)
-    assert np.array_equal(here.pairs_array, there.pairs_array)
-    assert _state(tmp_path / "here") == _state(tmp_path / "there")
+    _assert_as_in_process(in_process, there, tmp_path / "there")
 
 
-def test_a_worker_of_two_threads(crawls, tmp_path):
+def test_a_worker_of_two_threads(crawls, tmp_path, in_process):
     """Two task threads share their worker's sides (one maps or builds each,
     the other waits), with every method; the sides are dropped after."""
     cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
                                        dashboard_address=":0")
     with cluster, distributed.Client(cluster) as c:
         for method, kw in sorted(RUNS.items()):
-            here = merge([crawls / "new"], _copy(crawls, tmp_path, f"here-{method}"),
-                         chunk_size=CHUNK, progress=False, **kw)
+            here, _ = in_process(method)
             there = merge([crawls / "new"], _copy(crawls, tmp_path, f"there-{method}"),
                           chunk_size=CHUNK, progress=False, scheduler=c, **kw)
             assert np.array_equal(here.pairs_array, there.pairs_array), method
@@ -304,17 +316,15 @@ def _share_dirs(monkeypatch):
 
 @pytest.mark.parametrize("where", ["memory", "beside the collection"])
 def test_the_share_directory_is_removed_after_the_merge(crawls, tmp_path, client, monkeypatch,
-                                                         where):
+                                                         in_process, where):
     if where == "memory" and not distributed_module.LOCAL_SHARE.is_dir():
         pytest.skip("no /dev/shm on this machine")
     if where != "memory":       # as for workers on other machines
         monkeypatch.setattr(distributed_module, "LOCAL_SHARE", tmp_path / "absent")
     made = _share_dirs(monkeypatch)
-    here = merge([crawls / "new"], _copy(crawls, tmp_path, "here"), chunk_size=CHUNK,
-                 progress=False)
     there = merge([crawls / "new"], _copy(crawls, tmp_path, "there"), chunk_size=CHUNK,
                   progress=False, scheduler=client)
-    assert np.array_equal(here.pairs_array, there.pairs_array)
+    assert np.array_equal(in_process()[0].pairs_array, there.pairs_array)
     root = distributed_module.LOCAL_SHARE if where == "memory" else tmp_path
     assert made and all(d.parent == root and d.name.startswith(".simdup-scan-") for d in made)
     assert not any(d.exists() for d in made)
@@ -396,21 +406,20 @@ def test_a_file_a_worker_cannot_open_is_explained(tmp_path, client):
         DaskScan._result(future)
 
 
-def test_two_merges_share_a_cluster(crawls, tmp_path, client):
+def test_two_merges_share_a_cluster(crawls, tmp_path, client, in_process):
     """Two merges at once on one cluster (their batches' sides side by side
     on the workers) each give the in-process result."""
     from concurrent.futures import ThreadPoolExecutor
 
-    want = {}
-    for name, kw in (("f", RUNS["psm-f"]), ("a", RUNS["psm-a"])):
-        want[name] = merge([crawls / "new"], _copy(crawls, tmp_path, f"here-{name}"),
-                           chunk_size=CHUNK, progress=False, **kw).pairs_array
+    methods = ("psm-f", "psm-a")
     with ThreadPoolExecutor(2) as pool:
-        got = {name: pool.submit(merge, [crawls / "new"], _copy(crawls, tmp_path, name),
-                                 chunk_size=CHUNK, progress=False, scheduler=client, **kw)
-               for name, kw in (("f", RUNS["psm-f"]), ("a", RUNS["psm-a"]))}
-        for name, future in got.items():
-            assert np.array_equal(future.result().pairs_array, want[name])
+        got = {method: pool.submit(merge, [crawls / "new"], _copy(crawls, tmp_path, method),
+                                   chunk_size=CHUNK, progress=False, scheduler=client,
+                                   **RUNS[method])
+               for method in methods}
+        for method, future in got.items():
+            assert np.array_equal(future.result().pairs_array,
+                                  in_process(method)[0].pairs_array)
 
 
 def test_an_unreachable_scheduler_is_a_clear_error(crawls, tmp_path, monkeypatch, capsys):

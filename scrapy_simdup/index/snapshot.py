@@ -75,6 +75,10 @@ def _truncated(path: Path, size: int, length: int) -> CorruptFileError:
                             "(truncated)")
 
 
+def _unreadable(path: Path, exc: OSError) -> CorruptFileError:
+    return CorruptFileError(path, f"{_KIND} cannot be read ({exc.strerror or exc})")
+
+
 def _mismatch(path: Path) -> CorruptFileError:
     return CorruptFileError(path, "index snapshot checksum mismatch (corrupt file)")
 
@@ -96,8 +100,7 @@ def verify_snapshot(directory) -> dict:
             try:
                 crc = crc32_stream(handle, length)
             except OSError as exc:
-                raise CorruptFileError(path, f"{_KIND} cannot be read ({exc.strerror or exc})") \
-                    from None
+                raise _unreadable(path, exc) from None
         if crc != meta[f"{field}_crc32"]:
             raise _mismatch(path)
     return meta
@@ -172,8 +175,7 @@ class IndexStore:
                 # a damaged header must not make us allocate what it claims
                 data = handle.read(length) if size >= length else b""
             except OSError as exc:
-                raise CorruptFileError(path, f"{_KIND} cannot be read ({exc.strerror or exc})") \
-                    from None
+                raise _unreadable(path, exc) from None
         if len(data) != length:
             raise _truncated(path, size, length)
         if checksum.crc32(data) != crc:

@@ -109,16 +109,16 @@ class SimdupPipeline(SimdupComponent):
                                f"SIMDUP_ON_ERROR=stop")
         match = verdict.match
         show = True     # the match goes into the tag
-        if match is not None and verdict.revisit:
-            if self.config.on_revisit == "drop":
+        if match is not None:
+            if verdict.revisit:
+                drop = self.config.on_revisit == "drop"
+                show = self.config.on_revisit == "tag"
+            else:
+                drop = self.config.action == "drop"
+            if drop:
                 self.stats.inc_value(self.prefix + "dropped")
-                raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash,
-                                        match.similarity)
-            show = self.config.on_revisit == "tag"
-        elif match is not None and self.config.action == "drop":
-            self.stats.inc_value(self.prefix + "dropped")
-            raise NearDuplicateItem(key, match.duplicate_of, match.distance, verdict.simhash,
-                                    match.similarity)
+                raise NearDuplicateItem(key, match.duplicate_of, match.distance,
+                                        verdict.simhash, match.similarity)
         if self.config.action == "tag" or (verdict.revisit and show):
             try:
                 self._warn_overwrite(adapter, item)

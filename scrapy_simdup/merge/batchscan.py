@@ -4,7 +4,8 @@
   by that key and the matcher over it (:mod:`~scrapy_simdup.merge.matchers`);
 * :func:`match_chunk` matches ``Q`` against one chunk of the collection on
   both keys (PSM-F: an element matched on key 1 is not looked up on key 2);
-* :func:`match_self` finds the pairs within ``Q`` on one key.
+* :func:`match_self` finds the pairs within ``Q`` on one key;
+* :func:`read_q` reads ``Q``'s batch files into one array.
 
 Both return the pairs found (:func:`pairs_of`), ``id`` the element's
 arrival index in ``Q``; :mod:`~scrapy_simdup.merge.run` numbers and
@@ -17,11 +18,31 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.merge.collection import PAIR_DTYPE
 from scrapy_simdup.merge.matchers import ExactBatchMatcher, IndexChunkMatcher, PSMBatchMatcher
+from scrapy_simdup.storage.batchfile import BATCH_DTYPE, read_batch
 
 #: a batch record's fields of each key: the key, its header weights and their RMS
 KEY_FIELDS = (("value", "cq", "wrms"), ("value2", "cq2", "wrms2"))
+
+
+def read_q(batches: list, with_urls: bool, verify: bool) -> tuple[np.ndarray, list, list]:
+    """``(records, read, damaged)``: the batch files ``batches`` (``(path,
+    count)``) read into one array (no per-batch arrays to join), the
+    :func:`read_batch` result of each (with its URLs if ``with_urls``), and
+    ``(path, CorruptFileError)`` of each damaged one, left out."""
+    records = np.empty(sum(count for _, count in batches), dtype=BATCH_DTYPE)
+    read, damaged, m = [], [], 0
+    for path, count in batches:
+        try:
+            read.append(read_batch(path, with_urls=with_urls, verify=verify,
+                                   out=records[m:m + count]))
+        except CorruptFileError as exc:
+            damaged.append((path, exc))
+            continue
+        m += count
+    return records[:m], read, damaged
 
 
 def stable_argsort(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -63,10 +63,9 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_simdup.merge.batchscan import Side, SideSpec, match_chunk, match_self
+from scrapy_simdup.merge.batchscan import Side, SideSpec, match_chunk, match_self, read_q
 from scrapy_simdup.merge.collection import H_DTYPE, Collection
 from scrapy_simdup.merge.sharedir import new_share_directory, remove_share, sweep_stale
-from scrapy_simdup.storage.batchfile import BATCH_DTYPE, read_batch
 
 #: seconds to wait for a scheduler given by address
 CONNECT_TIMEOUT = 30
@@ -111,12 +110,10 @@ def _check_live(tag: str) -> None:
 def _build_sides(job: dict, keys) -> dict:
     """``{n: (side n, Q's keys)}`` for the ``keys`` of ``job``'s batch ``Q``,
     read from its batch files (``job["batches"]``: ``(path, count)``)."""
-    records = np.empty(sum(count for _, count in job["batches"]), dtype=BATCH_DTYPE)
-    at = 0
-    for path, count in job["batches"]:
-        # (the client reads and checks them too, and starts again without a damaged one)
-        read_batch(path, with_urls=False, verify=False, out=records[at:at + count])
-        at += count
+    # (the client reads and checks them too, and starts again without a damaged one)
+    records, _, damaged = read_q(job["batches"], with_urls=False, verify=False)
+    if damaged:
+        raise damaged[0][1]
     q = {"value": np.ascontiguousarray(records["value"]),
          "value2": np.ascontiguousarray(records["value2"])}
     sides = {}
@@ -258,13 +255,16 @@ class _Job:
 
     directory: Path | None  # the share directory (None: a local cluster of one worker)
     lock: int | None        # the descriptor holding its lock (None without one)
-    tag: str                # in the task keys, and the batch's name on the workers
     task: dict              # what every task gets: the tag, the batch files, the spec
-    path: str           # the collection
-    plan: list          # its chunks
+    path: str               # the collection
+    plan: list              # its chunks
     verify: bool
-    psm_f: bool
     futures: list = field(default_factory=list)
+
+    @property
+    def tag(self) -> str:
+        """The batch's name in the task keys and on the workers."""
+        return self.task["tag"]
 
 
 class DaskScan:
@@ -395,8 +395,8 @@ class DaskScan:
         tag = uuid.uuid4().hex[:12]
         task = {"tag": tag, "spec": spec, "directory": directory and str(directory),
                 "batches": [(os.path.abspath(path), count) for path, count in batches]}
-        job = _Job(directory, lock, tag, task, os.path.abspath(coll.path),
-                   coll.chunk_plan(chunk_size), verify, spec.psm_f)
+        job = _Job(directory, lock, task, os.path.abspath(coll.path),
+                   coll.chunk_plan(chunk_size), verify)
         self._jobs.append(job)
         keys = [[0, 1]] if alone else [[0], [1]]
         job.futures = [client.submit(_build_task, task, k,
@@ -464,7 +464,7 @@ class DaskScan:
                 # pairs come from the first chunk that matched it
                 while next_slot in done:
                     pairs = done.pop(next_slot)
-                    if job.psm_f:
+                    if job.task["spec"].psm_f:
                         pairs = np.take(pairs, np.flatnonzero(active[pairs["id"]]))
                         active[pairs["id"]] = 0
                     found.append(pairs)

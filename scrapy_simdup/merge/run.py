@@ -23,7 +23,7 @@ from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.sketch import check_min_similarity, matches_needed
 from scrapy_simdup.index.snapshot import HEADER_FILE
-from scrapy_simdup.merge.batchscan import SideSpec, match_chunk, match_self
+from scrapy_simdup.merge.batchscan import SideSpec, match_chunk, match_self, read_q
 from scrapy_simdup.merge.collection import (
     H_DTYPE,
     PAIR_DTYPE,
@@ -39,9 +39,7 @@ from scrapy_simdup.merge.probes import header_bits, merge_probes
 from scrapy_simdup.merge.report import MergeSummary, n_distinct, write_clusters, write_pairs
 from scrapy_simdup.storage.atomic import read_json
 from scrapy_simdup.storage.batchfile import (
-    BATCH_DTYPE,
     list_batches,
-    read_batch,
     unfinished_batches,
 )
 
@@ -92,23 +90,6 @@ def _self_pairs(parts: list, base: int, active: np.ndarray, psm_f: bool) -> np.n
         pairs = np.take(pairs, _first_occurrences(pairs["id"], len(active)))
     pairs["duplicate_of"] += base
     return pairs
-
-
-def _read_group(group: list, sizes: dict, commit: bool, verify: bool):
-    """``(records, batches, damaged)``: the batches of ``group`` read into
-    one array (no per-batch arrays to join), with the URLs to commit, and
-    ``(path, CorruptFileError)`` of each damaged one, left out."""
-    records = np.empty(sum(sizes[p] for p in group), dtype=BATCH_DTYPE)
-    batches, damaged, m = [], [], 0
-    for p in group:
-        try:
-            batches.append(read_batch(p, with_urls=commit, verify=verify,
-                                      out=records[m:m + sizes[p]]))
-        except CorruptFileError as exc:
-            damaged.append((p, exc))
-            continue
-        m += sizes[p]
-    return records[:m], batches, damaged
 
 
 def _match_in_process(coll: Collection, chunk_size: int, verify: bool, records: np.ndarray,
@@ -343,9 +324,10 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
             # on Dask the workers start on the batches while this process reads
             # them too, for the commit and to find damage (a job an error
             # leaves behind is cancelled by cluster.close())
+            q_files = [(p, sizes[p]) for p in group]
             job = None if cluster is None else cluster.submit_batch(
-                coll, chunk_size, verify, [(p, sizes[p]) for p in group], spec)
-            records, batches, damaged_here = _read_group(group, sizes, commit, verify)
+                coll, chunk_size, verify, q_files, spec)
+            records, batches, damaged_here = read_q(q_files, commit, verify)
             for path, exc in damaged_here:
                 summary.damaged.append(_damaged_batch(path, exc, skip_damaged))
                 bar.update(sizes[path] * (chunks0 + gi + 1))
