@@ -242,10 +242,11 @@ def worker(args) -> None:
         extra["startup"] = startup
         extra["tasks"] = _task_seconds(stream.data, t0)
     if args.again:      # the same merge again, in the same process and cluster
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         merge([args.dir], args.collection, distance=distance, chunk_size=args.m, commit=False,
               progress=False, **kw)
         extra["again"] = time.perf_counter() - t1
+        extra["again_cpu"] = time.process_time() - c1
     if client is not None:
         scan.close()
     print(json.dumps({**extra, "method": args.worker, "seconds": seconds, "cpu": cpu,
@@ -383,7 +384,9 @@ def dask_bench(args) -> None:
         parts = ", ".join(f"{kind} {sec:.2f}" for kind, sec in sorted(tasks["compute"].items()))
         log(f"{name:16s} task compute {total:5.2f} s ({parts}) = {total / k:.2f} s per worker; "
             f"client alone: {tasks['first_start']:.2f} s before the first task, "
-            f"{r['seconds'] - tasks['last_stop']:.2f} s after the last")
+            f"{r['seconds'] - tasks['last_stop']:.2f} s after the last; the client process "
+            f"(client and scheduler) used {r['cpu']:.2f} CPU-s, "
+            f"{min(x['again_cpu'] for x in rounds[name]):.2f} in the merge again")
     if 1 in counts:
         one = sum(best[names[1 + counts.index(1)]]["tasks"]["compute"].values())
         for name, k in zip(names[1:], counts):
