@@ -69,7 +69,8 @@ from scrapy_simdup.merge.sharedir import new_share_directory, remove_share, swee
 
 #: seconds to wait for a scheduler given by address
 CONNECT_TIMEOUT = 30
-INSTALL_HINT = 'install Dask for --workers/--scheduler: pip install "scrapy-simdup[dask]"'
+INSTALL_HINT = ('install Dask for --workers/--scheduler: pip install "scrapy-simdup[dask]" '
+                'or, from a checkout, pip install -e ".[dask]"')
 #: what the workers of a local cluster import when they start, not in the first task
 WORKER_PRELOAD = ("scrapy_simdup.merge.distributed",)
 #: where a batch's share directory goes (memory, not disk) when every worker
