@@ -206,6 +206,10 @@ def worker(args) -> None:
         if args.join_kernel < 2:
             # a CPU without AVX-512: VOSH for the probes
             batchjoin.flip_kernel(0)
+    if args.gather is not None:
+        from scrapy_simdup._ext import batchjoin
+
+        batchjoin.join_gather(args.gather)
     rss0 = _peak_rss_mb()
     client = None
     if args.dask_workers:
@@ -322,7 +326,7 @@ def _task_seconds(records, t0: float) -> dict:
 
 
 def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None, distance=None,
-               dask_workers=None, again=False):
+               dask_workers=None, again=False, gather=None):
     cmd = [sys.executable, __file__, "--worker", method, "--dir", str(crawl), "--collection",
            str(collection), "--m", str(m), "--out", str(out)]
     if dask_workers:
@@ -335,6 +339,8 @@ def run_worker(method, crawl, collection, m, out, probes=None, join_kernel=None,
         cmd += ["--probes", str(probes)]
     if join_kernel is not None:
         cmd += ["--join-kernel", str(join_kernel)]
+    if gather is not None:
+        cmd += ["--gather", str(gather)]
     # one core per method: NumPy's OpenBLAS threads otherwise spin for ~0.1 s
     # of CPU after import, inside the timed merge (no method calls BLAS)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -425,6 +431,40 @@ def _log_ratios(best: dict, names: list, counts: list, field: str) -> None:
                 log(f"{name:16s} {one / best[name][field]:5.2f}x the speed of 1 worker")
 
 
+def wide_bench(args, m: int) -> None:
+    """PSM-F at the crawls' default distance: speed and memory only (its
+    exact reference would be BPHS with 23 tables, and this workload plants
+    near-duplicates within distance 3), on a smaller workload (``--wide-m``):
+    the join as it runs (a bucket's full values gathered where the low bits
+    pass most entries) against the low-bit sweep alone, same pairs."""
+    from scrapy_simdup._limits import DEFAULT_DISTANCE
+
+    wide_m = min(m, args.wide_m)
+    crawl_w, collection_w = build(2 * wide_m, wide_m)
+    out = WORK / "pairs"
+    out.mkdir(parents=True, exist_ok=True)
+    modes = {"gathered": -1, "low bits only": 0}
+    rounds = {name: [] for name in modes}
+    for _ in range(args.repeat):
+        for name, mode in modes.items():
+            rounds[name].append(run_worker("psm-f", crawl_w, collection_w, wide_m,
+                                           out / f"psm-f-wide-{mode}.npy",
+                                           distance=DEFAULT_DISTANCE, gather=mode))
+    log("")
+    log(f"## PSM-F at the crawls' default distance {DEFAULT_DISTANCE}, m = {wide_m:,}, "
+        f"n = {2 * wide_m:,} (speed and memory only), best of {args.repeat}")
+    best = {}
+    for name in modes:
+        best[name] = r = min(rounds[name], key=lambda x: x["cpu"])
+        cpus = ", ".join(f"{x['cpu']:.2f}" for x in rounds[name])
+        log(f"psm-f h={DEFAULT_DISTANCE} {name:14s} {r['cpu']:7.2f} s CPU  "
+            f"{r['m'] / r['cpu']:>10,.0f} fp/s per CPU-second  probes {r['probes']}  "
+            f"peak RSS {r['rss_peak_mb']:7.0f} MB  pairs {r['pairs']:,}  (CPU {cpus} s)")
+    same = np.array_equal(np.load(out / "psm-f-wide--1.npy"), np.load(out / "psm-f-wide-0.npy"))
+    log(f"gathered: {best['low bits only']['cpu'] / best['gathered']['cpu']:.2f}x the throughput "
+        f"per CPU-second of the low-bit sweep alone, same pairs: {same}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -441,6 +481,9 @@ def main() -> None:
     ap.add_argument("--collection")
     ap.add_argument("--out")
     ap.add_argument("--join-kernel", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--gather", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--wide-only", action="store_true",
+                    help="only the run at the default distance (--wide-m)")
     ap.add_argument("--distance", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--workers", help="e.g. 1,2: PSM-F in-process vs on Dask with that many "
                     "worker processes (only that)")
@@ -455,6 +498,9 @@ def main() -> None:
         return
     if args.workers:
         dask_bench(args)
+        return
+    if args.wide_only:
+        wide_bench(args, args.m or 1_000_000)
         return
     n = args.n or (200_000 if args.quick else 10_000_000)
     m = args.m or (20_000 if args.quick else 1_000_000)
@@ -525,26 +571,8 @@ def main() -> None:
         f"{res['psm-f']['rss_peak_mb']:.0f} MB (ratio {res['psm-f']['rss_peak_mb'] / small['rss_peak_mb']:.2f}"
         f" for {n / small_n:.0f}x the collection)")
     log(f"on-disk collection: {sum(p.stat().st_size for p in Path(collection).iterdir()) / 2**20:.0f} MB")
-    # the crawls' default distance: speed and memory only (its exact
-    # reference would be BPHS with 23 tables, and this workload plants
-    # near-duplicates within distance 3). At a 22-bit radius the join's
-    # 32-bit prefilter passes almost every bucket entry, so it runs on a
-    # smaller workload (--wide-m; 0 skips it)
-    from scrapy_simdup._limits import DEFAULT_DISTANCE
-
     if args.wide_m:
-        wide_m = min(m, args.wide_m)
-        crawl_w, collection_w = build(2 * wide_m, wide_m)
-        runs9 = [run_worker("psm-f", crawl_w, collection_w, wide_m, out / "psm-f-wide.npy",
-                            distance=DEFAULT_DISTANCE) for _ in range(args.repeat)]
-        r9 = min(runs9, key=lambda x: x["cpu"])
-        log("")
-        log(f"## PSM-F at the crawls' default distance {DEFAULT_DISTANCE}, m = {wide_m:,}, "
-            f"n = {2 * wide_m:,} (speed and memory only), best of {args.repeat}")
-        cpus9 = ", ".join(f"{x['cpu']:.2f}" for x in runs9)
-        log(f"psm-f h={DEFAULT_DISTANCE}   {r9['cpu']:7.2f} s CPU  {r9['m'] / r9['cpu']:>10,.0f} "
-            f"fp/s per CPU-second  probes {r9['probes']}  peak RSS {r9['rss_peak_mb']:7.0f} MB  "
-            f"pairs {r9['pairs']:,}  (CPU {cpus9} s)")
+        wide_bench(args, m)
     # the batch join's SIMD sweep on CPUs with less than this one: the
     # default merge with each lower kernel forced (AVX2: same header length,
     # probes and pairs; scalar: 2 more header bits, so the probes and pairs

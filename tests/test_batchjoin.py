@@ -83,8 +83,10 @@ def test_scan_and_join_equal_reference(case):
     try:
         for level in JOIN_KERNELS:
             batchjoin.join_kernel(level)
-            got = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False)
-            assert set(zip(*(a.tolist() for a in got))) == want, level
+            for gather in (-1, 0, 1):
+                got = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False,
+                                           gather=gather)
+                assert set(zip(*(a.tolist() for a in got))) == want, (level, gather)
     finally:
         batchjoin.join_kernel()
     # a table in runs by flipped header bits (run r: threshold h - r on the
@@ -101,8 +103,10 @@ def test_scan_and_join_equal_reference(case):
                 if x >> (64 - t) == b:
                     flips.append(0)
                 assert min(r, runs - 1) in [min(f, runs - 1) for f in flips]
-        got = batchjoin.join_chunk(chunk, offsets, pr, prl, pri, q, h, active.copy(), False)
-        assert set(zip(*(a.tolist() for a in got))) == want, runs
+        for gather in (0, 1):
+            got = batchjoin.join_chunk(chunk, offsets, pr, prl, pri, q, h, active.copy(), False,
+                                       gather=gather)
+            assert set(zip(*(a.tolist() for a in got))) == want, (runs, gather)
     # with sketches: the matches whose sketches agree in `needed` bytes, with
     # their equal bytes; first-only drops an element at a verified match only
     rng = np.random.default_rng(len(q) * 7 + len(chunk))
@@ -117,6 +121,12 @@ def test_scan_and_join_equal_reference(case):
                                        q_sk, c_sk, needed)
             assert set(zip(*(a.tolist() for a in got))) == verified, level
         batchjoin.join_kernel()
+        # first-only keeps the first verified match in the join's order: the
+        # gathered sweep (full values) visits candidates in the same order
+        for table in ((po, pl, pi), batchjoin.probe_table(q, probes, nprobes, t, runs=h + 1)):
+            got = [batchjoin.join_chunk(chunk, offsets, *table, q, h, active.copy(), True,
+                                        q_sk, c_sk, needed, gather=gather) for gather in (0, 1)]
+            assert all(np.array_equal(a, b) for a, b in zip(*got))
         act = active.copy()
         qi, yi, dd, aa = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, act, True,
                                               q_sk, c_sk, needed)
@@ -183,6 +193,62 @@ def test_join_kernels_find_every_candidate(level):
                     if bin(int(low[e]) ^ int(ys[j])).count("1") <= h}
             got = list(zip(qi.tolist(), yi.tolist(), dd.tolist()))
             assert len(got) == len(set(got)) and set(got) == want, (trial, n, len(ys), h)
+    finally:
+        batchjoin.join_kernel()
+
+
+@pytest.mark.parametrize("level", JOIN_KERNELS)
+def test_gathered_sweeps_find_every_pair_within_the_distance(level):
+    """The full-value sweeps (a bucket's values gathered, as at a wide
+    radius) against brute force on the full 64-bit distance, for every
+    kernel, bucket length and distance up to 64, in runs; and in the same
+    order as the low-bit sweeps: PSM-F's first matches are the same."""
+    rng = np.random.default_rng(100 + level)
+    assert batchjoin.join_kernel(level) == level
+    try:
+        for trial in range(300):
+            n = int(rng.integers(0, 70))
+            ys = np.sort(rng.integers(0, 2**64, int(rng.integers(1, 20)), dtype=np.uint64))
+            q = rng.integers(0, 2**64, n, dtype=np.uint64)
+            for j in np.flatnonzero(rng.random(n) < 0.5):   # some near a y, anywhere in 64 bits
+                v = int(rng.choice(ys))
+                for bit in rng.choice(64, size=int(rng.integers(0, 30)), replace=False):
+                    v ^= 1 << int(bit)
+                q[j] = v
+            h = int(rng.choice([0, 3, 9, 16, 22, 28, 32, 40, 64]))
+            runs = int(rng.integers(1, 4))
+            coff = np.array([0, len(ys)], dtype=np.int64)
+            # one bucket (t = 0 header bits) split into runs of any sizes
+            cuts = np.sort(rng.integers(0, n + 1, runs - 1))
+            poff = np.concatenate([[0], cuts, [n]]).astype(np.int64)
+            low = (q & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            idx = rng.permutation(n).astype(np.uint32)      # entries name elements in any order
+            q_of = q[idx.astype(np.int64)]
+            low = low[idx.astype(np.int64)]
+            active = np.ones(n, np.uint8)
+            run = np.searchsorted(poff, np.arange(n), side="right") - 1
+            # (a run r > h is skipped: its probes flipped more header bits than h)
+            want = {(int(idx[e]), j, bin(int(q_of[e]) ^ int(ys[j])).count("1"))
+                    for e in range(n) for j in range(len(ys))
+                    if bin(int(q_of[e]) ^ int(ys[j])).count("1") <= h and run[e] <= h}
+            qi, yi, dd = batchjoin.join_chunk(ys, coff, poff, low, idx, q, h, active.copy(),
+                                               False, gather=1)
+            got = list(zip(qi.tolist(), yi.tolist(), dd.tolist()))
+            assert len(got) == len(set(got)) and set(got) == want, (trial, n, len(ys), h)
+            # (join_gather sets the mode of calls that give none)
+            assert batchjoin.join_gather(1) == 1
+            try:
+                again = batchjoin.join_chunk(ys, coff, poff, low, idx, q, h, active.copy(), False)
+            finally:
+                batchjoin.join_gather()
+            assert all(np.array_equal(x, y) for x, y in zip(again, (qi, yi, dd)))
+            # the low-bit sweep finds the same, in the same order, where its
+            # threshold is h (runs here are not header flips, so not h - r)
+            if runs == 1:
+                for first in (False, True):
+                    a, b = (batchjoin.join_chunk(ys, coff, poff, low, idx, q, h, active.copy(),
+                                                 first, gather=gather) for gather in (0, 1))
+                    assert all(np.array_equal(x, y) for x, y in zip(a, b)), (trial, first)
     finally:
         batchjoin.join_kernel()
 
@@ -343,13 +409,19 @@ def test_bad_arguments_are_value_errors():
     po, pl, pi = batchjoin.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
     with pytest.raises(ValueError, match="differ in length"):
         batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(2, np.uint8), False)
-    with pytest.raises(ValueError, match="beyond"):
-        batchjoin.join_chunk(v, off, po, pl, pi, q[:2], 3, np.ones(2, np.uint8), False)
+    for gather in (0, 1):       # (a gathered bucket reads the elements' values first)
+        with pytest.raises(ValueError, match="beyond"):
+            batchjoin.join_chunk(v, off, po, pl, pi, q[:2], 3, np.ones(2, np.uint8), False,
+                                 gather=gather)
     with pytest.raises(ValueError, match="shorter"):
         batchjoin.join_chunk(v, off, po, pl[:2], pi[:2], q, 3, np.ones(4, np.uint8), False)
     sk = np.zeros((4, 32), np.uint8)
     with pytest.raises(ValueError, match="both"):
         batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(4, np.uint8), False, sk)
+    with pytest.raises(ValueError, match="gather"):
+        batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(4, np.uint8), False, gather=2)
+    with pytest.raises(ValueError, match="gather"):
+        batchjoin.join_gather(5)
     with pytest.raises(ValueError, match="q_sketch must have shape"):
         batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(4, np.uint8), False, sk[:3], sk)
     with pytest.raises(ValueError, match="needed"):

@@ -20,6 +20,11 @@
  *   1  AVX2: blocks of 8, popcount by nibble lookup (vpshufb);
  *   0  portable scalar, blocks of 32.
  * simdup_join_select(level) forces a lower one (tests, benchmarks).
+ *
+ * simdup_next_block64(y, ny, v, i, n, h, masks) is the same sweep (the same
+ * blocks, slots and masks) over full 64-bit values: at a wide radius the low
+ * bits pass almost every entry, so the join gathers a bucket's full values
+ * once and sweeps them for the exact distance instead.
  */
 #ifndef SIMDUP_JOINSCAN_H
 #define SIMDUP_JOINSCAN_H
@@ -55,6 +60,29 @@ static int64_t simdup_next_block_scalar(const uint32_t *y, int ny, const uint32_
             m1 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y1) <= h) << l;
             m2 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y2) <= h) << l;
             m3 |= (uint32_t)((uint32_t)simdup_popcount32(v ^ y3) <= h) << l;
+        }
+        if (simdup_keep_slots(masks, ny, m0, m1, m2, m3)) return i;
+    }
+    return n;
+}
+
+static inline uint64_t simdup_slot64(const uint64_t *y, int ny, int s) {
+    return y[s < ny ? s : 0];
+}
+
+static int64_t simdup_next_block64_scalar(const uint64_t *y, int ny, const uint64_t *v,
+                                          int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
+    for (; i < n; i += 32) {
+        int w = n - i < 32 ? (int)(n - i) : 32;
+        uint32_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
+        uint64_t y0 = simdup_slot64(y, ny, 0), y1 = simdup_slot64(y, ny, 1),
+                 y2 = simdup_slot64(y, ny, 2), y3 = simdup_slot64(y, ny, 3);
+        for (int l = 0; l < w; l++) {
+            uint64_t x = v[i + l];
+            m0 |= (uint32_t)((uint32_t)simdup_popcount64(x ^ y0) <= h) << l;
+            m1 |= (uint32_t)((uint32_t)simdup_popcount64(x ^ y1) <= h) << l;
+            m2 |= (uint32_t)((uint32_t)simdup_popcount64(x ^ y2) <= h) << l;
+            m3 |= (uint32_t)((uint32_t)simdup_popcount64(x ^ y3) <= h) << l;
         }
         if (simdup_keep_slots(masks, ny, m0, m1, m2, m3)) return i;
     }
@@ -132,7 +160,92 @@ static int64_t simdup_next_block_avx2(const uint32_t *y, int ny, const uint32_t 
     }
     return simdup_next_block_scalar(y, ny, low, i, n, h, masks);
 }
+
+__attribute__((target("avx512f,avx512vpopcntdq")))
+static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint64_t *v,
+                                          int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
+    /* blocks of 16 as the 32-bit sweep: two vectors of eight 64-bit lanes */
+    const __m512i vh = _mm512_set1_epi64((long long)h);
+    __m512i vy[8];
+    for (int s = 0; s < 8; s++) vy[s] = _mm512_set1_epi64((long long)simdup_slot64(y, ny, s));
+    __mmask8 live0 = 0xFF, live1 = 0xFF;
+    for (; i < n; i += 16) {
+        __m512i v0, v1;
+        if (n - i >= 16) {
+            v0 = _mm512_loadu_si512((const void *)(v + i));
+            v1 = _mm512_loadu_si512((const void *)(v + i + 8));
+        } else {
+            int rest = (int)(n - i);
+            live0 = (__mmask8)(rest >= 8 ? 0xFF : (1u << rest) - 1u);
+            live1 = (__mmask8)(rest > 8 ? (1u << (rest - 8)) - 1u : 0);
+            v0 = _mm512_maskz_loadu_epi64(live0, (const void *)(v + i));
+            v1 = _mm512_maskz_loadu_epi64(live1, (const void *)(v + i + 8));
+        }
+        __m512i c0[8], c1[8];
+        for (int s = 0; s < 8; s++) {
+            c0[s] = _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s]));
+            c1[s] = _mm512_popcnt_epi64(_mm512_xor_si512(v1, vy[s]));
+        }
+        __m512i lo = _mm512_min_epu64(
+            _mm512_min_epu64(_mm512_min_epu64(c0[0], c0[1]), _mm512_min_epu64(c0[2], c0[3])),
+            _mm512_min_epu64(_mm512_min_epu64(c0[4], c0[5]), _mm512_min_epu64(c0[6], c0[7])));
+        __m512i hi = _mm512_min_epu64(
+            _mm512_min_epu64(_mm512_min_epu64(c1[0], c1[1]), _mm512_min_epu64(c1[2], c1[3])),
+            _mm512_min_epu64(_mm512_min_epu64(c1[4], c1[5]), _mm512_min_epu64(c1[6], c1[7])));
+        if (_mm512_mask_cmple_epu64_mask(live0, lo, vh) |
+                _mm512_mask_cmple_epu64_mask(live1, hi, vh)) {
+            uint32_t any = 0;
+            for (int s = 0; s < 8; s++) {
+                masks[s] = s < ny
+                    ? (uint32_t)_mm512_mask_cmple_epu64_mask(live0, c0[s], vh)
+                      | ((uint32_t)_mm512_mask_cmple_epu64_mask(live1, c1[s], vh) << 8)
+                    : 0;
+                any |= masks[s];
+            }
+            if (any) return i;
+        }
+    }
+    return n;
+}
+
+/* popcount of each 64-bit lane of v, compared with h: a lane mask (4 bits) */
+__attribute__((target("avx2")))
+static inline int simdup_avx2_within64(__m256i v, __m256i vh1) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    const __m256i lut = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
+                                         0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
+    __m256i c8 = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib)),
+                                 _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib)));
+    /* the bytes of each 64-bit lane summed */
+    __m256i c64 = _mm256_sad_epu8(c8, _mm256_setzero_si256());
+    return _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(vh1, c64)));
+}
+
+__attribute__((target("avx2")))
+static int64_t simdup_next_block64_avx2(const uint64_t *y, int ny, const uint64_t *v,
+                                        int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
+    /* blocks of 8 as the 32-bit sweep: two vectors of four 64-bit lanes */
+    const __m256i vh1 = _mm256_set1_epi64x(h < 64 ? (long long)h + 1 : 65);
+    __m256i vy[4];
+    for (int s = 0; s < 4; s++) vy[s] = _mm256_set1_epi64x((long long)simdup_slot64(y, ny, s));
+    for (; i + 8 <= n; i += 8) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(v + i));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(v + i + 4));
+        uint32_t any = 0;
+        for (int s = 0; s < ny; s++) {
+            masks[s] = (uint32_t)simdup_avx2_within64(_mm256_xor_si256(v0, vy[s]), vh1)
+                       | ((uint32_t)simdup_avx2_within64(_mm256_xor_si256(v1, vy[s]), vh1) << 4);
+            any |= masks[s];
+        }
+        if (any) return i;
+    }
+    return simdup_next_block64_scalar(y, ny, v, i, n, h, masks);
+}
 #endif
+
+typedef int64_t (*simdup_block64_fn)(const uint64_t *, int, const uint64_t *, int64_t, int64_t,
+                                     uint32_t, uint32_t *);
+static simdup_block64_fn simdup_next_block64 = simdup_next_block64_scalar;
 
 typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int64_t, int64_t,
                                    uint32_t, uint32_t *);
@@ -161,15 +274,18 @@ static int simdup_join_select(int level) {
     int best = simdup_join_best_level();
     if (level < 0 || level > best) level = best;
     simdup_next_block = simdup_next_block_scalar;
+    simdup_next_block64 = simdup_next_block64_scalar;
     simdup_block_width = 32;
     simdup_block_slots = 4;
 #ifdef SIMDUP_JOIN_X86
     if (level == 2) {
         simdup_next_block = simdup_next_block_avx512;
+        simdup_next_block64 = simdup_next_block64_avx512;
         simdup_block_width = 16;
         simdup_block_slots = 8;
     } else if (level == 1) {
         simdup_next_block = simdup_next_block_avx2;
+        simdup_next_block64 = simdup_next_block64_avx2;
         simdup_block_width = 8;
     }
 #endif

@@ -26,9 +26,10 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memset
 
 from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch, ctz32
-from scrapy_simdup._ext.joinscan cimport (simdup_block_fn, simdup_block_slots,
-                                          simdup_block_width, simdup_join_level,
-                                          simdup_join_select, simdup_next_block)
+from scrapy_simdup._ext.joinscan cimport (simdup_block64_fn, simdup_block_fn,
+                                          simdup_block_slots, simdup_block_width,
+                                          simdup_join_level, simdup_join_select,
+                                          simdup_next_block, simdup_next_block64)
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
 from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
 from scrapy_simdup._ext.topflips cimport (TOPFLIPS_MAX_CAND, TOPFLIPS_MAX_H, TOPFLIPS_MAX_T,
@@ -39,6 +40,8 @@ from scrapy_simdup._ext.topflips cimport (TOPFLIPS_MAX_CAND, TOPFLIPS_MAX_H, TOP
                                           topflips_select_row16_avx512, topflips_use_level)
 from scrapy_simdup._ext.vosh cimport (vosh_gen, vosh_init, vosh_limit, vosh_next, vosh_node,
                                       vosh_total)
+
+import math
 
 import numpy as np
 

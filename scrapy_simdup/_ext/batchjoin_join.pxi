@@ -127,6 +127,33 @@ def join_kernel(int level=-1):
     return simdup_join_select(level)
 
 
+# P(popcount(a ^ b) <= k) for random 32-bit a and b, k = 0..64: the share of
+# a bucket's entries the low-bit sweep passes at threshold k
+cdef double _LOW_PASS[65]
+_cdf = 0.0
+for _k in range(65):
+    _cdf += (math.comb(32, _k) if _k <= 32 else 0) / 2.0 ** 32
+    _LOW_PASS[_k] = min(_cdf, 1.0)
+del _cdf, _k
+
+# a bucket's full values are gathered (one read an entry) when the low-bit
+# sweep would pass at least this many candidates an entry (each a read of
+# the element's full value, its number and its active flag)
+cdef double GATHER_AT = 0.25
+cdef int _gather_mode = -1
+
+
+def join_gather(int mode=-1):
+    """Set when :func:`join_chunk` gathers a bucket's full values by default:
+    -1 when it pays, 0 never, 1 always. Returns the mode set. For tests and
+    benchmarks; every mode gives the same results."""
+    global _gather_mode
+    if mode < -1 or mode > 1:
+        raise ValueError(f"gather mode must be -1, 0 or 1, got {mode}")
+    _gather_mode = mode
+    return mode
+
+
 # candidates are checked in batches of CAND_BATCH: each needs three random
 # reads (its element number, `active`, its full value), and prefetching them
 # for a whole batch overlaps the cache misses instead of paying them in turn
@@ -179,7 +206,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                const int64_t[::1] probe_offsets, const uint32_t[::1] low,
                const uint32_t[::1] idx, const uint64_t[::1] q_values, int h,
                uint8_t[::1] active, bint first_only, q_sketch=None, chunk_sketch=None,
-               int needed=0):
+               int needed=0, gather=None):
     """Match a batch against one sorted chunk by walking both header-ordered tables.
 
     Same result set as :func:`scan_chunk` with the same probes (within one
@@ -198,6 +225,15 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     least ``needed`` sketch bins agree (PSM-F deactivates an element at its
     first *verified* match), and a fourth array gives each pair's equal bins
     (uint8).
+
+    At a wide radius the low bits are no filter (at ``h = 22`` they pass
+    almost every entry), so a bucket whose low-bit sweep would pass many
+    candidates has its elements' full values gathered once and swept for
+    the exact distance instead: the same candidates that pass, in the same
+    order, without reading each element's value once per chunk value.
+    ``gather``: -1 when that pays (the expected candidates per entry), 0
+    never, 1 always (tests, benchmarks; None: :func:`join_gather`'s mode);
+    the result is the same.
     """
     cdef const uint8_t[:, :] qs_view
     cdef const uint8_t[:, :] ys_view
@@ -238,9 +274,15 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
         raise ValueError("active and q_values differ in length")
     if h < 0 or h > 64:
         raise ValueError(f"h must be in 0..64, got {h}")
+    if gather is None:
+        gather = _gather_mode
+    elif gather not in (-1, 0, 1):
+        raise ValueError(f"gather must be -1, 0 or 1, got {gather!r}")
+    cdef int gathering = gather
     simdup_join_level()
     # one kernel for the whole chunk, even if join_kernel() is called meanwhile
     cdef simdup_block_fn next_block = simdup_next_block
+    cdef simdup_block64_fn next_block64 = simdup_next_block64
     cdef int64_t width = simdup_block_width
     cdef int64_t slots = simdup_block_slots
     cdef PairBuf buf
@@ -255,12 +297,46 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef int64_t cj[CAND_BATCH]
     cdef int64_t nc = 0
     cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
+    # the gathered full values of a bucket's entries (from entry p0 on)
+    cdef uint64_t ys64[8]
+    cdef uint64_t *gv = NULL
+    cdef int64_t p0 = 0, e, gmax = 0, m = q_values.shape[0]
+    cdef uint32_t qi
+    cdef double passed
+    cdef bint gathered = False
+    if gathering != 0:
+        for b in range(nb):
+            gmax = max(gmax, probe_offsets[b * R + R] - probe_offsets[b * R])
+        gv = <uint64_t *>malloc(max(gmax, 1) * sizeof(uint64_t))
+        if gv == NULL:
+            raise MemoryError("join_chunk: out of memory for a bucket's values")
     with nogil:
         for b in range(nb):
             lo = chunk_offsets[b]
             hi = chunk_offsets[b + 1]
             if lo == hi or probe_offsets[b * R] == probe_offsets[b * R + R]:
                 continue
+            p0 = probe_offsets[b * R]
+            gathered = gathering == 1
+            if gathering < 0:
+                # expected low-bit candidates, against one gathered read an entry
+                passed = 0
+                for r in range(R):
+                    hr = h - <int>r if R > 1 else h
+                    if hr < 0:
+                        break
+                    passed += (probe_offsets[b * R + r + 1] - probe_offsets[b * R + r]) \
+                        * _LOW_PASS[hr]
+                gathered = passed * (hi - lo) >= GATHER_AT * (probe_offsets[b * R + R] - p0)
+            if gathered:
+                for e in range(p0, probe_offsets[b * R + R]):
+                    qi = idx[e]
+                    if qi >= m:
+                        failed = 2
+                        break
+                    gv[e - p0] = q_values[qi]
+                if failed:
+                    break
             # chunk values outer, `slots` at a time; a SIMD sweep of the bucket's
             # probe entries inner, run by run (run r: the probe flipped r
             # header bits, so the low bits may differ in at most h - r);
@@ -270,6 +346,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 ny = <int>(hi - j0) if hi - j0 < slots else <int>slots
                 for s in range(ny):
                     ys[s] = <uint32_t>chunk[j0 + s]
+                    ys64[s] = chunk[j0 + s]
                 for r in range(R):
                     hr = h - <int>r if R > 1 else h
                     if hr < 0:
@@ -278,7 +355,12 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                     phi = probe_offsets[b * R + r + 1]
                     if plo == phi:
                         continue
-                    e0 = next_block(ys, ny, lp, plo, phi, <uint32_t>hr, masks)
+                    # (gathered: the full distance, h; the same blocks as the low bits')
+                    if gathered:
+                        e0 = p0 + next_block64(ys64, ny, gv, plo - p0, phi - p0, <uint32_t>h,
+                                               masks)
+                    else:
+                        e0 = next_block(ys, ny, lp, plo, phi, <uint32_t>hr, masks)
                     while e0 < phi:
                         for s in range(ny):
                             mk = masks[s]
@@ -298,7 +380,11 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                 break
                         if failed:
                             break
-                        e0 = next_block(ys, ny, lp, e0 + width, phi, <uint32_t>hr, masks)
+                        if gathered:
+                            e0 = p0 + next_block64(ys64, ny, gv, e0 + width - p0, phi - p0,
+                                                   <uint32_t>h, masks)
+                        else:
+                            e0 = next_block(ys, ny, lp, e0 + width, phi, <uint32_t>hr, masks)
                     if failed:
                         break
                 if failed:
@@ -309,6 +395,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
         if not failed and nc:
             failed = _check_candidates(nc, ce, cj, idx, q_values, chunk, active, h,
                                        first_only, qsk, ysk, qstride, ystride, needed, &buf)
+    free(gv)
     try:
         if failed == 2:
             raise ValueError("the probe table names an element beyond `active`")
