@@ -432,13 +432,15 @@ def _log_ratios(best: dict, names: list, counts: list, field: str) -> None:
 
 
 def wide_bench(args, m: int) -> None:
-    """PSM-F at the crawls' default distance: speed and memory only (its
-    exact reference would be BPHS with 23 tables, and this workload plants
-    near-duplicates within distance 3), on a smaller workload (``--wide-m``):
-    the join as it runs (a bucket's full values gathered where the low bits
-    pass most entries) against the low-bit sweep alone, same pairs."""
+    """PSM-F at a wide distance (the crawls' default, or ``--distance``):
+    speed and memory only (its exact reference would be BPHS with ``h + 1``
+    tables, and this workload plants near-duplicates within distance 3), on
+    a smaller workload (``--wide-m``): the join as it runs (a bucket's full
+    values gathered where the low bits pass most entries) against the
+    low-bit sweep alone, same pairs."""
     from scrapy_simdup._limits import DEFAULT_DISTANCE
 
+    distance = DEFAULT_DISTANCE if args.distance is None else args.distance
     wide_m = min(m, args.wide_m)
     crawl_w, collection_w = build(2 * wide_m, wide_m)
     out = WORK / "pairs"
@@ -449,15 +451,15 @@ def wide_bench(args, m: int) -> None:
         for name, mode in modes.items():
             rounds[name].append(run_worker("psm-f", crawl_w, collection_w, wide_m,
                                            out / f"psm-f-wide-{mode}.npy",
-                                           distance=DEFAULT_DISTANCE, gather=mode))
+                                           distance=distance, gather=mode))
     log("")
-    log(f"## PSM-F at the crawls' default distance {DEFAULT_DISTANCE}, m = {wide_m:,}, "
-        f"n = {2 * wide_m:,} (speed and memory only), best of {args.repeat}")
+    log(f"## PSM-F at distance {distance} (the crawls' default: {DEFAULT_DISTANCE}), "
+        f"m = {wide_m:,}, n = {2 * wide_m:,} (speed and memory only), best of {args.repeat}")
     best = {}
     for name in modes:
         best[name] = r = min(rounds[name], key=lambda x: x["cpu"])
         cpus = ", ".join(f"{x['cpu']:.2f}" for x in rounds[name])
-        log(f"psm-f h={DEFAULT_DISTANCE} {name:14s} {r['cpu']:7.2f} s CPU  "
+        log(f"psm-f h={distance} {name:14s} {r['cpu']:7.2f} s CPU  "
             f"{r['m'] / r['cpu']:>10,.0f} fp/s per CPU-second  probes {r['probes']}  "
             f"peak RSS {r['rss_peak_mb']:7.0f} MB  pairs {r['pairs']:,}  (CPU {cpus} s)")
     same = np.array_equal(np.load(out / "psm-f-wide--1.npy"), np.load(out / "psm-f-wide-0.npy"))
@@ -483,8 +485,9 @@ def main() -> None:
     ap.add_argument("--join-kernel", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--gather", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--wide-only", action="store_true",
-                    help="only the run at the default distance (--wide-m)")
-    ap.add_argument("--distance", type=int, help=argparse.SUPPRESS)
+                    help="only the run at the default distance (--wide-m; --distance H for "
+                    "another)")
+    ap.add_argument("--distance", type=int, help="with --workers or --wide-only: the distance")
     ap.add_argument("--workers", help="e.g. 1,2: PSM-F in-process vs on Dask with that many "
                     "worker processes (only that)")
     ap.add_argument("--dask-workers", type=int, help=argparse.SUPPRESS)
