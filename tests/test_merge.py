@@ -162,6 +162,24 @@ def test_several_directories_and_incremental_merges(corpus, tmp_path):
     assert st["directories"][1]["pending_batches"] == 0
 
 
+def test_a_recrawl_lists_each_page_once_in_its_cluster(corpus, tmp_path):
+    """Two crawls of the same pages: a page and its re-crawl are one page of
+    its cluster, and a page with no other near-duplicate than its own
+    re-crawl is in no cluster."""
+    pages = corpus[:60]
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write(a, pages, batch_size=25)
+    _write(b, pages[::-1], batch_size=30)      # (other files: not taken for a's)
+    coll, out = tmp_path / "coll", tmp_path / "clusters.jsonl"
+    merge([a], coll, distance=H, exact=True, first=False, clusters_out=out)
+    once = [json.loads(line) for line in out.read_text().splitlines()]
+    merge([b], coll, distance=H, exact=True, first=False, clusters_out=out)
+    twice = [json.loads(line) for line in out.read_text().splitlines()]
+    assert once and twice == once
+    assert all(len(set(r["urls"])) == r["size"] == len(r["urls"]) >= 2 for r in twice)
+    assert Collection(coll).count == 2 * len(pages)
+
+
 def test_duplicate_of_is_the_earlier_record(corpus, tmp_path):
     d = tmp_path / "crawl"
     _write(d, corpus[:300], batch_size=64)

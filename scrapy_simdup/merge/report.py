@@ -110,15 +110,22 @@ def components(n_ids: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
 
 
 def write_clusters(coll: Collection, pairs: np.ndarray, target) -> int:
-    """JSON Lines ``{"representative", "size", "urls"}`` per connected component.
+    """JSON Lines ``{"representative", "size", "urls"}`` per connected component
+    of distinct pages; returns the clusters written.
 
-    The representative is the earliest record (lowest collection id) of the cluster.
+    A page crawled more than once (the same URL) is listed once, at its
+    earliest record, and a component of one URL only (a page and its
+    re-crawls, no other page) is not a cluster. The representative is the
+    earliest page (lowest collection id); ``size`` is ``len(urls)``.
     """
     groups = components(None, pairs["id"], pairs["duplicate_of"])
+    written = 0
     with open_output(target) as handle:
         for root in sorted(groups):
-            members = groups[root]
-            urls = coll.urls(members)
-            handle.write(json.dumps({"representative": urls[0], "size": len(members),
+            urls = list(dict.fromkeys(coll.urls(groups[root])))
+            if len(urls) < 2:
+                continue
+            handle.write(json.dumps({"representative": urls[0], "size": len(urls),
                                      "urls": urls}, ensure_ascii=False) + "\n")
-    return len(groups)
+            written += 1
+    return written
