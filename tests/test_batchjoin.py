@@ -187,12 +187,47 @@ def test_join_kernels_find_every_candidate(level):
             poff = np.array([0, n], dtype=np.int64)
             idx = np.arange(n, dtype=np.uint32)
             qi, yi, dd = batchjoin.join_chunk(ys, coff, poff, low.astype(np.uint32), idx, q, h,
-                                               np.ones(n, np.uint8), False)
+                                               np.ones(n, np.uint8), False, gather=0)
             want = {(e, j, bin(int(low[e]) ^ int(ys[j])).count("1"))
                     for e in range(n) for j in range(len(ys))
                     if bin(int(low[e]) ^ int(ys[j])).count("1") <= h}
             got = list(zip(qi.tolist(), yi.tolist(), dd.tolist()))
             assert len(got) == len(set(got)) and set(got) == want, (trial, n, len(ys), h)
+    finally:
+        batchjoin.join_kernel()
+
+
+@pytest.mark.parametrize("level", JOIN_KERNELS)
+def test_sweeps_find_exactly_the_candidates(level):
+    """The low-bit and full-value sweeps' candidate sets against brute force:
+    no candidate missed, none too many (the join's check would hide those),
+    in every slot and lane: a value planted equal to each chunk value in
+    turn, at every position of a block, then random values near them."""
+    rng = np.random.default_rng(200 + level)
+    assert batchjoin.join_kernel(level) == level
+    try:
+        cases = []
+        ys = rng.integers(0, 2**64, 8, dtype=np.uint64)
+        for j in range(8):              # every slot in every lane, exactly
+            for lane in range(40):
+                v = rng.integers(0, 2**64, 40, dtype=np.uint64) ^ np.uint64(2**63)
+                v[lane] = ys[j]
+                cases.append((ys, v, 0))
+        for _ in range(300):
+            ys = rng.integers(0, 2**64, int(rng.integers(1, 20)), dtype=np.uint64)
+            v = rng.integers(0, 2**64, int(rng.integers(0, 70)), dtype=np.uint64)
+            for e in np.flatnonzero(rng.random(len(v)) < 0.4):
+                x = int(rng.choice(ys))
+                for bit in rng.choice(64, size=int(rng.integers(0, 30)), replace=False):
+                    x ^= 1 << int(bit)
+                v[e] = x
+            cases.append((ys, v, int(rng.choice([0, 2, 5, 9, 16, 22, 31, 40, 64]))))
+        for ys, v, h in cases:
+            for full, mask in ((False, 0xFFFFFFFF), (True, 2**64 - 1)):
+                got = batchjoin.sweep_candidates(ys, v, h, full)
+                want = {(e, j) for e in range(len(v)) for j in range(len(ys))
+                        if bin((int(v[e]) ^ int(ys[j])) & mask).count("1") <= h}
+                assert len(got) == len(set(got)) and set(got) == want, (len(v), len(ys), h, full)
     finally:
         batchjoin.join_kernel()
 
@@ -409,10 +444,28 @@ def test_bad_arguments_are_value_errors():
     po, pl, pi = batchjoin.probe_table(q, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
     with pytest.raises(ValueError, match="differ in length"):
         batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(2, np.uint8), False)
-    for gather in (0, 1):       # (a gathered bucket reads the elements' values first)
+    for gather in (0, 1):
         with pytest.raises(ValueError, match="beyond"):
             batchjoin.join_chunk(v, off, po, pl, pi, q[:2], 3, np.ones(2, np.uint8), False,
                                  gather=gather)
+    # a gathered bucket reads every entry's element first, so it finds one
+    # beyond q_values even when that entry is no candidate
+    far = np.full(4, 0x0FFF_FFFF_FFFF_FFFF, dtype=np.uint64)
+    fo, fl, fi = batchjoin.probe_table(far, np.zeros((4, 0), np.uint64), np.zeros(4, np.int32), 4)
+    zeros = np.zeros(4, np.uint64)
+    zoff = batchjoin.bucket_offsets(zeros, 4)
+    assert len(batchjoin.join_chunk(zeros, zoff, fo, fl, fi, far[:2], 3, np.ones(2, np.uint8),
+                                    False, gather=0)[0]) == 0
+    with pytest.raises(ValueError, match="beyond"):
+        batchjoin.join_chunk(zeros, zoff, fo, fl, fi, far[:2], 3, np.ones(2, np.uint8), False,
+                             gather=1)
+    # offsets that decrease or point outside are refused before any read
+    bad = po.copy()
+    bad[1], bad[2] = bad[2] + 1, bad[2]
+    with pytest.raises(ValueError, match="decrease"):
+        batchjoin.join_chunk(v, off, bad, pl, pi, q, 3, np.ones(4, np.uint8), False)
+    with pytest.raises(ValueError, match="out of range"):
+        batchjoin.join_chunk(v[:1], off, po, pl, pi, q, 3, np.ones(4, np.uint8), False)
     with pytest.raises(ValueError, match="shorter"):
         batchjoin.join_chunk(v, off, po, pl[:2], pi[:2], q, 3, np.ones(4, np.uint8), False)
     sk = np.zeros((4, 32), np.uint8)

@@ -186,14 +186,15 @@ static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint6
             c0[s] = _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s]));
             c1[s] = _mm512_popcnt_epi64(_mm512_xor_si512(v1, vy[s]));
         }
-        __m512i lo = _mm512_min_epu64(
+        /* the smallest count of each lane over the eight values */
+        __m512i min0 = _mm512_min_epu64(
             _mm512_min_epu64(_mm512_min_epu64(c0[0], c0[1]), _mm512_min_epu64(c0[2], c0[3])),
             _mm512_min_epu64(_mm512_min_epu64(c0[4], c0[5]), _mm512_min_epu64(c0[6], c0[7])));
-        __m512i hi = _mm512_min_epu64(
+        __m512i min1 = _mm512_min_epu64(
             _mm512_min_epu64(_mm512_min_epu64(c1[0], c1[1]), _mm512_min_epu64(c1[2], c1[3])),
             _mm512_min_epu64(_mm512_min_epu64(c1[4], c1[5]), _mm512_min_epu64(c1[6], c1[7])));
-        if (_mm512_mask_cmple_epu64_mask(live0, lo, vh) |
-                _mm512_mask_cmple_epu64_mask(live1, hi, vh)) {
+        if (_mm512_mask_cmple_epu64_mask(live0, min0, vh) |
+                _mm512_mask_cmple_epu64_mask(live1, min1, vh)) {
             uint32_t any = 0;
             for (int s = 0; s < 8; s++) {
                 masks[s] = s < ny
@@ -225,7 +226,7 @@ __attribute__((target("avx2")))
 static int64_t simdup_next_block64_avx2(const uint64_t *y, int ny, const uint64_t *v,
                                         int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
     /* blocks of 8 as the 32-bit sweep: two vectors of four 64-bit lanes */
-    const __m256i vh1 = _mm256_set1_epi64x(h < 64 ? (long long)h + 1 : 65);
+    const __m256i vh1 = _mm256_set1_epi64x((long long)h + 1);     /* h <= 64 */
     __m256i vy[4];
     for (int s = 0; s < 4; s++) vy[s] = _mm256_set1_epi64x((long long)simdup_slot64(y, ny, s));
     for (; i + 8 <= n; i += 8) {

@@ -137,9 +137,12 @@ for _k in range(65):
 del _cdf, _k
 
 # a bucket's full values are gathered (one read an entry) when the low-bit
-# sweep would pass at least this many candidates an entry (each a read of
-# the element's full value, its number and its active flag)
+# sweep would pass, per entry, at least GATHER_AT candidates (each a read of
+# the element's full value, its number and its active flag) plus
+# GATHER_PAIR_AT per chunk value of the bucket (the 64-bit sweep costs more
+# per pair than the 32-bit one: large buckets need a higher pass rate)
 cdef double GATHER_AT = 0.25
+cdef double GATHER_PAIR_AT = 0.002
 cdef int _gather_mode = -1
 
 
@@ -152,6 +155,47 @@ def join_gather(int mode=-1):
         raise ValueError(f"gather mode must be -1, 0 or 1, got {mode}")
     _gather_mode = mode
     return mode
+
+
+def sweep_candidates(const uint64_t[::1] ys, const uint64_t[::1] values, int h, bint full):
+    """The candidates the join's sweep finds: ``(entry, chunk value)`` for
+    every ``values[entry]`` within ``h`` of ``ys[j]`` on the low 32 bits
+    (``full``: on all 64, the gathered sweep), the chunk values taken as
+    the join takes them (``slots`` at a time). For tests: the kernels'
+    exact candidate sets."""
+    if h < 0 or h > 64:
+        raise ValueError(f"h must be in 0..64, got {h}")
+    simdup_join_level()
+    cdef int64_t n = values.shape[0], ny_total = ys.shape[0], width = simdup_block_width
+    cdef int64_t slots = simdup_block_slots, j0, e0
+    cdef int ny, s
+    cdef uint32_t masks[8]
+    cdef uint32_t y32[8]
+    cdef uint64_t y64[8]
+    cdef uint32_t mk
+    low = np.ascontiguousarray(np.asarray(values) & np.uint64(0xFFFFFFFF), dtype=np.uint32)
+    cdef const uint32_t[::1] lv = low
+    cdef const uint32_t *lp = &lv[0] if n else NULL
+    cdef const uint64_t *vp = &values[0] if n else NULL
+    found = []
+    j0 = 0
+    while j0 < ny_total:
+        ny = <int>min(slots, ny_total - j0)
+        for s in range(ny):
+            y32[s] = <uint32_t>ys[j0 + s]
+            y64[s] = ys[j0 + s]
+        e0 = simdup_next_block64(y64, ny, vp, 0, n, h, masks) if full else \
+            simdup_next_block(y32, ny, lp, 0, n, h, masks)
+        while e0 < n:
+            for s in range(ny):
+                mk = masks[s]
+                while mk:
+                    found.append((e0 + ctz32(mk), j0 + s))
+                    mk &= mk - 1
+            e0 = simdup_next_block64(y64, ny, vp, e0 + width, n, h, masks) if full else \
+                simdup_next_block(y32, ny, lp, e0 + width, n, h, masks)
+        j0 += ny
+    return found
 
 
 # candidates are checked in batches of CAND_BATCH: each needs three random
@@ -215,7 +259,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     in at most ``h`` positions (a lower bound of the distance; ``h - r`` in
     run ``r`` of a table built with runs, whose probe flipped ``r`` header
     bits), found by a SIMD sweep of ``low`` (:func:`join_kernel`); only then
-    is the element's full value read. ``probe_offsets`` comes from
+    is the element's full value read (but see ``gather`` below). ``probe_offsets`` comes from
     :func:`probe_table` (its number of runs per bucket is read from its
     length). Returns ``(qi int64, yi int64, distance uint8)``.
 
@@ -231,9 +275,11 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     candidates has its elements' full values gathered once and swept for
     the exact distance instead: the same candidates that pass, in the same
     order, without reading each element's value once per chunk value.
-    ``gather``: -1 when that pays (the expected candidates per entry), 0
-    never, 1 always (tests, benchmarks; None: :func:`join_gather`'s mode);
-    the result is the same.
+    ``gather``: -1 when that pays (the expected candidates per entry and
+    chunk value), 0 never, 1 always (tests, benchmarks; None:
+    :func:`join_gather`'s mode); the result is the same, but for a table
+    naming an element beyond ``q_values``, which a gathered bucket finds in
+    any entry, not only in a candidate.
     """
     cdef const uint8_t[:, :] qs_view
     cdef const uint8_t[:, :] ys_view
@@ -270,6 +316,15 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef int64_t R = (probe_offsets.shape[0] - 1) // nb
     if low.shape[0] != idx.shape[0] or low.shape[0] < probe_offsets[nb * R]:
         raise ValueError("the probe table is shorter than its offsets say")
+    cdef int64_t k
+    if probe_offsets[0] < 0 or chunk_offsets[0] < 0 or chunk_offsets[nb] > chunk.shape[0]:
+        raise ValueError("an offset is out of range")
+    for k in range(nb * R):
+        if probe_offsets[k] > probe_offsets[k + 1]:
+            raise ValueError("the probe table's offsets decrease")
+    for k in range(nb):
+        if chunk_offsets[k] > chunk_offsets[k + 1]:
+            raise ValueError("the chunk's offsets decrease")
     if active.shape[0] != q_values.shape[0]:
         raise ValueError("active and q_values differ in length")
     if h < 0 or h > 64:
@@ -278,7 +333,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
         gather = _gather_mode
     elif gather not in (-1, 0, 1):
         raise ValueError(f"gather must be -1, 0 or 1, got {gather!r}")
-    cdef int gathering = gather
+    cdef int gather_mode = gather
     simdup_join_level()
     # one kernel for the whole chunk, even if join_kernel() is called meanwhile
     cdef simdup_block_fn next_block = simdup_next_block
@@ -297,19 +352,15 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef int64_t cj[CAND_BATCH]
     cdef int64_t nc = 0
     cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
-    # the gathered full values of a bucket's entries (from entry p0 on)
+    # the gathered full values of a bucket's entries (from entry p0 on),
+    # allocated at the first gathered bucket and grown as needed
     cdef uint64_t ys64[8]
     cdef uint64_t *gv = NULL
-    cdef int64_t p0 = 0, e, gmax = 0, m = q_values.shape[0]
+    cdef uint64_t *grown
+    cdef int64_t p0 = 0, p1, e, gcap = 0, m = q_values.shape[0]
     cdef uint32_t qi
     cdef double passed
     cdef bint gathered = False
-    if gathering != 0:
-        for b in range(nb):
-            gmax = max(gmax, probe_offsets[b * R + R] - probe_offsets[b * R])
-        gv = <uint64_t *>malloc(max(gmax, 1) * sizeof(uint64_t))
-        if gv == NULL:
-            raise MemoryError("join_chunk: out of memory for a bucket's values")
     with nogil:
         for b in range(nb):
             lo = chunk_offsets[b]
@@ -317,9 +368,11 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             if lo == hi or probe_offsets[b * R] == probe_offsets[b * R + R]:
                 continue
             p0 = probe_offsets[b * R]
-            gathered = gathering == 1
-            if gathering < 0:
-                # expected low-bit candidates, against one gathered read an entry
+            p1 = probe_offsets[b * R + R]
+            gathered = gather_mode == 1
+            if gather_mode < 0:
+                # expected low-bit candidates, against one gathered read an
+                # entry and the dearer sweep of its pairs
                 passed = 0
                 for r in range(R):
                     hr = h - <int>r if R > 1 else h
@@ -327,9 +380,16 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                         break
                     passed += (probe_offsets[b * R + r + 1] - probe_offsets[b * R + r]) \
                         * _LOW_PASS[hr]
-                gathered = passed * (hi - lo) >= GATHER_AT * (probe_offsets[b * R + R] - p0)
+                gathered = passed * (hi - lo) >= \
+                    (GATHER_AT + GATHER_PAIR_AT * (hi - lo)) * (p1 - p0)
+            if gathered and p1 - p0 > gcap:
+                grown = <uint64_t *>realloc(gv, (p1 - p0) * sizeof(uint64_t))
+                if grown == NULL:
+                    failed = 3
+                    break
+                gv, gcap = grown, p1 - p0
             if gathered:
-                for e in range(p0, probe_offsets[b * R + R]):
+                for e in range(p0, p1):
                     qi = idx[e]
                     if qi >= m:
                         failed = 2
@@ -399,6 +459,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     try:
         if failed == 2:
             raise ValueError("the probe table names an element beyond `active`")
+        if failed == 3:
+            raise MemoryError("join_chunk: out of memory for a bucket's values")
         if failed:
             raise MemoryError("join_chunk: out of memory for the result pairs")
         qa = np.empty(buf.n, dtype=np.int64)
