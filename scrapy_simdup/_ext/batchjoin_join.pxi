@@ -123,7 +123,8 @@ def join_kernel(int level=-1):
     """Pick the join's candidate kernel: 2 AVX-512 (VPOPCNTDQ), 1 AVX2, 0 scalar,
     -1 the best this CPU has. Returns the level in use (a level the CPU lacks
     falls back to the best one below it). For tests and benchmarks; every
-    kernel gives the same results."""
+    kernel gives the same pairs (with ``first_only`` the one match kept for
+    an element can differ: the kernels sweep blocks of different widths)."""
     return simdup_join_select(level)
 
 
@@ -259,7 +260,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     in at most ``h`` positions (a lower bound of the distance; ``h - r`` in
     run ``r`` of a table built with runs, whose probe flipped ``r`` header
     bits), found by a SIMD sweep of ``low`` (:func:`join_kernel`); only then
-    is the element's full value read (but see ``gather`` below). ``probe_offsets`` comes from
+    is the element's full value read (but see ``gather`` below).
+    ``probe_offsets`` comes from
     :func:`probe_table` (its number of runs per bucket is read from its
     length). Returns ``(qi int64, yi int64, distance uint8)``.
 
