@@ -254,6 +254,28 @@ def test_bad_arguments(tmp_path):
         merge([tmp_path], engine="nope")
 
 
+def test_probe_tables_too_large_for_the_memory_are_refused(corpus, tmp_path, monkeypatch):
+    """A merge whose probe tables cannot fit in the memory available is
+    refused before it reads a batch, with the --batch-size that fits; the
+    batches stay pending and a merge that fits then takes them."""
+    import scrapy_simdup.merge.run as run
+
+    d = tmp_path / "crawl"
+    _write(d, corpus[:200], batch_size=50)
+    need = 2 * 200 * (16 + 1) * 8
+    monkeypatch.setattr(run, "available_memory", lambda: need // 2)
+    with pytest.raises(ValueError, match=r"--batch-size (\d+) or less") as exc:
+        merge([d], distance=H, probes=16)
+    fits = int(re.search(r"--batch-size (\d+)", str(exc.value)).group(1))
+    assert fits == 100 and "GiB" in str(exc.value)
+    assert stats([d])["directories"][0]["pending_fingerprints"] == 200
+    s = merge([d], distance=H, probes=16, chunk_size=fits)
+    assert s.fingerprints == 200
+    monkeypatch.setattr(run, "available_memory", lambda: None)     # not Linux: no check
+    _write(d, corpus[200:260], batch_size=60)
+    assert merge([d], distance=H, probes=16).fingerprints == 60
+
+
 def test_one_merge_at_a_time(corpus, tmp_path):
     d = tmp_path / "crawl"
     _write(d, corpus[:50])

@@ -172,6 +172,36 @@ def _single_recipe(coll: Collection, metas) -> str | None:
     return next(iter(recipes), None)
 
 
+def available_memory() -> int | None:
+    """Bytes of memory the system can give without swapping (Linux's
+    ``MemAvailable``), or None where it does not say."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_table_memory(m: int, probes: int, distance: int) -> None:
+    """Refuse, before anything is read, a merge whose probe tables alone
+    would not fit in the memory available: an entry of 8 bytes per
+    fingerprint and probe (its own header and each flipped one), per key.
+    (The OOM killer would otherwise end it halfway, with nothing said.)"""
+    need = 2 * m * (probes + 1) * 8
+    have = available_memory()
+    if have is None or need <= have:
+        return
+    fits = max(1, have // (2 * (probes + 1) * 8))
+    raise ValueError(
+        f"the probe tables of a batch of {m:,} fingerprints at distance {distance} "
+        f"({probes} probes per key) need about {need / 2**30:.1f} GiB, and this machine has "
+        f"{have / 2**30:.1f} GiB available: give --batch-size {fits:,} or less "
+        f"(or fewer --probes, or a smaller --distance)")
+
+
 def crawl_distance(dirs) -> int | None:
     """The SIMDUP_DISTANCE the crawls of ``dirs`` used (batch headers, index
     snapshot); None when none says; a ValueError when they disagree."""
@@ -275,6 +305,11 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         t = header_bits(min(chunk_size, max(1, coll.count + sum(m["count"] for _, m in pending))))
         if probes is None and not exact:
             probes = merge_probes(distance, t, recall)
+        if not exact and cluster is None and pending:
+            # (a batch larger than chunk_size is a group of its own)
+            largest = max(min(chunk_size, sum(m["count"] for _, m in pending)),
+                          max(m["count"] for _, m in pending))
+            _check_table_memory(largest, probes, distance)
         if verify:      # the pairs before appending; the URL files when they are read
             # (a full read of the URL files per merge would cost more than the
             # merge itself at scale: `simdup stats` verifies them)
