@@ -305,7 +305,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         t = header_bits(min(chunk_size, max(1, coll.count + sum(m["count"] for _, m in pending))))
         if probes is None and not exact:
             probes = merge_probes(distance, t, recall)
-        if not exact and cluster is None and pending:
+        if not exact and engine == "join" and cluster is None and pending:
             # (a batch larger than chunk_size is a group of its own)
             largest = max(min(chunk_size, sum(m["count"] for _, m in pending)),
                           max(m["count"] for _, m in pending))
