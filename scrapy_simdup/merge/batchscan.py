@@ -93,6 +93,11 @@ class SideSpec:
         """An element is dropped at its first match (PSM-F)."""
         return self.first and not self.exact
 
+    def table_bytes(self, m: int) -> int:
+        """Bytes of the two keys' probe tables for a batch of ``m``: an
+        8-byte entry per element and probe, its own header included."""
+        return 2 * m * 8 * ((self.probes or 0) + 1)
+
     def build(self, records: np.ndarray, n: int) -> Side:
         """Side ``n`` (0: key 1, 1: key 2) of the batch ``records`` (BATCH_DTYPE)."""
         key, cq, wrms = KEY_FIELDS[n]

@@ -247,7 +247,7 @@ def _self_task(job: dict, info: dict) -> np.ndarray:
 def _share_bytes(m: int, spec: SideSpec) -> int:
     """A generous estimate of the share directory's size for ``m`` elements:
     per key the order, keys and sketches, and the probe table."""
-    return 2 * m * (8 + 8 + 32 + 8 * ((spec.probes or 0) + 1))
+    return 2 * m * (8 + 8 + 32) + spec.table_bytes(m)
 
 
 @dataclass

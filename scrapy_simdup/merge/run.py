@@ -185,19 +185,33 @@ def available_memory() -> int | None:
     return None
 
 
-def _check_table_memory(m: int, probes: int, distance: int) -> None:
+def _group_batches(pending: list, chunk_size: int) -> list:
+    """The pending batches ``(path, meta)`` in groups, one ``Q`` each, of at
+    most ``chunk_size`` fingerprints (a larger batch is a group of its own)."""
+    groups, cur, cur_n = [], [], 0
+    for p, m in pending:
+        if cur and cur_n + m["count"] > chunk_size:
+            groups.append(cur)
+            cur, cur_n = [], 0
+        cur.append(p)
+        cur_n += m["count"]
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _check_table_memory(spec: SideSpec, m: int) -> None:
     """Refuse, before anything is read, a merge whose probe tables alone
-    would not fit in the memory available: an entry of 8 bytes per
-    fingerprint and probe (its own header and each flipped one), per key.
+    (for its largest ``Q``, of ``m``) would not fit in the memory available.
     (The OOM killer would otherwise end it halfway, with nothing said.)"""
-    need = 2 * m * (probes + 1) * 8
+    need = spec.table_bytes(m)
     have = available_memory()
     if have is None or need <= have:
         return
-    fits = max(1, have // (2 * (probes + 1) * 8))
+    fits = max(1, have // spec.table_bytes(1))
     raise ValueError(
-        f"the probe tables of a batch of {m:,} fingerprints at distance {distance} "
-        f"({probes} probes per key) need about {need / 2**30:.1f} GiB, and this machine has "
+        f"the probe tables of a batch of {m:,} fingerprints at distance {spec.distance} "
+        f"({spec.probes} probes per key) need about {need / 2**30:.1f} GiB, and this machine has "
         f"{have / 2**30:.1f} GiB available: give --batch-size {fits:,} or less "
         f"(or fewer --probes, or a smaller --distance)")
 
@@ -305,18 +319,17 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         t = header_bits(min(chunk_size, max(1, coll.count + sum(m["count"] for _, m in pending))))
         if probes is None and not exact:
             probes = merge_probes(distance, t, recall)
-        if not exact and engine == "join" and cluster is None and pending:
-            # (a batch larger than chunk_size is a group of its own)
-            largest = max(min(chunk_size, sum(m["count"] for _, m in pending)),
-                          max(m["count"] for _, m in pending))
-            _check_table_memory(largest, probes, distance)
+        spec = SideSpec(distance=distance, needed=needed, first=first, probes=probes, t=t,
+                        exact=exact, tables=tables, engine=engine)
+        sizes = {p: m["count"] for p, m in pending}
+        groups = _group_batches(pending, chunk_size)
+        if not exact and engine == "join" and cluster is None and groups:
+            _check_table_memory(spec, max(sum(sizes[p] for p in g) for g in groups))
         if verify:      # the pairs before appending; the URL files when they are read
             # (a full read of the URL files per merge would cost more than the
             # merge itself at scale: `simdup stats` verifies them)
             coll.verify_files(("pairs.bin",) if pairs_out is None and clusters_out is None
                               else SIDE_FILES)
-        spec = SideSpec(distance=distance, needed=needed, first=first, probes=probes, t=t,
-                        exact=exact, tables=tables, engine=engine)
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + (
             "(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
@@ -341,17 +354,6 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         recipe = _single_recipe(coll, pending)
         run_pairs = []
         uncommitted = 0     # fingerprints matched and not appended (commit=False)
-        # group pending batches into Q's of at most chunk_size fingerprints
-        groups, cur, cur_n = [], [], 0
-        for p, m in pending:
-            if cur and cur_n + m["count"] > chunk_size:
-                groups.append(cur)
-                cur, cur_n = [], 0
-            cur.append(p)
-            cur_n += m["count"]
-        if cur:
-            groups.append(cur)
-        sizes = {p: m["count"] for p, m in pending}
         chunks0 = coll.n_chunks(chunk_size)
         bar = Progress(sum(sum(sizes[p] for p in g) * (chunks0 + i + 1)
                            for i, g in enumerate(groups)), "simdup merge", progress)
