@@ -93,10 +93,12 @@ class PersistentBatchWriter:
                             match.distance if match is not None and not revisit else None)
 
     def _on_flush(self, path) -> None:
-        self.snapshot()
+        # the batch is on disk: counted before the snapshot, which may fail
+        # (a full disk) and must not hide a batch that was written
         if self.on_stat is not None:
             self.on_stat("batches_flushed", self.batches.flushed_batches)
             self.on_stat("batch_records_flushed", self.batches.flushed_records)
+        self.snapshot()
 
     def snapshot(self) -> None:
         """Append what the backend stored since the last snapshot."""
