@@ -9,10 +9,13 @@ from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.storage.atomic import atomic_write
 from scrapy_simdup.storage.batchfile import (
     BATCH_DTYPE,
+    header_crc32,
+    read_canonicals,
     list_batches,
     read_batch,
     read_meta,
     unfinished_batches,
+    verify_batch,
     write_batch,
 )
 from scrapy_simdup.storage.batchwriter import BatchWriter
@@ -56,7 +59,7 @@ def test_round_trip_and_numpy_readable(tmp_path):
     raw = np.load(headers[0].with_suffix(".npy"))
     assert raw.dtype == BATCH_DTYPE and len(raw) == 10
     meta = json.loads(headers[0].read_text())
-    assert meta["format"] == "simdup-batch" and meta["version"] == 2 and meta["count"] == 10
+    assert meta["format"] == "simdup-batch" and meta["version"] == 3 and meta["count"] == 10
     assert BATCH_DTYPE.itemsize == 128 and meta["sketch_bytes"] == 32
 
 
@@ -147,6 +150,7 @@ def test_odd_npy_headers_are_named(tmp_path, damage, verify):
     meta = read_meta(header)
     import zlib
     meta.update(npy_bytes=len(data), npy_crc32=zlib.crc32(data) & 0xFFFFFFFF)
+    meta["header_crc32"] = header_crc32(meta)       # a consistent header
     header.write_text(json.dumps(meta))
     want = {"fortran": "Fortran", "version": "version", "dtype": "unexpected array",
             "count": "unexpected array"}[damage]
@@ -261,6 +265,7 @@ def test_damaged_header_fields_are_corrupt_for_readers_and_writers(tmp_path, fie
     header = _one_batch(tmp_path)
     meta = json.loads(header.read_text())
     meta[field] = value
+    meta["header_crc32"] = header_crc32(meta)       # the field is wrong, not the checksum
     header.write_text(json.dumps(meta))
     with pytest.raises(CorruptFileError, match=field):
         read_meta(header)
@@ -303,3 +308,79 @@ def test_a_version1_batch_is_refused_with_what_to_do(tmp_path):
     # a writer in the same directory goes on after its ids
     with BatchWriter(tmp_path, batch_size=10) as w:
         assert w.append(_fingerprints(1)[0][0], "https://example.com/new") == 3
+
+
+# -- version 3: the header's own checksum, canonical URLs; version 2 still read ----------
+
+def _as_version2(header):
+    """Rewrite a batch as version 2 wrote it: no canonical file, no header checksum."""
+    meta = json.loads(header.read_text())
+    meta["version"] = 2
+    for key in ("header_crc32", "canonical_bytes", "canonical_crc32"):
+        meta.pop(key, None)
+    header.with_suffix(".canonical").unlink(missing_ok=True)
+    header.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("old, new", [(b'"fingerprint"', b'"fing0rprint"'),
+                                      (b'"distance": 22', b'"distance": 23'),
+                                      (b'"version": 3', b'"version": 2'),
+                                      (b'"count": 10', b'"count": 19')])
+def test_a_one_byte_change_in_a_header_is_corruption(tmp_path, old, new):
+    pages = _fingerprints(10)
+    w = BatchWriter(tmp_path, batch_size=10, fingerprint="recipe-1", distance=22)
+    for page, url in pages:
+        w.append(page, url)
+    (header,) = list_batches(tmp_path)
+    data = header.read_bytes()
+    assert data.count(old) == 1
+    header.write_bytes(data.replace(old, new))
+    for read in (read_meta, read_batch, verify_batch):
+        with pytest.raises(CorruptFileError, match="batch header") as err:
+            read(header)
+        assert err.value.path == str(header)
+
+
+def test_canonical_urls_round_trip(tmp_path):
+    pages = _fingerprints(4)
+    w = BatchWriter(tmp_path, batch_size=4)
+    canon = ["https://example.com/c0", None, "https://example.com/c\n2", ""]
+    for (page, url), c in zip(pages, canon):
+        w.append(page, url, canonical=c)
+    (header,) = list_batches(tmp_path)
+    batch = read_batch(header)
+    assert batch.canonicals == ["https://example.com/c0", None, "https://example.com/c%0A2", None]
+    assert verify_batch(header)["canonical_bytes"] == header.with_suffix(".canonical").stat().st_size
+    # a batch of no declared canonical has no file
+    w2 = BatchWriter(tmp_path / "none", batch_size=2)
+    for page, url in pages[:2]:
+        w2.append(page, url)
+    (header2,) = list_batches(tmp_path / "none")
+    assert not header2.with_suffix(".canonical").exists()
+    assert read_batch(header2).canonicals == [None, None]
+    # damage to the canonical file is named
+    path = header.with_suffix(".canonical")
+    path.write_bytes(path.read_bytes().replace(b"c0", b"cX"))
+    with pytest.raises(CorruptFileError, match="canonical URL file checksum") as err:
+        read_batch(header)
+    assert err.value.path == str(path)
+    with pytest.raises(CorruptFileError, match="canonical URL file checksum"):
+        verify_batch(header)
+
+
+def test_a_version2_batch_is_still_read(tmp_path):
+    pages = _fingerprints(6)
+    w = BatchWriter(tmp_path, batch_size=6, fingerprint="recipe-1")
+    for i, (page, url) in enumerate(pages):
+        w.append(page, url, canonical=f"https://example.com/c{i}")
+    (header,) = list_batches(tmp_path)
+    before = read_batch(header)
+    _as_version2(header)
+    assert read_meta(header)["version"] == 2 and verify_batch(header)["count"] == 6
+    after = read_batch(header)
+    assert np.array_equal(after.records, before.records) and after.urls == before.urls
+    assert after.canonicals == [None] * 6 and read_canonicals(after) == [None] * 6
+    # a writer goes on after its ids, writing version 3
+    w = BatchWriter(tmp_path, batch_size=1)
+    assert w.append(pages[0][0], "https://example.com/next") == 6
+    assert [read_meta(h)["version"] for h in list_batches(tmp_path)] == [2, 3]

@@ -341,3 +341,44 @@ def test_pairs_mark_a_page_crawled_again(tmp_path):
     same = ("https://a.example/story", "https://a.example/story")
     assert rows[same]["revisit"] is True and rows[same]["distance"] == 0
     assert rows[("https://b.example/story", "https://a.example/story")]["revisit"] is False
+
+
+def _recipe_crawl(directory, recipe, seed):
+    rng = np.random.default_rng(seed)
+    with BatchWriter(directory, batch_size=10, fingerprint=recipe) as w:
+        for i in range(10):
+            w.append(features_page([f"w{int(x)}" for x in rng.integers(0, 10_000, 200)]),
+                     f"https://{recipe}.example/{i}")
+    return directory
+
+
+def test_a_one_byte_change_in_a_batch_header_is_found_by_stats_and_merge(tmp_path):
+    a = _recipe_crawl(tmp_path / "a", "recipe-a", 1)
+    b = _recipe_crawl(tmp_path / "b", "recipe-b", 2)
+    coll = tmp_path / "coll"
+    out = _run(_simdup() + ["merge", str(a), "--collection", str(coll)])
+    assert out.returncode == 0, out.stderr
+    (header,) = sorted(b.glob("batch-*.json"))
+    header.write_bytes(header.read_bytes().replace(b'"fingerprint"', b'"fing0rprint"'))
+    out = _run(_simdup() + ["stats", str(b)])
+    assert out.returncode == 3 and "batch header checksum mismatch" in out.stdout
+    # the other recipe's batch is not merged into the collection as if it had none
+    out = _run(_simdup() + ["merge", str(b), "--collection", str(coll)])
+    assert out.returncode != 0 and str(header) in out.stderr
+    assert "batch header checksum mismatch" in out.stderr and "Traceback" not in out.stderr
+    stats = json.loads(_run(_simdup() + ["stats", str(a), "--collection", str(coll),
+                                         "--json"]).stdout)
+    assert stats["collection"]["count"] == 10
+
+
+def test_version2_batches_still_merge(crawl, tmp_path):
+    for header in sorted(crawl.glob("batch-*.json")):
+        meta = json.loads(header.read_text())
+        meta["version"] = 2
+        del meta["header_crc32"]
+        header.write_text(json.dumps(meta))
+    out = _run(_simdup() + ["stats", str(crawl)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = _run(_simdup() + ["merge", str(crawl), "--json"])
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["fingerprints"] == 60

@@ -85,12 +85,14 @@ class PersistentBatchWriter:
                                    fingerprint=self.index_meta.get("fingerprint"),
                                    distance=self.index_meta.get("distance"))
 
-    def add(self, page, key, match, revisit: bool = False) -> None:
+    def add(self, page, key, match, revisit: bool = False, canonical: str | None = None) -> None:
         """One checked page (a Fingerprint); ``match``: what the backend found
         (None: a new page). A ``revisit`` (``match`` is the page itself,
-        stored before) goes to the batch as no near-duplicate."""
+        stored before) goes to the batch as no near-duplicate. ``canonical``:
+        the page's declared ``rel=canonical`` URL, kept in the batch."""
         self.batches.append(page, key,                 # may flush (and snapshot)
-                            match.distance if match is not None and not revisit else None)
+                            match.distance if match is not None and not revisit else None,
+                            canonical=canonical)
 
     def _on_flush(self, path) -> None:
         # the batch is on disk: counted before the snapshot, which may fail

@@ -66,8 +66,10 @@ def stats(dirs, collection=None, verify: bool = True) -> dict:
                     _add_damaged(entry, p, exc)
                 continue
             pending = not is_merged(p, meta, merged)
-            missing = [q.name for q in (p.with_suffix(".npy"), p.with_suffix(".urls"))
-                       if not os.path.lexists(q)]
+            parts = [p.with_suffix(".npy"), p.with_suffix(".urls")]
+            if "canonical_bytes" in meta:
+                parts.append(p.with_suffix(".canonical"))
+            missing = [q.name for q in parts if not os.path.lexists(q)]
             if missing:
                 exc = CorruptFileError(p, f"batch data missing ({', '.join(missing)})")
                 if pending:

@@ -1,8 +1,8 @@
-"""Batch file format (version 2): what a crawl flushes for the offline merge.
+"""Batch file format (version 3): what a crawl flushes for the offline merge.
 
 A batch named ``B`` (``batch-<seq:08d>-<pid>``: the directory's batch
 sequence number and the id of the writing process, see
-:mod:`scrapy_simdup.storage.batchwriter`) is three files in ``SIMDUP_DIR``:
+:mod:`scrapy_simdup.storage.batchwriter`) is three or four files in ``SIMDUP_DIR``:
 
 ``B.npy``
     A plain NumPy ``.npy`` file (``np.load`` reads it) holding a structured
@@ -34,9 +34,12 @@ sequence number and the id of the writing process, see
     The records' URLs, UTF-8, one per line in record order, each ending in
     ``\\n`` (a URL containing a raw newline or carriage return has it
     percent-escaped).
+``B.canonical``
+    Only when a record has one: the ``rel=canonical`` URL each page declared,
+    one line per record as in ``B.urls``, an empty line for none.
 ``B.json``
     The header, written last (its presence commits the batch): ``format``
-    (``"simdup-batch"``), ``version`` (1), ``count``, ``first_id``,
+    (``"simdup-batch"``), ``version`` (3), ``count``, ``first_id``,
     ``header_bits`` (32), ``dtype`` (the NumPy descr), ``npy_bytes``,
     ``npy_crc32``, ``urls_bytes``, ``urls_crc32``, ``sketch_bytes`` (32),
     ``created`` (Unix time)
@@ -44,7 +47,12 @@ sequence number and the id of the writing process, see
     ``Fingerprinter.version`` recipe the values were made with),
     ``distance`` (the crawl's SIMDUP_DISTANCE) and ``online_duplicates``
     (``{distance: count}`` of the records the crawl's online index found a
-    near-duplicate for; the keys are strings).
+    near-duplicate for; the keys are strings); ``canonical_bytes`` and
+    ``canonical_crc32`` when there is a ``B.canonical``; and last
+    ``header_crc32``, the CRC-32 of the header itself (:func:`header_crc32`).
+
+Version 2 (the same without ``B.canonical`` and ``header_crc32``) is read
+as it is: its header has no checksum of its own.
 
 Each file is written to a temporary name, fsynced and renamed into place, so
 a crash leaves either no batch or a complete one; a ``.npy``/``.urls`` without
@@ -54,6 +62,7 @@ are checked and a damaged batch raises :class:`CorruptFileError` naming the file
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -75,7 +84,9 @@ from scrapy_simdup.storage.atomic import (
 )
 
 FORMAT = "simdup-batch"
-VERSION = 2
+VERSION = 3
+#: versions read: 2 has no header checksum and no canonical URLs
+READ_VERSIONS = (2, 3)
 HEADER_BITS = 32
 CQ_SCALE = 32.0
 SKETCH_BYTES = 32       # fingerprint.sketch.SKETCH_BYTES (checked by the tests)
@@ -96,7 +107,8 @@ class OutdatedBatchError(CorruptFileError):
 
 
 def check_version(path, meta: dict, format: str, version: int, what: str) -> None:
-    """An OutdatedBatchError for a ``format`` header of an older ``version``."""
+    """An OutdatedBatchError for a ``format`` header of a version older than
+    ``version`` (the oldest one read)."""
     old = meta.get("version") if isinstance(meta, dict) else None
     if isinstance(meta, dict) and meta.get("format") == format and isinstance(old, int) \
             and not isinstance(old, bool) and 0 < old < version:
@@ -141,15 +153,27 @@ def escape_url(url) -> str:
     return url
 
 
+def header_crc32(meta: dict) -> int:
+    """The CRC-32 a version-3 header records of itself (``header_crc32``):
+    of its JSON without that field, keys sorted, as
+    ``json.dumps(meta, sort_keys=True, separators=(",", ":"))`` writes it
+    (ASCII, UTF-8)."""
+    body = {k: v for k, v in meta.items() if k != "header_crc32"}
+    return checksum.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
 @dataclass
 class Batch:
-    """A batch read from disk: ``records`` (BATCH_DTYPE array) and ``urls`` (list of str)."""
+    """A batch read from disk: ``records`` (BATCH_DTYPE array), ``urls``
+    (list of str) and ``canonicals`` (the ``rel=canonical`` URL of each
+    record or None; read with the URLs)."""
 
     name: str
     path: Path
     records: np.ndarray
     urls: list
     meta: dict
+    canonicals: list | None = None
 
     def __len__(self) -> int:
         return len(self.records)
@@ -157,14 +181,16 @@ class Batch:
 
 def write_batch(directory, name: str, records: np.ndarray, urls,
                 fingerprint: str | None = None, distance: int | None = None,
-                online_duplicates: dict | None = None) -> Path:
+                online_duplicates: dict | None = None, canonicals=None) -> Path:
     """Write one batch atomically; returns the path of its ``.json`` header.
 
     ``fingerprint`` (``Fingerprinter.version``) names the recipe the values
     were made with; ``simdup merge`` refuses to mix recipes. ``distance``: the
     crawl's SIMDUP_DISTANCE (``simdup merge``'s default). ``online_duplicates``:
     ``{distance: count}`` of the records the crawl's online index found a
-    near-duplicate for (``simdup stats``)."""
+    near-duplicate for (``simdup stats``). ``canonicals``: the
+    ``rel=canonical`` URL of each record, or None (written to ``B.canonical``
+    when any record has one)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     records = np.ascontiguousarray(records)
@@ -180,6 +206,14 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
     urls_path = directory / f"{name}.urls"
     with atomic_write(urls_path) as handle:
         handle.write(url_bytes)
+    canonical_bytes = None
+    if canonicals is not None and any(canonicals):
+        canonicals = [escape_url(c) if c else "" for c in canonicals]
+        if len(canonicals) != len(records):
+            raise ValueError(f"{len(canonicals)} canonical URLs for {len(records)} records")
+        canonical_bytes = "".join(c + "\n" for c in canonicals).encode("utf-8", "surrogateescape")
+        with atomic_write(directory / f"{name}.canonical") as handle:
+            handle.write(canonical_bytes)
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -201,17 +235,36 @@ def write_batch(directory, name: str, records: np.ndarray, urls,
     if online_duplicates is not None:
         meta["online_duplicates"] = {str(int(d)): int(c)
                                      for d, c in sorted(online_duplicates.items())}
+    if canonical_bytes is not None:
+        meta["canonical_bytes"] = len(canonical_bytes)
+        meta["canonical_crc32"] = checksum.crc32(canonical_bytes)
+    meta["header_crc32"] = header_crc32(meta)
     json_path = directory / f"{name}.json"
     atomic_write_json(json_path, meta)
     return json_path
 
 
 def read_meta(json_path) -> dict:
-    """Read and validate a batch header (not the data)."""
+    """Read and validate a batch header (not the data): a version-3 header
+    must match its ``header_crc32``."""
     json_path = Path(json_path)
-    check_version(json_path, read_json(json_path, "batch header"), FORMAT, VERSION, "batch")
-    meta = read_header(json_path, "batch header", FORMAT, VERSION,
+    raw = read_json(json_path, "batch header")
+    check_version(json_path, raw, FORMAT, READ_VERSIONS[0], "batch")
+    version = raw.get("version")
+    if version not in READ_VERSIONS or isinstance(version, bool):
+        version = VERSION       # read_header names what is wrong
+    meta = read_header(json_path, "batch header", FORMAT, version,
                        ("count", "npy_bytes", "npy_crc32", "urls_bytes", "urls_crc32"))
+    # every header that has a checksum is checked (a version changed to 2 too)
+    if version >= 3 or "header_crc32" in meta:
+        if not is_count(meta.get("header_crc32")):
+            raise CorruptFileError(json_path, "batch header field 'header_crc32' is missing "
+                                   "or invalid")
+        if header_crc32(meta) != meta["header_crc32"]:
+            raise CorruptFileError(json_path, "batch header checksum mismatch (corrupt file)")
+    if ("canonical_bytes" in meta or "canonical_crc32" in meta) and not (
+            is_count(meta.get("canonical_bytes")) and is_count(meta.get("canonical_crc32"))):
+        raise CorruptFileError(json_path, "batch header fields 'canonical_*' are invalid")
     if "first_id" in meta and not is_count(meta["first_id"]):
         raise CorruptFileError(json_path, "batch header field 'first_id' is invalid")
     if meta.get("fingerprint") is not None and not isinstance(meta["fingerprint"], str):
@@ -238,6 +291,7 @@ def read_batch(json_path, with_urls: bool = True, verify: bool = True, out=None)
     batch = Batch(name, json_path, records, [], meta)
     if with_urls:
         batch.urls = read_urls(batch, verify=verify)
+        batch.canonicals = read_canonicals(batch, verify=verify)
     return batch
 
 
@@ -276,6 +330,9 @@ def verify_batch(json_path) -> dict:
     lines += last != b"\n"         # a last URL without its newline (as read_urls counts)
     if lines != meta["count"]:
         raise CorruptFileError(urls_path, f"{lines} URLs for {meta['count']} records")
+    if "canonical_bytes" in meta:
+        _read_lines(json_path.with_suffix(".canonical"), meta, "canonical", "canonical URL file",
+                    "canonical URLs", verify=True)
     return meta
 
 
@@ -339,25 +396,42 @@ def _read_records(handle, npy_path: Path, meta: dict, verify: bool, out) -> np.n
 
 def read_urls(batch: Batch, verify: bool = True) -> list[str]:
     """The URLs of a batch (from its ``.urls`` file), checked against its header."""
-    meta = batch.meta
-    urls_path = batch.path.with_name(batch.name + ".urls")
-    with open_regular(urls_path, "batch URL file") as handle:
-        _check_size(urls_path, handle, meta["urls_bytes"], "URL file is")
+    return _read_lines(batch.path.with_name(batch.name + ".urls"), batch.meta, "urls",
+                       "URL file", "URLs", verify)
+
+
+def read_canonicals(batch: Batch, verify: bool = True) -> list[str | None]:
+    """The ``rel=canonical`` URL of each record of a batch (None: it declared
+    none, or the batch has no ``.canonical`` file: version 2, or none declared)."""
+    if "canonical_bytes" not in batch.meta:
+        return [None] * batch.meta["count"]
+    lines = _read_lines(batch.path.with_name(batch.name + ".canonical"), batch.meta, "canonical",
+                        "canonical URL file", "canonical URLs", verify)
+    return [line or None for line in lines]
+
+
+def _read_lines(path: Path, meta: dict, field: str, kind: str, what: str,
+                verify: bool) -> list[str]:
+    """The lines of a batch's ``.urls`` or ``.canonical`` file, checked
+    against the header's ``<field>_bytes`` and ``<field>_crc32``."""
+    size = meta[f"{field}_bytes"]
+    with open_regular(path, f"batch {kind}") as handle:
+        _check_size(path, handle, size, f"{kind} is")
         try:
             data = handle.read()
         except OSError as exc:
-            raise CorruptFileError(urls_path, f"cannot be read ({exc.strerror or exc})") from None
-    if len(data) != meta["urls_bytes"]:     # changed while it was read
-        raise CorruptFileError(urls_path, f"URL file is {len(data)} bytes, header says "
-                               f"{meta['urls_bytes']} (truncated or overwritten)")
-    if verify and checksum.crc32(data) != meta["urls_crc32"]:
-        raise CorruptFileError(urls_path, "URL file checksum mismatch (corrupt file)")
-    urls = data.decode("utf-8", "surrogateescape").split("\n")
-    if urls and urls[-1] == "":
-        urls.pop()
-    if len(urls) != meta["count"]:
-        raise CorruptFileError(urls_path, f"{len(urls)} URLs for {meta['count']} records")
-    return urls
+            raise CorruptFileError(path, f"cannot be read ({exc.strerror or exc})") from None
+    if len(data) != size:     # changed while it was read
+        raise CorruptFileError(path, f"{kind} is {len(data)} bytes, header says "
+                               f"{size} (truncated or overwritten)")
+    if verify and checksum.crc32(data) != meta[f"{field}_crc32"]:
+        raise CorruptFileError(path, f"{kind} checksum mismatch (corrupt file)")
+    lines = data.decode("utf-8", "surrogateescape").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) != meta["count"]:
+        raise CorruptFileError(path, f"{len(lines)} {what} for {meta['count']} records")
+    return lines
 
 
 def list_batches(directory) -> list[Path]:

@@ -56,6 +56,7 @@ class BatchWriter:
         self.distance = distance           # (the crawl's SIMDUP_DISTANCE) likewise
         self._rows: list = []              # one BATCH_DTYPE record (no id yet) per page
         self._urls: list = []
+        self._canonicals: list = []        # the rel=canonical URL of each page, or None
         self._online: dict = {}            # distance -> records the online index matched
         self.flushed_batches = 0
         self.flushed_records = 0
@@ -91,12 +92,14 @@ class BatchWriter:
         """The record id the next appended fingerprint gets."""
         return self._next_id + len(self._rows)
 
-    def append(self, page, url, duplicate_distance: int | None = None) -> int:
+    def append(self, page, url, duplicate_distance: int | None = None,
+               canonical: str | None = None) -> int:
         """Add one checked page (its keys, weights and sketch); returns its
         record id. Flushes when the batch is full.
 
         ``duplicate_distance``: the distance of the near-duplicate the online
-        index found for it (None: new), counted in the batch header."""
+        index found for it (None: new), counted in the batch header.
+        ``canonical``: the ``rel=canonical`` URL the page declared (None: none)."""
         if self._closed:
             raise RuntimeError("BatchWriter is closed")
         if isinstance(page, (int, np.integer)) or not hasattr(page, "sketch"):
@@ -122,9 +125,11 @@ class BatchWriter:
             raise ValueError(f"sketch must be {SKETCH_BYTES} bytes")
         row["sketch"] = np.frombuffer(bytes(sketch), dtype=np.uint8)
         url = escape_url(url)          # validate everything before changing state
+        canonical = escape_url(canonical) if canonical else None
         record_id = self.next_id
         self._rows.append(row)
         self._urls.append(url)
+        self._canonicals.append(canonical)
         if duplicate_distance is not None:
             d = int(duplicate_distance)
             self._online[d] = self._online.get(d, 0) + 1
@@ -142,7 +147,7 @@ class BatchWriter:
         name = f"batch-{self._seq + 1:08d}-{os.getpid()}"
         try:
             path = write_batch(self.directory, name, records, self._urls, self.fingerprint,
-                               self.distance, self._online)
+                               self.distance, self._online, canonicals=self._canonicals)
         except OSError as exc:
             # keep the records; try again after another batch (not at every record)
             self._flush_at = n + self.batch_size
@@ -152,7 +157,7 @@ class BatchWriter:
         self._seq += 1
         self._flush_at = self.batch_size
         self._next_id += n
-        self._rows, self._urls = [], []
+        self._rows, self._urls, self._canonicals = [], [], []
         self._online = {}
         self.flushed_batches += 1
         self.flushed_records += n
