@@ -3,7 +3,8 @@
 Usage: python tests/crawl_runner.py <job.json> <result.json>
 
 job: {"settings": {...}, "requests": [{"url": ..., "meta": {...}}, ...],
-      "mode": "pages" | "items", "item_class": "dict" | "scrapy", "follow": bool,
+      "mode": "pages" | "items", "item_class": "dict" | "scrapy" | "frozen" | "copy_meta"
+      | "no_text" | ..., "follow": bool,
       "block_path": {"path": P, "from": i, "to": j}}   (optional: a disk fault)
 result: {"stats": {...}, "responses": [{"url", "status", "simdup"}],
          "items": [...], "dropped": [{"url", "duplicate_of", "distance", "type"}],
@@ -100,6 +101,10 @@ def main(job_path: str, result_path: str) -> None:
                     yield {**fields, "text": Unprintable()}
                 elif kind == "unreadable_id":  # an id whose str() fails
                     yield {**fields, "url": Unprintable()}
+                elif kind == "copy_meta":      # the spider keeps the page's verdict
+                    yield {**fields, "simdup": response.meta.get("simdup")}
+                elif kind == "no_text":        # no field of SIMDUP_ITEM_FIELDS
+                    yield {"url": response.url, "title": fields["title"]}
                 else:
                     yield fields
             if job.get("follow"):   # a crawl that follows the links of its pages

@@ -10,9 +10,9 @@ from scrapy_simdup.storage.atomic import atomic_write
 from scrapy_simdup.storage.batchfile import (
     BATCH_DTYPE,
     header_crc32,
-    read_canonicals,
     list_batches,
     read_batch,
+    read_canonicals,
     read_meta,
     unfinished_batches,
     verify_batch,

@@ -93,7 +93,7 @@ def test_a_revisit_is_counted_apart_and_kept_by_default():
     crawler, middleware = _recrawl({"SIMDUP_ENABLED": True}, ["http://a/"])
     tag = _check(middleware, "http://a/", 1)          # the page the last crawl stored
     assert tag == {"simhash": tag["simhash"], "duplicate_of": None, "distance": None,
-                   "similarity": None}
+                   "similarity": None, "canonical": None}
     assert len(middleware.backend) == 1                # a revisit is not stored again
     with pytest.raises(IgnoreRequest):                 # another URL: a near-duplicate
         _check(middleware, "http://b/", 1)
@@ -291,21 +291,57 @@ def test_an_item_whose_check_failed_is_tagged_with_the_error():
 
 # -- tag field in use ---------------------------------------------------------------
 
-def test_tag_mode_warns_once_when_it_replaces_a_value_of_the_item(caplog):
+def test_tag_mode_never_replaces_a_value_of_the_item(caplog):
     crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag"})
     pipeline = SimdupPipeline.from_crawler(crawler)
     caplog.set_level(logging.WARNING, "scrapy_simdup")
     plain = asyncio.run(pipeline.process_item({"url": "u0", "text": _text(0)}))
-    again = asyncio.run(pipeline.process_item(dict(plain, url="u0b")))   # our own tag: fine
-    assert again["simdup"]["duplicate_of"] == "u0"
-    assert "SIMDUP_TAG_FIELD" not in caplog.text
-    item = asyncio.run(pipeline.process_item({"url": "u1", "text": _text(1),
-                                              "simdup": "the spider's"}))
-    assert item["simdup"]["duplicate_of"] is None        # replaced, as before
-    asyncio.run(pipeline.process_item({"url": "u2", "text": _text(2), "simdup": 7}))
+    assert plain["simdup"]["duplicate_of"] is None and "SIMDUP_TAG_FIELD" not in caplog.text
+    # the spider copied a page's meta["simdup"] into its item: it stays, with one warning
+    page_tag = {"simhash": 5, "duplicate_of": None, "distance": None, "similarity": None,
+                "canonical": "http://c/"}
+    item = asyncio.run(pipeline.process_item({"url": "u0b", "text": _text(0),
+                                              "simdup": dict(page_tag)}))
+    assert item["simdup"] == page_tag
+    item = asyncio.run(pipeline.process_item({"url": "u2", "text": _text(2), "simdup": 7}))
+    assert item["simdup"] == 7
     warnings = [r for r in caplog.records if "SIMDUP_TAG_FIELD" in r.getMessage()]
     assert len(warnings) == 1
-    assert "'simdup'" in warnings[0].getMessage() and "the spider's" in warnings[0].getMessage()
+    message = warnings[0].getMessage()
+    assert "'simdup'" in message and "meta['simdup']" in message and "leaves it" in message
+    assert crawler.stats.get_value("simdup/items/tag_field_in_use") == 2
+    assert crawler.stats.get_value("simdup/items/duplicates") == 1     # checked all the same
+    # a declared field left None is the tag's to fill
+    item = asyncio.run(pipeline.process_item({"url": "u3", "text": _text(3), "simdup": None}))
+    assert item["simdup"]["simhash"] is not None
+
+
+@pytest.mark.parametrize("action", ["tag", "drop"])
+@pytest.mark.parametrize("item", [{"url": "u1", "title": "no text field"},
+                                  {"url": "u1", "text": ""},
+                                  {"url": "u1", "text": "too few words"}])
+def test_an_item_that_is_not_fingerprinted_comes_out_unchanged(item, action):
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": action})
+    pipeline = SimdupPipeline.from_crawler(crawler)
+    out = asyncio.run(pipeline.process_item(dict(item)))
+    assert out == item
+    assert sum(v for k, v in crawler.stats.get_stats().items()
+               if k.startswith("simdup/items/skipped/")) == 1
+
+
+def test_items_without_text_get_one_info_line_and_no_summary(caplog):
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag",
+                            "SIMDUP_LOG_INTERVAL": 0})
+    pipeline = SimdupPipeline.from_crawler(crawler)
+    caplog.set_level(logging.INFO, "scrapy_simdup")
+    for i in range(20):
+        asyncio.run(pipeline.process_item({"url": f"u{i}", "title": "a title"}))
+    pipeline.logstats.spider_closed(None, "finished")
+    lines = [r for r in caplog.records if r.name == "scrapy_simdup"]
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO, [r.getMessage() for r in lines]
+    message = lines[0].getMessage()
+    assert "SIMDUP_ITEM_FIELDS ['text']" in message and "20 items" in message
+    assert "summary" not in message and "skipped 20" not in message
 
 
 # -- lost at close ------------------------------------------------------------------
@@ -424,7 +460,7 @@ def test_the_start_up_line_says_what_was_restored(tmp_path):
         f"restored 1,234 fingerprints and 0 items; ")
 
 
-def test_summary_says_why_no_item_was_checked_and_counts_in_words():
+def test_summary_counts_in_words_and_leaves_items_without_text_out():
     crawler = make_crawler({"SIMDUP_ENABLED": True})
     stats = crawler.stats
     logstats = SimdupLogStats(crawler, SimdupConfig.from_crawler(crawler))
@@ -435,5 +471,7 @@ def test_summary_says_why_no_item_was_checked_and_counts_in_words():
     summary = logstats.summary()
     assert "pages: checked 3, 1 near-duplicate (33.3%" in summary
     assert "1 revisit," in summary
-    assert ("items: none checked, skipped 4 (no_text 4): no item has a field of "
-            "SIMDUP_ITEM_FIELDS ['text']") in summary
+    # items that never have text are said once, apart, not in the summary
+    assert "items" not in summary
+    stats.set_value("simdup/items/skipped/unreadable_field", 1)
+    assert "items: none checked, skipped 5 (no_text 4, unreadable_field 1)" in logstats.summary()

@@ -70,7 +70,7 @@ class Verdict:
 
 #: keys of the dicts ``Verdict.as_tag`` makes (to tell them from a user's value)
 TAG_KEYS = frozenset(("simhash", "duplicate_of", "distance", "similarity", "revisit", "skipped",
-                      "error"))
+                      "error", "canonical"))
 
 
 class SimdupComponent:
@@ -111,6 +111,7 @@ class SimdupComponent:
         self.logstats.register(self.kind)
         self._skipped_exc = SkippedPage
         self._stopping = False
+        self._logged_first_drop = False
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
 
     def _open(self, config, crawler, fingerprinter, backend) -> None:
@@ -176,11 +177,12 @@ class SimdupComponent:
         return Verdict(skipped=reason)
 
     async def check(self, fingerprint: Callable[[], Any], key: str,
-                    own_key: bool = True) -> Verdict:
+                    own_key: bool = True, canonical: str | None = None) -> Verdict:
         """Fingerprint (``fingerprint()``), look up and add. A failure is
         counted and logged, and gives a verdict with ``error`` set.
         ``own_key``: ``key`` names the page or item (not a made-up
-        ``item-<n>``), so a match stored under it is a revisit."""
+        ``item-<n>``), so a match stored under it is a revisit.
+        ``canonical``: the page's declared canonical URL, for the batch files."""
         t0 = time.perf_counter()
         try:
             fp = fingerprint()
@@ -216,7 +218,7 @@ class SimdupComponent:
             self.fingerprinter.learn(fp)
         if self.writer is not None:
             try:
-                self.writer.add(fp, key, match, revisit=revisit)
+                self.writer.add(fp, key, match, revisit=revisit, canonical=canonical)
             except Exception:  # noqa: BLE001 (disk full, SIMDUP_DIR gone: the page goes on)
                 self.error(key, "writing to SIMDUP_DIR")
         if revisit:
@@ -230,6 +232,24 @@ class SimdupComponent:
                          f"similarity {match.similarity:.2f}"
                          if match else "new", extra={"spider": self.crawler.spider})
         return Verdict(int(value), match, revisit=revisit)
+
+    def log_drop(self, what: str, key: str, match: Match, note: str = "") -> None:
+        """Log a dropped near-duplicate (or revisit): the first one of the
+        crawl at INFO, with how to see the others; the others at DEBUG."""
+        noun = self.kind[:-1]
+        if self._logged_first_drop:
+            if self.kind == "items":    # Scrapy logs every dropped item at DEBUG
+                return
+            logger.debug("Dropped %s %s %s of %s (distance %d%s)", what, noun, key,
+                         match.duplicate_of, match.distance, note,
+                         extra={"spider": self.crawler.spider})
+            return
+        self._logged_first_drop = True
+        logger.info("Filtered %s %s %s of %s (distance %d, similarity %.2f%s); the copy "
+                    "checked first is the one kept - no more dropped %ss will be shown "
+                    "(LOG_LEVEL = 'DEBUG' shows every one; %sdropped counts them)",
+                    what, noun, key, match.duplicate_of, match.distance, match.similarity,
+                    note, noun, self.prefix, extra={"spider": self.crawler.spider})
 
     def _failed(self, key: str, what: str, simhash: int | None = None) -> Verdict:
         """Count and log the exception being handled; its verdict."""

@@ -85,6 +85,21 @@ class SimdupLogStats:
         if self.stats.get_value("simdup/checked", 0) or self.stats.get_value(
                 "simdup/items/checked", 0) or _skipped(self.stats, "simdup/skipped/"):
             logger.info(self.summary(), extra={"spider": spider})
+        if self._items_without_text():
+            # the add-on enables the pipeline for every spider: one line, not
+            # a skip count in the summary
+            n = self.stats.get_value("simdup/items/skipped/no_text", 0)
+            logger.info("Simdup: no item had text in a field of SIMDUP_ITEM_FIELDS %s "
+                        "(%d items passed on unchecked and unchanged): set SIMDUP_ITEM_FIELDS "
+                        "to the fields that hold your items' text to check them",
+                        list(self.config.item_fields), n,
+                        extra={"spider": spider or self.crawler.spider})
+
+    def _items_without_text(self) -> bool:
+        """No item was checked, and every one skipped had no text."""
+        prefix = "simdup/items/"
+        return not self.stats.get_value(prefix + "checked", 0) and \
+            set(_skipped(self.stats, prefix + "skipped/")) == {prefix + "skipped/no_text"}
 
     # -- formatting ------------------------------------------------------------
     def setup(self, spider_name: str | None = None) -> str:
@@ -169,14 +184,11 @@ class SimdupLogStats:
             skipped = _skipped(self.stats, prefix + "skipped/")
             if not checked and not skipped:     # e.g. the pipeline alone: no pages part
                 continue
+            if kind == "items" and self._items_without_text():   # a line of its own
+                continue
             reasons = ", ".join(f"{k.rsplit('/', 1)[1]} {v}" for k, v in sorted(skipped.items()))
             if not checked:
-                part = f"{kind}: none checked, skipped {sum(skipped.values())} ({reasons})"
-                if kind == "items" and set(skipped) == {prefix + "skipped/no_text"}:
-                    # the add-on enables the pipeline: say how to point it at the text
-                    part += (f": no item has a field of SIMDUP_ITEM_FIELDS "
-                             f"{list(self.config.item_fields)}")
-                parts.append(part)
+                parts.append(f"{kind}: none checked, skipped {sum(skipped.values())} ({reasons})")
                 continue
             duplicates = get(prefix + "duplicates", 0)
             mean_probes, lookup_us, fp_us = self._means(kind)

@@ -6,6 +6,7 @@ import logging
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
 
+from scrapy_simdup.fingerprint.canonical import declared_canonical
 from scrapy_simdup.integration.component import SimdupComponent
 
 __all__ = ["SimdupDownloaderMiddleware", "NearDuplicateResponse"]
@@ -41,9 +42,11 @@ class SimdupDownloaderMiddleware(SimdupComponent):
     Every response it passes on gets ``meta["simdup"]`` (``simhash``,
     ``duplicate_of``, ``distance``; ``skipped`` when not fingerprinted,
     ``error`` when the check failed, ``revisit`` for a page stored before
-    under its own URL with ``SIMDUP_ON_REVISIT = "tag"``). Start requests
+    under its own URL with ``SIMDUP_ON_REVISIT = "tag"``; ``canonical``: the
+    URL the page declares canonical, or None). Start requests
     are not dropped unless ``SIMDUP_DROP_START_REQUESTS``: a near-duplicate
-    one reaches the spider tagged.
+    one reaches the spider tagged. The first near-duplicate dropped is
+    logged at INFO, the others at DEBUG.
     """
 
     kind = "pages"
@@ -55,6 +58,7 @@ class SimdupDownloaderMiddleware(SimdupComponent):
             raise IgnoreRequest(f"scrapy-simdup refused to check pages ({self.refused})")
         if request.meta.get("dont_obey_robotstxt") and url.endswith("/robots.txt"):
             return response     # Scrapy's own robots.txt request: not a page of the crawl
+        canonical = None
         if request.meta.get("dont_simdup"):
             verdict = self.skip("dont_simdup", url)
         elif not isinstance(response, HtmlResponse):
@@ -62,13 +66,14 @@ class SimdupDownloaderMiddleware(SimdupComponent):
         elif not 200 <= response.status < 300:
             verdict = self.skip("status", url)
         else:
+            canonical = _canonical(response)
             verdict = await self.check(lambda: self.fingerprinter.fingerprint_response(response),
-                                       url)
+                                       url, canonical=canonical)
             if verdict.error is not None:    # counted and logged
                 if self.config.on_error == "stop":  # the spider is being closed
                     raise IgnoreRequest(f"scrapy-simdup could not check {url} "
                                         f"({verdict.error}); SIMDUP_ON_ERROR=stop")
-                request.meta["simdup"] = verdict.as_tag()
+                request.meta["simdup"] = dict(verdict.as_tag(), canonical=canonical)
                 return response
         match = verdict.match
         show = True    # the match goes into meta["simdup"]
@@ -90,9 +95,11 @@ class SimdupDownloaderMiddleware(SimdupComponent):
                              extra={"spider": self.crawler.spider})
             elif drop:
                 self.stats.inc_value("simdup/dropped")
-                logger.debug("Dropped %s %s of %s (distance %d)", what, url,
-                             match.duplicate_of, match.distance,
-                             extra={"spider": self.crawler.spider})
+                note = ""
+                if canonical is not None and canonical != match.duplicate_of:
+                    note = (f"; it declares rel=canonical {canonical}"
+                            + (" (itself)" if canonical == url else ""))
+                self.log_drop(what, url, match, note)
                 raise NearDuplicateResponse(url, match.duplicate_of, match.distance,
                                             verdict.simhash, match.similarity)
             elif not verdict.revisit:  # tag mode
@@ -102,5 +109,14 @@ class SimdupDownloaderMiddleware(SimdupComponent):
                              extra={"spider": self.crawler.spider})
         # every response passed on carries the verdict (in drop mode: not a
         # duplicate, but for a start page)
-        request.meta["simdup"] = verdict.as_tag(with_match=show)
+        request.meta["simdup"] = dict(verdict.as_tag(with_match=show), canonical=canonical)
         return response
+
+
+def _canonical(response) -> str | None:
+    """The URL the page declares canonical (:mod:`scrapy_simdup.fingerprint.canonical`)."""
+    try:
+        return declared_canonical(response.body, response.url, response.encoding,
+                                  b", ".join(response.headers.getlist(b"Link")) or None)
+    except Exception:  # noqa: BLE001 (an odd page never stops its check)
+        return None

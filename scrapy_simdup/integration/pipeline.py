@@ -57,6 +57,12 @@ class SimdupPipeline(SimdupComponent):
     set to ``{"simhash", "duplicate_of", "distance"}``. An item whose key is
     the key of the stored match is a revisit (``SIMDUP_ON_REVISIT``). Stats:
     ``simdup/items/*``.
+
+    An item that is not fingerprinted (no text in ``SIMDUP_ITEM_FIELDS``, a
+    field that cannot be read) goes on unchanged. A tag field that already
+    holds a value (the spider's own) is never replaced: the item goes on
+    with it, counted in ``simdup/items/tag_field_in_use``, with one warning
+    naming ``SIMDUP_TAG_FIELD``.
     """
 
     kind = "items"
@@ -66,7 +72,7 @@ class SimdupPipeline(SimdupComponent):
         super().__init__(*args, **kwargs)
         self._counter = itertools.count(1)
         self._warned_tag = False
-        self._warned_overwrite = False
+        self._warned_in_use = False
 
     @classmethod
     def applies(cls, config) -> bool:
@@ -96,17 +102,20 @@ class SimdupPipeline(SimdupComponent):
         except Exception:  # noqa: BLE001 (a field whose str() fails, a list holding itself)
             texts = None
         if texts is None:
-            verdict = self.skip("unreadable_field", key)
-        elif not any(texts):
-            verdict = self.skip("no_text", key)
-        else:
-            text = "\n".join(t for t in texts if t)
-            verdict = await self.check(lambda: self.fingerprinter.fingerprint_text(text), key,
-                                       own_key=own_key)
-            if verdict.error is not None and self.config.on_error == "stop":
-                # counted and logged; the spider is being closed
-                raise DropItem(f"scrapy-simdup could not check item {key} ({verdict.error}); "
-                               f"SIMDUP_ON_ERROR=stop")
+            self.skip("unreadable_field", key)
+            return item         # not fingerprinted: unchanged
+        if not any(texts):
+            self.skip("no_text", key)
+            return item
+        text = "\n".join(t for t in texts if t)
+        verdict = await self.check(lambda: self.fingerprinter.fingerprint_text(text), key,
+                                   own_key=own_key)
+        if verdict.skipped is not None:     # too few features, ...: unchanged
+            return item
+        if verdict.error is not None and self.config.on_error == "stop":
+            # counted and logged; the spider is being closed
+            raise DropItem(f"scrapy-simdup could not check item {key} ({verdict.error}); "
+                           f"SIMDUP_ON_ERROR=stop")
         match = verdict.match
         show = True     # the match goes into the tag
         if match is not None:
@@ -117,11 +126,13 @@ class SimdupPipeline(SimdupComponent):
                 drop = self.config.action == "drop"
             if drop:
                 self.stats.inc_value(self.prefix + "dropped")
+                self.log_drop("revisit" if verdict.revisit else "near-duplicate", key, match)
                 raise NearDuplicateItem(key, match.duplicate_of, match.distance,
                                         verdict.simhash, match.similarity)
         if self.config.action == "tag" or (verdict.revisit and show):
             try:
-                self._warn_overwrite(adapter, item)
+                if self._in_use(adapter, item):
+                    return item     # the spider's own value stays
                 adapter[self.config.tag_field] = verdict.as_tag(with_match=show)
                 if match is not None and not verdict.revisit:   # counted once the tag is on
                     self.stats.inc_value(self.prefix + "tagged")
@@ -138,24 +149,28 @@ class SimdupPipeline(SimdupComponent):
                                    extra={"spider": self.crawler.spider})
         return item
 
-    def _warn_overwrite(self, adapter, item) -> None:
-        """Warn once per crawl when the tag replaces a value scrapy-simdup did
-        not set (the spider's own field of that name)."""
-        if self._warned_overwrite:
-            return
+    def _in_use(self, adapter, item) -> bool:
+        """Whether the tag field already holds a value (the spider's: the
+        pipeline tags an item once, on its way out). Counted; warned once
+        per crawl, naming SIMDUP_TAG_FIELD."""
         try:
             existing = adapter.get(self.config.tag_field)
         except Exception:  # noqa: BLE001 (the assignment that follows reports it)
-            return
-        if existing is None or (isinstance(existing, dict) and "simhash" in existing
-                                and set(existing) <= TAG_KEYS):
-            return
-        self._warned_overwrite = True
-        logger.warning("The %s item field %r (SIMDUP_TAG_FIELD) already holds a value that "
-                       "scrapy-simdup did not set (%s); it is replaced by the simdup verdict. "
-                       "Set SIMDUP_TAG_FIELD to a field of its own to keep it (warned once "
-                       "per crawl)", type(item).__name__, self.config.tag_field,
-                       _preview(existing), extra={"spider": self.crawler.spider})
+            return False
+        if existing is None:
+            return False
+        self.stats.inc_value(self.prefix + "tag_field_in_use")
+        if not self._warned_in_use:
+            self._warned_in_use = True
+            looks = (" (it looks like a page's meta['simdup'], copied by the spider)"
+                     if isinstance(existing, dict) and set(existing) <= TAG_KEYS else "")
+            logger.warning("The %s item field %r already holds a value%s: %s. scrapy-simdup "
+                           "leaves it as it is and does not tag these items; set "
+                           "SIMDUP_TAG_FIELD to another field name to get the items' verdict "
+                           "(counted in simdup/items/tag_field_in_use; warned once per crawl)",
+                           type(item).__name__, self.config.tag_field, looks,
+                           _preview(existing), extra={"spider": self.crawler.spider})
+        return True
 
 
 def _preview(value) -> str:
