@@ -21,11 +21,14 @@ from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
 from scrapy_simdup.index.crawldir import namespace_dir
 from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, restore
 from scrapy_simdup.index.redis.backend import RedisBackend, probes_for
+from scrapy_simdup.index.redis.reset import reset_redis_index
+from scrapy_simdup.index.redis.store import safe_url
+from scrapy_simdup.index.reset import reset_snapshot
 from scrapy_simdup.index.verified import VerifiedIndex
 from scrapy_simdup.integration.config import SimdupConfig
 
 __all__ = ["make_backend", "make_index", "make_batch_writer", "load_idf_table", "probe_budget",
-           "stats_prefix", "setting_message", "PARAMETER_SETTINGS"]
+           "reset_index", "stats_prefix", "setting_message", "PARAMETER_SETTINGS"]
 
 logger = logging.getLogger("scrapy_simdup")
 
@@ -124,6 +127,47 @@ def probe_budget(config: SimdupConfig, header_bits: int) -> int | None:
                       recall=config.recall)
 
 
+def _redis_key_prefix(config: SimdupConfig, crawler, namespace: str) -> str:
+    spider = getattr(crawler, "spider", None)
+    key_prefix = config.redis_key_for(getattr(spider, "name", None) or "default")
+    return key_prefix if namespace == "pages" else f"{key_prefix}:{namespace}"
+
+
+def reset_index(config: SimdupConfig, crawler=None, namespace: str = "pages") -> None:
+    """``SIMDUP_RESET``: clear the index this crawl would go on with, before
+    it is opened, and log what was removed. The memory index: its snapshot
+    in ``SIMDUP_DIR`` (the batch files and the IDF table stay: they are the
+    crawls' record for ``simdup merge``). Redis: every key of the index
+    under its key prefix (the pages' reset leaves the items' index alone)."""
+    prefix = stats_prefix(namespace)
+    spider = getattr(crawler, "spider", None)
+    if config.index == "memory":
+        if not config.dir:
+            return      # nothing is saved: every crawl starts afresh
+        directory = namespace_dir(config.dir, namespace)
+        count, removed = reset_snapshot(directory)
+        what = (f"{count:,} fingerprints" if count is not None
+                else "a damaged snapshot") if removed else "nothing was saved"
+        logger.info("Simdup: SIMDUP_RESET: removed the saved %s index in %s (%s%s); its batch "
+                    "files are kept for simdup merge", namespace, directory, what,
+                    f": {', '.join(removed)}" if removed else "", extra={"spider": spider})
+    else:
+        key_prefix = _redis_key_prefix(config, crawler, namespace)
+        try:
+            count, keys = reset_redis_index(config.index, key_prefix, config.redis_params,
+                                            keep=("items",) if namespace == "pages" else ())
+        except IndexUnavailableError as exc:
+            raise IndexUnavailableError(f"SIMDUP_INDEX: {exc}") from exc
+        except ImportError as exc:      # the redis client is not installed
+            raise ImportError(f"SIMDUP_INDEX = {config.index!r}: {exc}") from exc
+        logger.info("Simdup: SIMDUP_RESET: removed the Redis %s index %r at %s (%s fingerprints, "
+                    "%s keys)", namespace, key_prefix, safe_url(config.index), f"{count:,}",
+                    f"{keys:,}", extra={"spider": spider})
+    stats = getattr(crawler, "stats", None)
+    if stats is not None:
+        stats.set_value(prefix + "index_reset", count or 0)
+
+
 def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
                  fingerprint: str | None = None) -> IndexBackend:
     """The backend ``SIMDUP_INDEX`` asks for; ``namespace`` separates pages from items.
@@ -146,10 +190,7 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
                                  f"settings (SIMDUP_FEATURES, SIMDUP_SHINGLE_SIZE, ...) that "
                                  f"index was built with.") from exc
         return backend
-    spider = getattr(crawler, "spider", None)
-    key_prefix = config.redis_key_for(getattr(spider, "name", None) or "default")
-    if namespace != "pages":
-        key_prefix = f"{key_prefix}:{namespace}"
+    key_prefix = _redis_key_prefix(config, crawler, namespace)
     try:
         return RedisBackend.open(
             config.index, key_prefix, header_bits=config.redis_header_bits,

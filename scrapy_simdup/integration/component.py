@@ -23,6 +23,7 @@ from scrapy_simdup.integration.backends import (
     make_backend,
     make_batch_writer,
     make_index,
+    reset_index,
     setting_message,
 )
 from scrapy_simdup.integration.config import SimdupConfig
@@ -140,6 +141,8 @@ class SimdupComponent:
             raise
 
     def _open_index(self, config, crawler, fingerprinter, backend) -> None:
+        if config.reset and backend is None:
+            reset_index(config, crawler, self.kind)
         idf = None
         if config.dir and fingerprinter is None and \
                 config.feature_options.get("weighting") == "idf":

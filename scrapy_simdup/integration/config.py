@@ -248,6 +248,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_DROP_START_REQUESTS": False,
     "SIMDUP_LOG_INTERVAL": 60.0,
     "SIMDUP_DEBUG": False,
+    "SIMDUP_RESET": False,
 }
 
 
@@ -279,6 +280,7 @@ class SimdupConfig:
     drop_start_requests: bool = False     # start requests may be dropped as near-duplicates
     log_interval: float = 60.0            # seconds; 0 disables the periodic line
     debug: bool = False
+    reset: bool = False                   # clear the saved / shared index at start-up
 
     @classmethod
     def from_crawler(cls, crawler) -> SimdupConfig:
@@ -405,6 +407,7 @@ class SimdupConfig:
                                       get("SIMDUP_DROP_START_REQUESTS")),
             log_interval=_log_interval(get("SIMDUP_LOG_INTERVAL")),
             debug=_bool("SIMDUP_DEBUG", get("SIMDUP_DEBUG")),
+            reset=_bool("SIMDUP_RESET", get("SIMDUP_RESET")),
         )
         if config.enabled and feature_options:
             # the Fingerprinter checks the feature values: a bad one fails
