@@ -451,7 +451,8 @@ class Fingerprinter:
         head, cut = page_head(body, self.max_bytes)     # a body over the bound: only its head is read
         if is_blank(head) and not (cut and self.on_too_large == "skip"):
             raise SkippedPage("empty")
-        if looks_binary(body[:1024]):
+        # (a page in a declared UTF-16/32 has NULs: then tested as Scrapy decodes it)
+        if looks_binary(body[:1024]) and looks_binary(body[:1024], response.encoding):
             raise SkippedPage("binary")
         if needs_taming(body, self.max_bytes):
             # the byte path (invisible bulk stripped, then cut at max_bytes or
