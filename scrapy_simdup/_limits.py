@@ -27,8 +27,11 @@ DEFAULT_RECALL = 0.99
 # ... and of the shared Redis index's: over the network each probe costs a
 # bucket read, so it aims a little lower, by the calibrated volatility model.
 DEFAULT_REDIS_RECALL = 0.98
-# A probe budget (buckets probed per look-up) is at least 1: the own bucket.
+# A probe budget (buckets probed per look-up) is at least 1: the own bucket,
+# and at most the buckets of the largest header (2**30 in memory, 2**24 on
+# Redis): a larger one probes no more.
 MIN_PROBES = 1
+MAX_PROBES = 1 << 30
 # Header bits t of the shared Redis index (2**t bucket keys), fixed when the
 # index is created (SIMDUP_REDIS_HEADER_BITS; the Redis store checks the same).
 MIN_REDIS_HEADER_BITS = 4

@@ -322,3 +322,120 @@ def test_a_component_that_fails_to_open_frees_its_simdup_dir(tmp_path):
     component = SimdupDownloaderMiddleware.from_crawler(make_crawler(settings))
     assert component.refused == "simdup_index_unavailable"
     lock_crawl_directory(d).close()     # free again (it said "another crawler" before)
+
+
+# ------------------------------------------- values that started, then failed or did nothing
+
+@pytest.mark.parametrize("xpath, what, instead", [
+    ("//p[1]/text()", "text nodes", "//p[1]"),
+    ("//a/@href", "attributes", "//a"),
+    ("//article//text()", "text nodes", "//article"),
+    ("//p/attribute::class", "attributes", "//p"),
+    ("//div[@id='main']/node()", "nodes of every kind", "//div[@id='main']"),
+    ("//h1 | //p/@class", "attributes", None),
+    ("(//p/text())[1]", "text nodes", None),
+    ("//p/following-sibling::text()", "text nodes", None),
+    ("//div/comment()", "comments", "//div"),
+])
+def test_a_content_xpath_that_selects_no_elements_is_refused(xpath, what, instead):
+    """Only elements are content (their text): an XPath selecting text or
+    attributes started and was ignored on every page. Refused at start-up,
+    naming the setting, what it selects and the elements to select instead;
+    by the static form of its final steps, not only by what it selects on a
+    sample (``//a/@href`` selects nothing there)."""
+    with pytest.raises(ValueError) as err:
+        SimdupConfig.from_settings(Settings({"SIMDUP_ENABLED": True,
+                                             "SIMDUP_CONTENT_XPATH": xpath}))
+    message = str(err.value)
+    assert message.startswith("SIMDUP_CONTENT_XPATH: content_xpath must select elements"), message
+    assert f"but {xpath!r} selects {what}" in message, message
+    if instead is None:
+        assert "instead" not in message, message
+    else:
+        assert message.endswith(f"select the elements instead, e.g. {instead!r}"), message
+    with pytest.raises(ValueError, match="^SIMDUP_CONTENT_XPATH: content_xpath must select"):
+        SimdupDownloaderMiddleware.from_crawler(make_crawler({"SIMDUP_ENABLED": True,
+                                                              "SIMDUP_CONTENT_XPATH": xpath}))
+
+
+@pytest.mark.parametrize("xpath", [
+    "//article", "//div[@id='main']", "//div[p/text()='x']", "//a[@href]",
+    "//*[contains(text(), '/@x | y/text()')]", "//p/..", "id('main')", "//h1 | //div/p",
+    "(//p)[1]", "//p/following-sibling::*"])
+def test_a_content_xpath_that_selects_elements_is_accepted(xpath):
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_ENABLED": True,
+                                                  "SIMDUP_CONTENT_XPATH": xpath}))
+    assert config.make_fingerprinter().content_xpath == xpath
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"SIMDUP_REDIS_PARAMS": {"decode_responses": True}},
+     "SIMDUP_REDIS_PARAMS: decode_responses must be off"),
+    ({"SIMDUP_REDIS_PARAMS": '{"decode_responses": "yes"}'},
+     "SIMDUP_REDIS_PARAMS: decode_responses must be off"),
+    ({"SIMDUP_INDEX": "redis://127.0.0.1:6390/0?decode_responses=True"},
+     "SIMDUP_INDEX: decode_responses in the URL's query must be off"),
+    ({"SIMDUP_MAX_PROBES": 2 ** 70}, "SIMDUP_MAX_PROBES must be <= 1,073,741,824"),
+    ({"SIMDUP_MAX_PROBES": str(2 ** 30 + 1)}, "SIMDUP_MAX_PROBES must be <= 1,073,741,824"),
+    ({"SIMDUP_INDEX": "redis://host:6390/abc"},
+     "SIMDUP_INDEX: the Redis database is the number after the host .* got the path '/abc'"),
+    ({"SIMDUP_INDEX": "redis://host:6390/-1"}, "got the path '/-1'"),
+    ({"SIMDUP_INDEX": "rediss://host/3/4"}, "got the path '/3/4'"),       # read as db 34
+    ({"SIMDUP_INDEX": "redis://host/%33"}, "got the path '/%33'"),
+    ({"SIMDUP_INDEX": "redis://host/0?db=x"}, r"db='x' in the URL's query\) must be a number"),
+    ({"SIMDUP_INDEX": "unix:///run/redis.sock?db=-2"}, r"db='-2'"),
+])
+def test_redis_settings_that_failed_every_check_or_chose_db_0_are_refused(settings, message):
+    """decode_responses made every look-up fail (UnicodeDecodeError), a huge
+    SIMDUP_MAX_PROBES every Redis check (OverflowError), and a database path
+    that is not a number >= 0 silently used db 0 (or another): refused at
+    start-up, naming the setting."""
+    with pytest.raises(ValueError, match=message):
+        SimdupConfig.from_settings(Settings(settings))
+    with pytest.raises(ValueError, match=message):
+        SimdupDownloaderMiddleware.from_crawler(make_crawler({"SIMDUP_ENABLED": True,
+                                                              **settings}))
+
+
+def test_a_redis_url_error_does_not_repeat_its_password():
+    with pytest.raises(ValueError) as err:
+        SimdupConfig.from_settings(Settings({"SIMDUP_INDEX": "redis://u:s3cret@host/abc"}))
+    assert "s3cret" not in str(err.value) and "'/abc'" in str(err.value)
+
+
+@pytest.mark.parametrize("settings", [
+    {"SIMDUP_INDEX": "redis://host:6390"}, {"SIMDUP_INDEX": "redis://host:6390/"},
+    {"SIMDUP_INDEX": "redis://host:6390/15"}, {"SIMDUP_INDEX": "rediss://u:p@host/2/"},
+    {"SIMDUP_INDEX": "redis://host/?db=3"}, {"SIMDUP_INDEX": "unix:///run/redis.sock?db=1"},
+    {"SIMDUP_INDEX": "redis://host/0?decode_responses=false"},
+    {"SIMDUP_REDIS_PARAMS": {"decode_responses": False, "socket_timeout": 2}},
+    {"SIMDUP_MAX_PROBES": 2 ** 30}])
+def test_redis_settings_that_work_are_accepted(settings):
+    SimdupConfig.from_settings(Settings(settings))
+
+
+def test_the_largest_probe_budget_works_on_a_real_redis(redis_server):
+    """SIMDUP_MAX_PROBES at its bound checks pages on a real server (2**70
+    raised OverflowError in every check); the budget is capped at the
+    index's flip sets, so it finds what the default finds."""
+    import asyncio
+    import uuid
+
+    from scrapy_simdup import fingerprint_features
+
+    words = [f"w{i}" for i in range(200)]
+    a = fingerprint_features(words)
+    b = fingerprint_features(words[:-1] + ["other"])
+
+    async def run(backend):
+        first = await backend.check_and_add(a, "a")
+        second = await backend.check_and_add(b, "b")
+        await backend.close()
+        return first, second
+
+    for probes in (2 ** 30, None):
+        settings = {"SIMDUP_INDEX": redis_server.url, "SIMDUP_MAX_PROBES": probes,
+                    "SIMDUP_REDIS_KEY": f"simdup-test:{uuid.uuid4().hex}"}
+        backend = make_backend(SimdupConfig.from_settings(Settings(settings)), None)
+        first, second = asyncio.run(run(backend))
+        assert first is None and second is not None and second.duplicate_of == "a"

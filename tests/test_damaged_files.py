@@ -394,3 +394,75 @@ def test_stats_checks_the_index_snapshot_files(crawl, capsys, damage):
     assert code == 2 and json.loads(out)["directories"][0]["index_damaged"]["file"] == str(bad)
     code, out, err = _cli(["merge", crawl], capsys)     # the batches are not affected
     assert code == 0, err
+
+
+# ------------------------- no file in place of an index snapshot file (a crawl's restore)
+
+def _stand_in(path: Path, how: str) -> Path | None:
+    """Put something other than a regular file where ``path`` was; returns what
+    a symlink points to (which must be left alone)."""
+    if path.exists():
+        path.unlink()
+    target = None
+    if how == "dangling":
+        target = path.with_name("gone-" + path.name)
+    elif how == "dangling-dir":         # into a directory that does not exist: no write can follow it
+        target = path.parent / "no-such-dir" / path.name
+    elif how == "dir-symlink":
+        target = path.parent.parent / f"elsewhere-{path.name}"
+        target.mkdir()
+        (target / "keep").write_text("not ours")
+    elif how == "directory":
+        path.mkdir()
+        (path / "x").write_text("x")
+    elif how == "fifo":
+        os.mkfifo(path)
+    if target is not None:
+        path.symlink_to(target)
+    return target
+
+
+@pytest.mark.parametrize("header", [True, False])
+@pytest.mark.parametrize("how", ["dangling", "dangling-dir", "dir-symlink", "directory", "fifo"])
+@pytest.mark.parametrize("name", ["index.values", "index.keys"])
+def test_restore_moves_aside_whatever_stands_in_for_a_snapshot_file(tmp_path, name, how,
+                                                                    header):
+    """A symlink (dangling or to a directory), a directory or a FIFO in place of
+    index.values/index.keys is reported and moved aside itself, like any other
+    damage, so the crawl's saves work again and the next restore finds them
+    (it was left in place: every later save failed, every restart restored 0)."""
+    from scrapy_simdup.index.backend import MemoryBackend
+    from scrapy_simdup.index.persist import restore
+    from scrapy_simdup.index.snapshot import records
+    from scrapy_simdup.index.verified import VerifiedIndex
+
+    d = tmp_path / "crawl"
+    d.mkdir()
+    _snapshot(d)
+    if not header:
+        (d / "index.json").unlink()
+    bad = d / name
+    target = _stand_in(bad, how)
+    assert IndexStore(d).exists()       # damage, never taken for a fresh directory
+    with pytest.raises(CorruptFileError) as err:
+        restore(MemoryBackend(VerifiedIndex()), d, on_error="stop")
+    assert err.value.path == str(d / ("index.json" if not header else name))
+    assert os.path.lexists(bad)         # "stop" leaves everything as it was
+    stats = {}
+    assert restore(MemoryBackend(VerifiedIndex()), d, on_error="keep",
+                   on_stat=stats.__setitem__) == 0
+    assert stats == {"index_corrupt": 1}
+    assert not os.path.lexists(bad)
+    (aside,) = d.glob(f"{name}.corrupt-*")
+    if target is not None:              # the link was moved, not what it points to
+        assert aside.is_symlink() and os.readlink(aside) == str(target)
+        if how == "dir-symlink":
+            assert (target / "keep").read_text() == "not ours"
+    assert not IndexStore(d).exists()
+    # the crawl's saves work, and a restart restores what they saved
+    store = IndexStore(d)
+    store.append(records(np.arange(10, 13, dtype=np.uint64)), ["a", "b", "c"])
+    store.append(records(np.arange(13, 15, dtype=np.uint64)), ["d", "e"])
+    backend = MemoryBackend(VerifiedIndex())
+    assert restore(backend, d, on_error="stop") == 5
+    assert bad.is_file() and not bad.is_symlink()

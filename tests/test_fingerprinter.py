@@ -599,3 +599,39 @@ def test_option_errors_name_the_option_not_a_setting(options, parameter):
         Fingerprinter(**options)
     assert info.value.parameter == parameter
     assert isinstance(info.value, ValueError) and "SIMDUP_" not in str(info.value)
+
+
+@pytest.mark.parametrize("codec, declared", [
+    ("utf-16-be", "utf-16be"), ("utf-16-le", "utf-16-le"), ("utf-16-be", "UTF-16BE"),
+    ("utf-16-be", "utf-16"),        # no BOM: big-endian, as w3lib decodes it
+    ("utf-32-le", "utf-32le"), ("utf-32-be", "utf-32-be")])
+def test_a_declared_utf16_or_utf32_page_without_a_bom_is_decoded_like_scrapy(codec, declared):
+    """Its ASCII bytes are NUL-separated: it was skipped as "binary", where
+    Scrapy's response.text decodes it."""
+    text = PAGE.replace("Paragraph", "Café naïve Paragraph")
+    utf8 = fingerprint_html(text.encode("utf-8"))
+    body = text.encode(codec)
+    assert fingerprint_html(body, encoding=declared) == utf8
+    response = HtmlResponse("https://example.com/", body=body,
+                            headers={"Content-Type": f"text/html; charset={declared}"})
+    assert response.text == text
+    assert Fingerprinter().fingerprint_response(response) == utf8
+    # over max_bytes (decoded, then tamed as text), with a code unit cut at the end
+    small = Fingerprinter(max_bytes=len(text) // 2)
+    cut = body[:-1]
+    assert small.fingerprint_html(cut, encoding=declared).truncated
+    assert small.fingerprint_html(cut, encoding=declared) == small.fingerprint_html(text[:-1])
+    # a binary file with such a header is still binary, and bytes that do not decode
+    # an error
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    for f in (lambda: fingerprint_html(png, encoding=declared),
+              lambda: Fingerprinter().fingerprint_response(HtmlResponse(
+                  "https://example.com/", body=png,
+                  headers={"Content-Type": f"text/html; charset={declared}"}))):
+        with pytest.raises(SkippedPage) as info:
+            f()
+        assert info.value.reason == "binary"
+    if "32" in codec:
+        with pytest.raises(SkippedPage) as info:
+            fingerprint_html(text.encode("latin-1"), encoding=declared)
+        assert info.value.reason == "decode_error"

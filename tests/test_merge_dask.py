@@ -445,3 +445,47 @@ def test_a_cluster_without_workers_is_a_clear_error(crawls, tmp_path, monkeypatc
         with pytest.raises(ClusterError, match="has no workers"):
             merge([crawls / "new"], _copy(crawls, tmp_path, "coll"), chunk_size=CHUNK,
                   progress=False, scheduler=c)
+
+
+_DIE_AT_START = """
+import os
+import signal
+
+
+def dask_setup(worker):
+    os.kill(os.getpid(), signal.{signal})
+"""
+
+
+@pytest.mark.parametrize("signal", ["SIGKILL", "SIGTERM"])
+def test_a_worker_killed_while_the_cluster_starts_is_a_clear_error(tmp_path, signal):
+    """``--workers 2`` whose worker processes are killed as they start (a Dask
+    preload script that kills its own process): exit 2 and one line saying
+    the cluster could not start, no traceback, nothing merged."""
+    from tests.batch_pages import features_page
+
+    crawl = tmp_path / "crawl"
+    with BatchWriter(crawl, batch_size=10) as w:
+        for i in range(15):
+            w.append(features_page([f"word{i}", "some", "page", "text"] * 20),
+                     f"https://example.com/{i}")
+    preload = tmp_path / "die_at_start.py"
+    preload.write_text(_DIE_AT_START.format(signal=signal))
+    # (the workers get the merge's own preload list, as WORKER_PRELOAD gives it)
+    code = ("import sys; from scrapy_simdup.merge import distributed; "
+            "distributed.WORKER_PRELOAD += (sys.argv[1],); "
+            "from scrapy_simdup.cli import main; sys.exit(main(sys.argv[2:]))")
+    coll = tmp_path / "collection"
+    proc = subprocess.run([sys.executable, "-c", code, str(preload), "merge", str(crawl),
+                           "--collection", str(coll), "--workers", "2", "--no-progress"],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("simdup: error: cannot start the Dask cluster (a local "
+                                  "cluster of 2 workers): "), proc.stderr
+    assert proc.stderr.rstrip().endswith("nothing was merged"), proc.stderr
+    assert Collection(coll).count == 0
+    # the same merge without the failing workers goes through
+    assert main(["merge", str(crawl), "--collection", str(coll), "--workers", "2",
+                 "--no-progress"]) == 0

@@ -301,6 +301,29 @@ def test_corrupt_index_is_reported_by_name(site, tmp_path):
     assert len(IndexStore(d).load()[0]) == N_PAGES
 
 
+@pytest.mark.parametrize("name", ["index.values", "index.keys"])
+def test_dangling_symlink_in_place_of_a_snapshot_file_is_moved_aside(site, tmp_path, name):
+    """A dangling symlink where index.values/keys was is damage like any other:
+    reported and moved aside (the link itself), so this crawl's saves work and
+    the next crawl restores them (left in place, every save failed and every
+    later crawl restored 0 and lost all it checked)."""
+    d = tmp_path / "simdup"
+    _crawl(tmp_path, site, d, name="first")
+    (d / name).unlink()
+    (d / name).symlink_to(tmp_path / "gone" / name)     # no write can follow it
+    again = _crawl(tmp_path, site, d, name="again")
+    assert again["error"] is None and "Traceback" not in again["stderr"]
+    assert again["stats"].get("simdup/index_corrupt") == 1
+    assert "simdup/lost" not in again["stats"]
+    assert any(name in line and "dangling symlink" in line for line in again["log"])
+    (aside,) = d.glob(f"{name}.corrupt-*")
+    assert aside.is_symlink() and not (d / name).is_symlink()
+    third = _crawl(tmp_path, site, d, name="third")
+    assert third["error"] is None and "simdup/lost" not in third["stats"]
+    assert third["stats"].get("simdup/index_restored") == N_PAGES
+    assert "simdup/index_corrupt" not in third["stats"]
+
+
 def test_corrupt_index_with_stop_ends_the_crawl_without_a_traceback(site, tmp_path):
     d = tmp_path / "simdup"
     _crawl(tmp_path, site, d, name="first")

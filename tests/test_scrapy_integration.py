@@ -228,6 +228,38 @@ def test_huge_malformed_and_empty_pages(site, tmp_path):
     assert tags["empty"]["simhash"] is None and tags["empty"]["skipped"]
 
 
+def test_pages_in_a_declared_utf16_or_utf32_without_a_bom_are_checked(tmp_path):
+    """A page served as ``text/html; charset=utf-16be`` (-le, utf-32) without a
+    byte-order mark is decoded as Scrapy's response.text decodes it (it was
+    skipped as "binary"): the same article in UTF-8 and in those is one page."""
+    def article(topic, sentence):
+        words = " ".join(sentence.format(i=i) for i in range(60))
+        return (f"<!DOCTYPE html><html><head><title>{topic} – café news</title></head>"
+                f"<body><article><h1>{topic}</h1><p>{words}</p><p>naïve résumé</p>"
+                f"</article></body></html>")
+    first = article("Harbour", "The harbour council met on day {i} and voted on berth {i}.")
+    second = article("Railway", "Engineers rebuilt {i} bridges while trains ran late by {i} "
+                     "minutes, passengers said.")
+    raw = {"utf8": ("text/html; charset=utf-8", first.encode("utf-8")),
+           "utf16be": ("text/html; charset=utf-16be", first.encode("utf-16-be")),
+           "utf16le": ("text/html; charset=utf-16le", first.encode("utf-16-le")),
+           "utf32le": ("text/html; charset=UTF-32LE", first.encode("utf-32-le")),
+           "other16le": ("text/html; charset=utf-16-le", second.encode("utf-16-le"))}
+    names = list(raw)
+    with PageServer({}, raw) as server:
+        requests = [{"url": server.url(f"/raw/{n}")} for n in names]
+        result = run_crawl(tmp_path, {**ADDON, "SIMDUP_ACTION": "tag", "CONCURRENT_REQUESTS": 1},
+                           requests)
+    stats = result["stats"]
+    assert not [k for k in stats if k.startswith("simdup/skipped/")], stats
+    assert stats["simdup/checked"] == len(names)
+    tags = {_name(r["url"]): r["simdup"] for r in result["responses"]}
+    assert tags["utf8"]["duplicate_of"] is None and tags["other16le"]["duplicate_of"] is None
+    for name in ("utf16be", "utf16le", "utf32le"):
+        assert tags[name]["duplicate_of"].endswith("/raw/utf8"), tags[name]
+        assert tags[name]["distance"] == 0 and tags[name]["simhash"] == tags["utf8"]["simhash"]
+
+
 def test_pages_over_max_bytes_are_fingerprinted_by_their_text(tmp_path):
     """Three different articles behind one 5 MB inline image (over the 4 MiB
     SIMDUP_MAX_BYTES): none is dropped as a copy of another (cut at 4 MiB,

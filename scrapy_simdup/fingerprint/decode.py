@@ -28,21 +28,58 @@ _MAGIC = (b"%PDF", b"\x89PNG", b"GIF87a", b"GIF89a", b"\xff\xd8\xff", b"PK\x03\x
           b"fLaC", b"\x7fELF", b"MZ", b"\x00\x00\x01\x00", b"wOFF", b"wOF2",
           b"\x00\x01\x00\x00\x00", b"\xca\xfe\xba\xbe", b"Rar!", b"\x1a\x45\xdf\xa3",
           b"ftyp", b"\x00\x00\x00")
+_MAGIC_NO_NUL = tuple(m for m in _MAGIC if not m.startswith(b"\x00"))
 _BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE,
          codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)
 _CONTROL = bytes(c for c in range(32) if c not in (9, 10, 12, 13)) + b"\x7f"
 
 
-def looks_binary(head: bytes) -> bool:
-    """True for bytes that are not text (magic numbers, NULs, control chars)."""
+def looks_binary(head: bytes, encoding: str | None = None) -> bool:
+    """True for bytes that are not text (magic numbers, NULs, control chars).
+    In a declared UTF-16/32 ``encoding`` (every other byte of ASCII text is
+    NUL) the decoded text is tested instead."""
     if not head or head.startswith(_BOMS):
         return False
-    if head.startswith(_MAGIC) or head[4:8] == b"ftyp":
-        return True
+    wide = wide_encoding(head, encoding)
+    if wide is None:
+        if head.startswith(_MAGIC) or head[4:8] == b"ftyp":
+            return True
+    else:
+        # (UTF-32-BE text starts with NULs, as some magic numbers do)
+        if head.startswith(_MAGIC_NO_NUL):
+            return True
+        head = _decode_wide(head, wide).encode("utf-8", "surrogatepass")
     if head.count(b"\x00") > len(head) // 100:     # a stray NUL in a page is not binary
         return True
     n_control = len(head) - len(head.translate(None, _CONTROL))
     return n_control > len(head) * 0.05
+
+
+# what w3lib (Scrapy's decoding) resolves an encoding to, for the encodings
+# in which ASCII text has NULs
+_WIDE = frozenset(("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"))
+
+
+def wide_encoding(raw: bytes, encoding: str | None) -> str | None:
+    """The UTF-16/32 encoding ``raw`` is decoded in as Scrapy decodes it
+    (w3lib's ``html_to_unicode``: a byte-order mark first, then the declared
+    ``encoding``), else None."""
+    bom = read_bom(raw)[0]
+    if bom is not None:
+        return bom if bom in _WIDE else None
+    if not encoding or not isinstance(encoding, str):
+        return None
+    declared = http_content_type_encoding(f"text/html; charset={encoding}")
+    return declared if declared in _WIDE else None
+
+
+def _decode_wide(raw: bytes, encoding: str) -> str:
+    """``raw`` decoded as Scrapy decodes it in ``encoding`` (UTF-16/32, from
+    :func:`wide_encoding`); a code unit cut at the end of ``raw`` is left
+    out."""
+    unit = 4 if "32" in encoding else 2
+    raw = raw[:len(raw) - len(raw) % unit]
+    return html_to_unicode(f"text/html; charset={encoding}", raw)[1]
 
 
 # ----------------------------------------------------------------- bounds and taming
@@ -163,6 +200,15 @@ def decode_head(html, size: int, cut: bool, unit: str, encoding, *, max_bytes: i
         raise SkippedPage("empty")
     if too_large:
         raise SkippedPage("too_large", f"{size} {unit}")
+    if unit == "bytes":
+        wide = wide_encoding(html, encoding)
+        if wide is not None:
+            # UTF-16/32 (a BOM or declared): decoded first, then tamed and
+            # checked as text (its ASCII bytes are NUL-separated)
+            if looks_binary(html[:1024], wide):
+                raise SkippedPage("binary")
+            html, unit = _decode_wide(html, wide), "characters"
+            _check_decoded(html, wide)
     html, truncated = tame(html, max_bytes)
     truncated = truncated or cut
     if unit == "characters":
@@ -188,9 +234,14 @@ def decode_head(html, size: int, cut: bool, unit: str, encoding, *, max_bytes: i
         chosen, text = html_to_unicode(content_type, html)
     except (LookupError, UnicodeError) as exc:   # a <meta charset> naming no text codec
         raise SkippedPage("decode_error", str(exc)[:200]) from None
+    _check_decoded(text, chosen)
+    return text, truncated, utf8
+
+
+def _check_decoded(text: str, chosen: str) -> None:
+    """A SkippedPage("decode_error") when most of ``text`` did not decode."""
     if text.count("\ufffd") * 2 > len(text):    # e.g. latin-1 bytes read as UTF-32
         raise SkippedPage("decode_error", f"most of the page does not decode as {chosen}")
-    return text, truncated, utf8
 
 
 # str.strip() removes these at the ends, bytes.strip() does not.

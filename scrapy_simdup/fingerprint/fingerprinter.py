@@ -16,6 +16,7 @@ mix versions.
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 from lxml import etree
@@ -161,6 +162,119 @@ def fingerprint_features(features, weights=None) -> Fingerprint:
                        sketch=page_sketch(hashes))
 
 
+# ----------------------------------------------------------------- content_xpath
+
+#: a small page with every kind of node a parsed page has (the parser drops
+#: comments and processing instructions): an XPath is evaluated on it once
+_XPATH_SAMPLE = ("<html><head><title>t</title><meta name='m' content='c'/></head><body>"
+                 "<div id='main' class='content'><h1>h</h1><p class='x'>x <a href='/'>a</a>"
+                 " y</p><p>z</p></div></body></html>")
+_XPATH_LITERAL = re.compile(r"\"[^\"]*\"|'[^']*'")
+_XPATH_PREDICATE = re.compile(r"\[[^\[\]]*\]")
+_AXIS = (r"(?:(?:child|descendant|descendant-or-self|self|parent|ancestor|ancestor-or-self"
+         r"|following|following-sibling|preceding|preceding-sibling)\s*::\s*)?")
+#: a final location step that selects no element: what it selects
+_NON_ELEMENT_STEPS = (
+    (re.compile(r"(?:@|attribute\s*::)"), "attributes"),
+    (re.compile(r"namespace\s*::"), "namespace nodes"),
+    (re.compile(_AXIS + r"text\s*\("), "text nodes"),
+    (re.compile(_AXIS + r"comment\s*\("), "comments"),
+    (re.compile(_AXIS + r"processing-instruction\s*\("), "processing instructions"),
+    (re.compile(_AXIS + r"node\s*\("), "nodes of every kind (text too)"),
+)
+
+
+def _spaces(match) -> str:
+    return " " * len(match.group(0))
+
+
+def _final_steps(masked: str, start: int, end: int, nested: bool = False):
+    """``(start, slash, end, alone)`` of the final location step of each path
+    of ``masked[start:end]`` (an XPath with its literals and predicates
+    blanked out, so indexes are those of the expression): ``slash`` is the
+    index of the ``/`` before the step, or -1; ``alone``: the expression is
+    that one path (no union, no parentheses around the step)."""
+    depth, cut = 0, start
+    branches = []
+    for i in range(start, end):         # the paths of a union, at the top level
+        c = masked[i]
+        depth += (c == "(") - (c == ")")
+        if c == "|" and depth == 0:
+            branches.append((cut, i))
+            cut = i + 1
+    branches.append((cut, end))
+    for lo, hi in branches:
+        while lo < hi and masked[lo].isspace():
+            lo += 1
+        while hi > lo and masked[hi - 1].isspace():
+            hi -= 1
+        depth, slash = 0, -1
+        for i in range(lo, hi):
+            c = masked[i]
+            depth += (c == "(") - (c == ")")
+            if c == "/" and depth == 0:
+                slash = i
+        first = slash + 1 if slash >= 0 else lo
+        while first < hi and masked[first].isspace():
+            first += 1
+        if masked[first:first + 1] == "(" and masked[hi - 1:hi] == ")":
+            yield from _final_steps(masked, first + 1, hi - 1, True)   # (a | b), (//p)
+        else:
+            yield first, slash, hi, not nested and len(branches) == 1
+
+
+def _non_element_step(xpath: str) -> tuple[str, str, str] | None:
+    """``(what, step, parent)`` when a path of ``xpath`` ends in a step that
+    selects no element (``@href``: attributes, ``text()``: text nodes, ...),
+    ``parent`` the path before it (``""`` when there is none or the path is
+    one of several), else None."""
+    masked = _XPATH_LITERAL.sub(lambda m: m.group(0)[0] + "x" * (len(m.group(0)) - 2)
+                                + m.group(0)[-1], xpath)
+    while True:     # predicates, innermost first: their paths are not selected
+        unmasked = _XPATH_PREDICATE.sub(_spaces, masked)
+        if unmasked == masked:
+            break
+        masked = unmasked
+    for first, slash, end, alone in _final_steps(masked, 0, len(masked)):
+        for pattern, what in _NON_ELEMENT_STEPS:
+            if pattern.match(masked, first):
+                step = xpath[first:end].strip()
+                axis = step.split("::", 1)[0].strip() if "::" in masked[first:end] else ""
+                # the elements that hold what it selects (not its siblings, ...)
+                within = axis in ("", "attribute", "child", "self", "descendant",
+                                  "descendant-or-self")
+                parent = xpath[:slash].rstrip("/").strip() if alone and within and slash > 0 \
+                    else ""
+                return what, step, parent
+    return None
+
+
+def _check_content_xpath(compiled, xpath: str) -> None:
+    """``content_xpath`` must select elements (their text is the content): an
+    XPath that cannot be evaluated, gives no node list, or selects
+    attributes, text or other nodes is a ParameterError at start-up (on
+    every page it would fail, or match nothing and fall back to the page)."""
+    try:    # an expression that cannot select nodes (count(), an unknown $variable or prefix)
+        probe = compiled(etree.fromstring(_XPATH_SAMPLE))
+    except etree.XPathError as exc:
+        raise ParameterError("content_xpath", f"content_xpath cannot be evaluated: {exc}") from None
+    if not isinstance(probe, list):
+        raise ParameterError("content_xpath",
+                             f"content_xpath must select elements, but {xpath!r} "
+                             f"gives a {type(probe).__name__}")
+    found = _non_element_step(xpath)
+    if found is None and any(not isinstance(n, etree._Element) for n in probe):
+        found = ("attributes, text or other nodes that are not elements", None, "")
+    if found is not None:
+        what, step, parent = found
+        hint = f" (the step {step!r})" if step else ""
+        if parent:
+            hint += f": select the elements instead, e.g. {parent!r}"
+        raise ParameterError("content_xpath",
+                             f"content_xpath must select elements (the text of each is the "
+                             f"content), but {xpath!r} selects {what}{hint}")
+
+
 class Fingerprinter:
     """Turns pages into fingerprints with one fixed set of options.
 
@@ -249,16 +363,7 @@ class Fingerprinter:
                 self._content = etree.XPath(content_xpath)
             except etree.XPathSyntaxError as exc:
                 raise ParameterError("content_xpath", f"content_xpath is not a valid XPath: {exc}") from None
-            # evaluated once now: an expression that cannot select nodes
-            # (count(), an unknown $variable or prefix) would fail on every page
-            try:
-                probe = self._content(etree.fromstring("<html><body><p>x</p></body></html>"))
-            except etree.XPathError as exc:
-                raise ParameterError("content_xpath", f"content_xpath cannot be evaluated: {exc}") from None
-            if not isinstance(probe, list):
-                raise ParameterError("content_xpath",
-                                     f"content_xpath must select elements, but {content_xpath!r} "
-                                     f"gives a {type(probe).__name__}")
+            _check_content_xpath(self._content, content_xpath)
         for name, value, low in (("min_features", min_features, 1), ("max_bytes", max_bytes, 1024),
                                  ("max_tokens", max_tokens, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -451,7 +556,8 @@ class Fingerprinter:
         head, cut = page_head(body, self.max_bytes)     # a body over the bound: only its head is read
         if is_blank(head) and not (cut and self.on_too_large == "skip"):
             raise SkippedPage("empty")
-        if looks_binary(body[:1024]):
+        # (a page in a declared UTF-16/32 has NULs: then tested as Scrapy decodes it)
+        if looks_binary(body[:1024]) and looks_binary(body[:1024], response.encoding):
             raise SkippedPage("binary")
         if needs_taming(body, self.max_bytes):
             # the byte path (invisible bulk stripped, then cut at max_bytes or

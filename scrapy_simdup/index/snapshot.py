@@ -27,6 +27,7 @@ overwritten; a length or checksum mismatch inside them is a
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -137,7 +138,7 @@ class IndexStore:
         self.meta = _empty_header()
         #: the format version of a snapshot this version cannot read, or None
         self.outdated: int | None = None
-        if self.meta_path.exists():
+        if os.path.lexists(self.meta_path):
             try:   # continue appending after what is committed (load() verifies it)
                 self.meta = self._read_header()
             except CorruptFileError:
@@ -147,9 +148,10 @@ class IndexStore:
         return read_snapshot_header(self.meta_path)
 
     def exists(self) -> bool:
-        """A snapshot is here (also a damaged one: data files without header)."""
-        return self.meta_path.exists() or any(
-            p.exists() and p.stat().st_size > 0 for p in (self.values_path, self.keys_path))
+        """A snapshot is here (also a damaged one: data files without header,
+        or anything but a regular file in a file's place, :meth:`load` names it)."""
+        return os.path.lexists(self.meta_path) or any(
+            _occupied(p) for p in (self.values_path, self.keys_path))
 
     def load(self) -> tuple[np.ndarray, list[str]]:
         """The stored records (``RECORD`` array: value, value2, sketch) and
@@ -209,17 +211,32 @@ class IndexStore:
         self.meta = meta
 
     def move_aside(self) -> list[str]:
-        """Rename the (corrupt) snapshot files to ``*.corrupt-<time>``; returns the new names."""
+        """Rename the (corrupt) snapshot files, or whatever stands in their
+        place (a symlink itself, not its target), to ``*.corrupt-<time>``;
+        returns the new names."""
         stamp = time.strftime("%Y%m%dT%H%M%S")
         moved = []
         for path in (self.meta_path, self.values_path, self.keys_path):
-            if path.exists():
+            # lexists: a dangling symlink left in place would fail every later append
+            if os.path.lexists(path):
                 target = path.with_name(f"{path.name}.corrupt-{stamp}")
                 os.replace(path, target)
                 moved.append(str(target))
         fsync_dir(self.directory)
         self.meta = _empty_header()
         return moved
+
+
+def _occupied(path: Path) -> bool:
+    """Data in ``path``: a non-empty file, or anything else in its place (a
+    symlink to nowhere, a directory, a FIFO, ...: damage)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return os.path.islink(path)     # a dangling symlink
+    except OSError:
+        return True                     # a symlink loop, no access, ...: load() says which
+    return not stat.S_ISREG(st.st_mode) or st.st_size > 0
 
 
 def _older_version(path: Path) -> int | None:

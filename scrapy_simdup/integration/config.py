@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -25,6 +26,7 @@ from scrapy_simdup._limits import (
     MAX_BATCH_SIZE,
     MAX_CALIBRATED_DISTANCE,
     MAX_DISTANCE,
+    MAX_PROBES,
     MAX_REDIS_HEADER_BITS,
     MIN_BATCH_SIZE,
     MIN_PROBES,
@@ -193,9 +195,65 @@ def _index(name: str, value: Any) -> str:
     if value.lower() == "memory":
         return "memory"
     if value.lower().startswith(_INDEX_SCHEMES):
+        _check_redis_url(name, value)
         return value
     raise ValueError(f"{name} must be 'memory' or a redis://, rediss:// or unix:// URL, "
                      f"got {value!r}")
+
+
+#: the path of a redis:// URL: none, or the database number
+_DB_PATH = re.compile(r"/?|/[0-9]+/?")
+
+
+def _check_redis_url(name: str, url: str) -> None:
+    """The database a Redis URL names must be a number >= 0 (the redis client
+    silently takes db 0 for ``/abc``, reads ``/3/4`` as 34, takes -1), and
+    it must not ask for decoded replies (see :func:`_redis_params`). The
+    URL's password is not repeated in a message."""
+    from urllib.parse import parse_qs, urlsplit  # noqa: PLC0415 (a Redis index only)
+
+    parts = urlsplit(url)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    db = query.get("db")
+    if db is not None and not re.fullmatch(r"[0-9]+", db[0]):
+        raise ValueError(f"{name}: the Redis database (db={db[0]!r} in the URL's query) must "
+                         f"be a number >= 0")
+    if parts.scheme.lower() != "unix" and db is None and not _DB_PATH.fullmatch(parts.path):
+        raise ValueError(f"{name}: the Redis database is the number after the host "
+                         f"(redis://host:6379/0), must be >= 0, got the path {parts.path!r}")
+    if "decode_responses" in query and _truthy(query["decode_responses"][0]):
+        raise ValueError(f"{name}: decode_responses in the URL's query must be off: "
+                         f"{_DECODED_REPLIES}")
+
+
+_DECODED_REPLIES = ("the index reads and writes binary values (packed buckets, sketches), "
+                    "which replies decoded as text cannot carry")
+
+
+def _truthy(value: Any) -> bool:
+    """Whether a redis client option is on (a bool, or a string as the URL's
+    query gives it: anything but false, 0, no, off, empty)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in _FALSE
+    return bool(value)
+
+
+def _redis_params(name: str, value: Any) -> dict:
+    """SIMDUP_REDIS_PARAMS: a dict (or JSON object string) of connection
+    options; ``decode_responses`` refused: every look-up would fail."""
+    params = _dict(name, value)
+    if _truthy(params.get("decode_responses", False)):
+        raise ValueError(f"{name}: decode_responses must be off (leave it out): "
+                         f"{_DECODED_REPLIES}")
+    return params
+
+
+def _max_probes(name: str, value: Any) -> int | None:
+    probes = _int(name, value, lo=MIN_PROBES, optional=True)
+    if probes is not None and probes > MAX_PROBES:
+        raise ValueError(f"{name} must be <= {MAX_PROBES:,} (2**30, every bucket of the "
+                         f"largest index header: a larger budget probes no more), got {probes}")
+    return probes
 
 
 def _dict(name: str, value: Any) -> dict:
@@ -312,8 +370,7 @@ class SimdupConfig:
 
         recall = _float("SIMDUP_RECALL", get("SIMDUP_RECALL"), lo=0.0, hi=1.0,
                         lo_open=True, optional=True)
-        max_probes = _int("SIMDUP_MAX_PROBES", get("SIMDUP_MAX_PROBES"), lo=MIN_PROBES,
-                          optional=True)
+        max_probes = _max_probes("SIMDUP_MAX_PROBES", get("SIMDUP_MAX_PROBES"))
         if recall is not None and max_probes is not None:
             raise ValueError("SIMDUP_RECALL and SIMDUP_MAX_PROBES are exclusive: set only one "
                              "of them (a target recall, or a probe budget per lookup)")
@@ -399,7 +456,7 @@ class SimdupConfig:
             batch_size=_int("SIMDUP_BATCH_SIZE", get("SIMDUP_BATCH_SIZE"), lo=MIN_BATCH_SIZE,
                             hi=MAX_BATCH_SIZE),
             redis_key=redis_key,
-            redis_params=_dict("SIMDUP_REDIS_PARAMS", get("SIMDUP_REDIS_PARAMS")),
+            redis_params=_redis_params("SIMDUP_REDIS_PARAMS", get("SIMDUP_REDIS_PARAMS")),
             redis_header_bits=redis_header_bits,
             on_error=_choice("SIMDUP_ON_ERROR", get("SIMDUP_ON_ERROR"), _ON_ERROR),
             on_revisit=_choice("SIMDUP_ON_REVISIT", get("SIMDUP_ON_REVISIT"), _ON_REVISIT),

@@ -250,6 +250,19 @@ def _share_bytes(m: int, spec: SideSpec) -> int:
     return 2 * m * (8 + 8 + 32) + spec.table_bytes(m)
 
 
+def _reasons(exc: BaseException) -> str:
+    """What ``exc`` and the exceptions that caused it say, outermost first,
+    without repeats ("Nanny failed to start: Nanny failed to start worker
+    process")."""
+    said: list[str] = []
+    while exc is not None and len(said) < 5:
+        text = str(exc).strip().rstrip(".") or type(exc).__name__
+        if not any(text in s for s in said):
+            said.append(text)
+        exc = exc.__cause__ or exc.__context__
+    return ": ".join(said)
+
+
 @dataclass
 class _Job:
     """The tasks matching one batch ``Q``, and what their submission needs."""
@@ -305,10 +318,15 @@ class DaskScan:
                 if self.scheduler is not None:
                     client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT)
                 else:
-                    cluster = distributed.LocalCluster(
-                        n_workers=self.workers, threads_per_worker=1, processes=True,
-                        dashboard_address=":0", silence_logs=logging.ERROR,
-                        preload=list(WORKER_PRELOAD))
+                    try:
+                        cluster = distributed.LocalCluster(
+                            n_workers=self.workers, threads_per_worker=1, processes=True,
+                            dashboard_address=":0", silence_logs=logging.ERROR,
+                            preload=list(WORKER_PRELOAD))
+                    except Exception as exc:    # noqa: BLE001 (closed by Dask: any is a failed start)
+                        # e.g. a worker process that died starting: "Nanny failed to start."
+                        raise ClusterError(f"cannot start the Dask cluster ({where}): "
+                                           f"{_reasons(exc)}; nothing was merged") from None
                     self._owned.append(cluster)
                     client = distributed.Client(cluster)
             except OSError as exc:      # (a timeout is one)
