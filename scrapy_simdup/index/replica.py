@@ -248,5 +248,12 @@ class Replica:
         kept = ~matched & (gap_rows < 0)
         self._kept.extend(kept)
         rows = np.arange(first, first + k, dtype=np.int64)
-        self.keys.put_many(hashes, rows)
+        # a page appended by two processes at once (both met its URL first):
+        # the later entry, a copy of the earlier under the same key, does not
+        # replace it as the page stored under that key
+        again = np.array([gap_rows[i] >= 0 and self.keys.get(int(hashes[i])) == gap_rows[i]
+                          for i in np.flatnonzero(~kept)], dtype=bool)
+        update = np.ones(k, bool)
+        update[np.flatnonzero(~kept)[again]] = False
+        self.keys.put_many(hashes[update], rows[update])
         return Applied(rows, kept, gap_rows, agree, dist)

@@ -17,6 +17,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy_simdup.exceptions import CorruptFileError, SkippedPage
 from scrapy_simdup.index.backend import Match, MemoryBackend
 from scrapy_simdup.index.crawldir import lock_crawl_directory, namespace_dir, prepare_directory
+from scrapy_simdup.index.redis.log import IndexResetError
 from scrapy_simdup.integration import logstats
 from scrapy_simdup.integration.backends import (
     load_idf_table,
@@ -192,6 +193,9 @@ class SimdupComponent:
         t1 = time.perf_counter()
         try:
             match = await self.backend.check_and_add(fp, key)
+        except IndexResetError as exc:
+            self._index_reset(exc)
+            return self._failed(key, "index lookup", int(value))
         except Exception:  # noqa: BLE001
             return self._failed(key, "index lookup", int(value))
         t2 = time.perf_counter()
@@ -230,6 +234,16 @@ class SimdupComponent:
                          f"similarity {match.similarity:.2f}"
                          if match else "new", extra={"spider": self.crawler.spider})
         return Verdict(int(value), match, revisit=revisit)
+
+    def _index_reset(self, exc: IndexResetError) -> None:
+        """The shared index was emptied under the crawl: going on would keep
+        again pages kept before. Say so once and stop, whatever SIMDUP_ON_ERROR."""
+        if not self._stopping:
+            self._stopping = True
+            logger.error("Simdup: %s. The crawl stops (simdup_index_reset): restart it to go on "
+                         "with a new index, or restore Redis from its saved data first",
+                         exc, extra={"spider": self.crawler.spider})
+            self._close_spider("simdup_index_reset")
 
     def _failed(self, key: str, what: str, simhash: int | None = None) -> Verdict:
         """Count and log the exception being handled; its verdict."""
