@@ -156,6 +156,7 @@ class RedisLog:
         self._client = None
         self._loop = None
         self._sync = None
+        self._append = None
 
     @property
     def where(self) -> str:
@@ -292,9 +293,11 @@ class RedisLog:
         these unless more than ``count`` were missing)."""
         redis = _redis()
         client = self._aclient()
+        if self._append is None or self._append.registered_client is not client:
+            self._append = client.register_script(APPEND)     # EVALSHA, loaded once
         try:
-            res = await client.eval(APPEND, 2, self.meta_key, self.log_key, self.epoch, start,
-                                    count, *blobs)
+            res = await self._append(keys=[self.meta_key, self.log_key],
+                                     args=[self.epoch, start, count, *blobs])
         except redis.RedisError as exc:
             raise self._unavailable(exc) from exc
         if int(res[0]) < 0:
