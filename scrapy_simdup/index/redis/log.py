@@ -224,9 +224,9 @@ class RedisLog:
             if old:
                 raise ParameterError("key_prefix", f"the Redis index {self.where} was written by "
                                      f"an older scrapy-simdup (its keys {', '.join(old)}); this "
-                                     f"version keeps a log instead. Clear it with: simdup reset "
-                                     f"--redis {safe_url(self.url)} --key {self.prefix} (or use "
-                                     f"another SIMDUP_REDIS_KEY) and crawl again")
+                                     f"version keeps a log instead. Clear it and start afresh with "
+                                     f"SIMDUP_RESET = True (for one run: scrapy crawl <spider> -s "
+                                     f"SIMDUP_RESET=1), or use another SIMDUP_REDIS_KEY")
             for key, kind in ((self.meta_key, b"hash"), (self.log_key, b"stream")):
                 found = client.type(key)
                 if found not in (b"none", kind):
@@ -244,9 +244,9 @@ class RedisLog:
         layout, epoch, fingerprint, distance, min_similarity, n = (_text(v) for v in meta)
         if layout != LAYOUT or epoch is None or n is None or not n.isdigit():
             raise ParameterError("key_prefix", f"{self.meta_key!r} at {safe_url(self.url)} is not "
-                                 f"a scrapy-simdup index (layout {layout!r}); use another "
-                                 f"SIMDUP_REDIS_KEY, or clear it: simdup reset --redis "
-                                 f"{safe_url(self.url)} --key {self.prefix}")
+                                 f"a scrapy-simdup index of this version (layout {layout!r}); "
+                                 f"use another SIMDUP_REDIS_KEY, or clear it with SIMDUP_RESET = "
+                                 f"True (scrapy crawl <spider> -s SIMDUP_RESET=1)")
         if self.fingerprint and fingerprint and fingerprint != self.fingerprint:
             raise ParameterError("fingerprint", f"the index {self.where} holds fingerprints made "
                                  f"with {_short(fingerprint)!r}, this process makes "
