@@ -20,6 +20,7 @@ No Redis here: ``index.redis`` reads and writes the log.
 """
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 import numpy as np
@@ -36,6 +37,9 @@ __all__ = ["RECORD", "RECORD_BYTES", "MATCHED", "KeyMap", "Replica", "Applied", 
 RECORD = np.dtype([("value", "<u8"), ("value2", "<u8"), ("sketch", "u1", (SKETCH_BYTES,)),
                    ("base", "<u4"), ("flags", "<u4")])
 RECORD_BYTES = RECORD.itemsize
+_PACK = struct.Struct(f"<QQ{SKETCH_BYTES}sII").pack
+#: the URLs of the last entries applied, for the matches that name them
+RECENT_KEYS = 1 << 16
 #: ``flags`` bit: the writer's look-up found a match (the page was not kept)
 MATCHED = 1
 #: ``base`` is 32 bits: the most entries a log can hold
@@ -51,13 +55,8 @@ def pack_entry(page, key: str, base: int, matched: bool) -> bytes:
     """The log entry of ``page`` stored under ``key``: a :data:`RECORD` and the URL."""
     if not 0 <= base <= MAX_ENTRIES:
         raise OverflowError(f"the log holds at most {MAX_ENTRIES} entries")
-    rec = np.zeros(1, RECORD)
-    rec["value"] = page.value
-    rec["value2"] = page.value2
-    rec["sketch"][0] = np.frombuffer(page.sketch, np.uint8)
-    rec["base"] = base
-    rec["flags"] = MATCHED if matched else 0
-    return rec.tobytes() + key.encode("utf-8", "surrogatepass")
+    return _PACK(int(page.value), int(page.value2), bytes(page.sketch), base,
+                 MATCHED if matched else 0) + key.encode("utf-8", "surrogatepass")
 
 
 class Applied(NamedTuple):
@@ -174,6 +173,7 @@ class Replica:
         self._values2 = _Column(np.uint64)
         self._kept = _Column(np.bool_)
         self.keys = KeyMap()
+        self._recent: list = [None] * RECENT_KEYS   # row % RECENT_KEYS -> (row, URL bytes)
 
     @property
     def n(self) -> int:
@@ -191,6 +191,14 @@ class Replica:
 
     def kept(self, row: int) -> bool:
         return bool(self._kept.array[row])
+
+    def recent_key(self, row: int) -> str | None:
+        """The key of ``row`` if it is among the last entries applied, else
+        None (the log has it)."""
+        slot = self._recent[row % RECENT_KEYS]
+        if slot is None or slot[0] != row:
+            return None
+        return slot[1].decode("utf-8", "surrogatepass")
 
     # -- look-up -----------------------------------------------------------
     def lookup(self, page, key_hash: int):
@@ -256,4 +264,7 @@ class Replica:
         update = np.ones(k, bool)
         update[np.flatnonzero(~kept)[again]] = False
         self.keys.put_many(hashes[update], rows[update])
+        recent = self._recent
+        for i in range(max(0, k - RECENT_KEYS), k):
+            recent[(first + i) % RECENT_KEYS] = (first + i, blobs[i][RECORD_BYTES:])
         return Applied(rows, kept, gap_rows, agree, dist)

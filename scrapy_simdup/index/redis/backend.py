@@ -237,15 +237,15 @@ class RedisBackend(IndexBackend):
         return self.replica.apply(blobs)
 
     async def _resolve(self, rows: dict, out: list) -> None:
-        """The URLs of the stored pages matched (one round trip for all)."""
-        if not rows:
-            return
-        found = await self.log.blobs_at(m.id + 1 for m in rows.values())
+        """The URLs of the stored pages matched: the replica's recent ones, the
+        others read from the log (one round trip for all)."""
+        keys = {m.id: self.replica.recent_key(m.id) for m in rows.values()}
+        missing = [row + 1 for row, key in keys.items() if key is None]
+        if missing:
+            for seq, blob in (await self.log.blobs_at(missing)).items():
+                keys[seq - 1] = blob[RECORD_BYTES:].decode("utf-8", "surrogatepass")
         for i, m in rows.items():
-            blob = found.get(m.id + 1)
-            key = blob[RECORD_BYTES:].decode("utf-8", "surrogatepass") if blob is not None \
-                else f"#{m.id + 1}"
-            out[i] = Match(key, m.distance, m.similarity)
+            out[i] = Match(keys[m.id] or f"#{m.id + 1}", m.distance, m.similarity)
 
     async def _follow(self) -> None:
         """Apply what other processes append while this one has no check in flight."""
