@@ -30,8 +30,8 @@ from scrapy_simdup._limits import MAX_REPLICA_PAGES
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, similarity
 from scrapy_simdup.index.verified import VerifiedIndex, VerifiedMatch
 
-__all__ = ["RECORD", "RECORD_BYTES", "MATCHED", "KeyMap", "Replica", "Applied", "url_hash",
-           "pack_entry"]
+__all__ = ["RECORD", "RECORD_BYTES", "MATCHED", "HASHED", "KeyMap", "Replica", "Applied",
+           "url_hash", "pack_entry", "entry_key"]
 
 #: One page of the log, before its URL (little-endian).
 RECORD = np.dtype([("value", "<u8"), ("value2", "<u8"), ("sketch", "u1", (SKETCH_BYTES,)),
@@ -42,6 +42,9 @@ _PACK = struct.Struct(f"<QQ{SKETCH_BYTES}sII").pack
 RECENT_KEYS = 1 << 16
 #: ``flags`` bit: the writer's look-up found a match (the page was not kept)
 MATCHED = 1
+#: ``flags`` bit: the entry carries its URL's 64-bit hash (8 bytes), not the
+#: URL (an entry re-seeded from a replica, which keeps hashes only)
+HASHED = 2
 #: ``base`` is 32 bits: the most entries a log can hold
 MAX_ENTRIES = MAX_REPLICA_PAGES
 
@@ -57,6 +60,14 @@ def pack_entry(page, key: str, base: int, matched: bool) -> bytes:
         raise OverflowError(f"the log holds at most {MAX_ENTRIES} entries")
     return _PACK(int(page.value), int(page.value2), bytes(page.sketch), base,
                  MATCHED if matched else 0) + key.encode("utf-8", "surrogatepass")
+
+
+def entry_key(seq: int, blob: bytes) -> str:
+    """The key (URL) of the log entry ``seq``: ``#<seq>`` when the entry only
+    carries its hash (re-seeded)."""
+    if int.from_bytes(blob[RECORD_BYTES - 4:RECORD_BYTES], "little") & HASHED:
+        return f"#{seq}"
+    return blob[RECORD_BYTES:].decode("utf-8", "surrogatepass")
 
 
 class Applied(NamedTuple):
@@ -172,6 +183,7 @@ class Replica:
         self._values = _Column(np.uint64)
         self._values2 = _Column(np.uint64)
         self._kept = _Column(np.bool_)
+        self._hashes = _Column(np.uint64)         # each row's URL hash (a re-seed)
         self.keys = KeyMap()
         self._recent: list = [None] * RECENT_KEYS   # row % RECENT_KEYS -> (row, URL bytes)
 
@@ -187,16 +199,16 @@ class Replica:
         """Bytes the replica holds: the index, the keys by row, the kept flags
         and the URL hashes."""
         return (self.index.nbytes + self._values.nbytes + self._values2.nbytes
-                + self._kept.nbytes + self.keys.nbytes)
+                + self._kept.nbytes + self._hashes.nbytes + self.keys.nbytes)
 
     def kept(self, row: int) -> bool:
         return bool(self._kept.array[row])
 
     def recent_key(self, row: int) -> str | None:
-        """The key of ``row`` if it is among the last entries applied, else
-        None (the log has it)."""
+        """The key of ``row`` if it is among the last entries applied (and
+        not re-seeded without it), else None (the log has it)."""
         slot = self._recent[row % RECENT_KEYS]
-        if slot is None or slot[0] != row:
+        if slot is None or slot[0] != row or slot[1] is None:
             return None
         return slot[1].decode("utf-8", "surrogatepass")
 
@@ -238,6 +250,13 @@ class Replica:
             raise OverflowError(f"a replica holds at most {MAX_ENTRIES} entries")
         recs = np.frombuffer(b"".join([b[:RECORD_BYTES] for b in blobs]), RECORD)
         hashes = hashing.hash_tails(blobs, RECORD_BYTES)
+        hashed = np.flatnonzero(recs["flags"] & HASHED)
+        for i in hashed.tolist():
+            tail = blobs[i][RECORD_BYTES:]
+            if len(tail) != 8:
+                raise ValueError(f"log entry {self.n + i + 1} has a hashed URL of "
+                                 f"{len(tail)} bytes, not 8")
+            hashes[i] = int.from_bytes(tail, "little")
         first = self.n
         starts = recs["base"].astype(np.int64)
         if (starts > first + np.arange(k)).any():
@@ -255,16 +274,47 @@ class Replica:
         matched = (recs["flags"] & MATCHED) != 0
         kept = ~matched & (gap_rows < 0)
         self._kept.extend(kept)
+        self._hashes.extend(hashes)
         rows = np.arange(first, first + k, dtype=np.int64)
         # a page appended by two processes at once (both met its URL first):
         # the later entry, a copy of the earlier under the same key, does not
         # replace it as the page stored under that key
-        again = np.array([gap_rows[i] >= 0 and self.keys.get(int(hashes[i])) == gap_rows[i]
-                          for i in np.flatnonzero(~kept)], dtype=bool)
         update = np.ones(k, bool)
-        update[np.flatnonzero(~kept)[again]] = False
+        for i in np.flatnonzero(~kept & (gap_rows >= 0)).tolist():
+            g = int(gap_rows[i])
+            if (hashes[g - first] == hashes[i] if g >= first
+                    else self.keys.get(int(hashes[i])) == g):
+                update[i] = False
         self.keys.put_many(hashes[update], rows[update])
         recent = self._recent
         for i in range(max(0, k - RECENT_KEYS), k):
-            recent[(first + i) % RECENT_KEYS] = (first + i, blobs[i][RECORD_BYTES:])
+            tail = blobs[i][RECORD_BYTES:] if not recs["flags"][i] & HASHED else None
+            recent[(first + i) % RECENT_KEYS] = (first + i, tail)
         return Applied(rows, kept, gap_rows, agree, dist)
+
+    def export(self, start: int, stop: int) -> list[bytes]:
+        """Log entries ``start + 1 .. stop`` as this replica holds them, to
+        re-seed an emptied log: each decided (``base`` its own position, not
+        kept ones flagged :data:`MATCHED`), with its URL when the replica
+        still has it, else its URL's hash (:data:`HASHED`)."""
+        if not 0 <= start <= stop <= self.n:
+            raise ValueError(f"rows {start}..{stop} are not all in the replica ({self.n})")
+        rec = np.zeros(stop - start, RECORD)
+        rec["value"] = self._values.array[start:stop]
+        rec["value2"] = self._values2.array[start:stop]
+        rec["sketch"] = self.index._sketches[start:stop]
+        rec["base"] = np.arange(start, stop)
+        rec["flags"] = np.where(self._kept.array[start:stop], 0, MATCHED)
+        raw = rec.tobytes()
+        out = []
+        for i, row in enumerate(range(start, stop)):
+            slot = self._recent[row % RECENT_KEYS]
+            if slot is not None and slot[0] == row and slot[1] is not None:
+                tail, flags = slot[1], 0
+            else:
+                tail, flags = int(self._hashes.array[row]).to_bytes(8, "little"), HASHED
+            head = raw[i * RECORD_BYTES:(i + 1) * RECORD_BYTES]
+            if flags:
+                head = head[:-4] + (int(rec["flags"][i]) | flags).to_bytes(4, "little")
+            out.append(head + tail)
+        return out

@@ -34,6 +34,7 @@ PARAMETER_SETTINGS = {
     "url": "SIMDUP_INDEX",
     "key_prefix": "SIMDUP_REDIS_KEY",
     "max_pages": "SIMDUP_REDIS_MAX_PAGES",
+    "on_reset": "SIMDUP_REDIS_ON_RESET",
     "params": "SIMDUP_REDIS_PARAMS",
     "distance": "SIMDUP_DISTANCE",
     "min_similarity": "SIMDUP_MIN_SIMILARITY",
@@ -147,7 +148,7 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
         backend = RedisBackend.open(
             config.index, key_prefix, make_index(config), params=config.redis_params,
             fingerprint=fingerprint or config.make_fingerprinter().version,
-            max_pages=config.redis_max_pages)
+            max_pages=config.redis_max_pages, on_reset=config.redis_on_reset)
     except ParameterError as exc:
         raise ValueError(setting_message(exc)) from exc
     except IndexUnavailableError as exc:

@@ -41,6 +41,7 @@ _CONFIGS: weakref.WeakKeyDictionary[Any, SimdupConfig] = weakref.WeakKeyDictiona
 _ACTIONS = ("drop", "tag")
 _SEARCHES = ("psm", "exact")
 _ON_ERROR = ("keep", "stop")
+_ON_RESET = ("stop", "reseed")
 _ON_REVISIT = ("keep", "drop", "tag")
 _INDEX_SCHEMES = ("redis://", "rediss://", "unix://")
 _TRUE = {"1", "true", "yes", "on"}
@@ -241,6 +242,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_REDIS_KEY": "simdup:%(spider)s",
     "SIMDUP_REDIS_PARAMS": {},
     "SIMDUP_REDIS_MAX_PAGES": None,
+    "SIMDUP_REDIS_ON_RESET": "stop",
     "SIMDUP_ON_ERROR": "keep",
     "SIMDUP_ON_REVISIT": "keep",
     "SIMDUP_DROP_START_REQUESTS": False,
@@ -279,6 +281,7 @@ class SimdupConfig:
     redis_key: str = "simdup:%(spider)s"
     redis_params: dict = field(default_factory=dict)
     redis_max_pages: int | None = None    # most pages a Redis index replica may hold
+    redis_on_reset: str = "stop"          # "stop" | "reseed": the Redis index emptied under us
     on_error: str = "keep"                # "keep" | "stop"
     on_revisit: str = "keep"              # "keep" | "drop" | "tag": a match stored under the same key
     drop_start_requests: bool = False     # start requests may be dropped as near-duplicates
@@ -405,6 +408,8 @@ class SimdupConfig:
             redis_key=redis_key,
             redis_params=_dict("SIMDUP_REDIS_PARAMS", get("SIMDUP_REDIS_PARAMS")),
             redis_max_pages=redis_max_pages,
+            redis_on_reset=_choice("SIMDUP_REDIS_ON_RESET", get("SIMDUP_REDIS_ON_RESET"),
+                                   _ON_RESET),
             on_error=_choice("SIMDUP_ON_ERROR", get("SIMDUP_ON_ERROR"), _ON_ERROR),
             on_revisit=_choice("SIMDUP_ON_REVISIT", get("SIMDUP_ON_REVISIT"), _ON_REVISIT),
             drop_start_requests=_bool("SIMDUP_DROP_START_REQUESTS",

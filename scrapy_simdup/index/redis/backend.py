@@ -21,17 +21,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from scrapy_simdup.exceptions import IndexUnavailableError, ParameterError
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 from scrapy_simdup.index.backend import IndexBackend, Match
 from scrapy_simdup.index.redis.log import IndexResetError, RedisLog
-from scrapy_simdup.index.replica import RECORD_BYTES, Replica, pack_entry, url_hash
+from scrapy_simdup.index.replica import Replica, entry_key, pack_entry, url_hash
 from scrapy_simdup.index.verified import VerifiedIndex
 
-__all__ = ["RedisBackend", "MAX_BATCH", "READ_COUNT"]
+__all__ = ["RedisBackend", "MAX_BATCH", "READ_COUNT", "ON_RESET"]
 
+logger = logging.getLogger("scrapy_simdup")
+
+#: what a process does when the index is emptied under it: stop (every check
+#: fails with IndexResetError), or re-seed it from its replica
+ON_RESET = ("stop", "reseed")
 #: most pages appended in one round trip
 MAX_BATCH = 2048
 #: most log entries read (or returned by an append) in one round trip
@@ -44,10 +50,22 @@ class RedisBackend(IndexBackend):
     ``max_pages``: the most pages the replica may hold (None: no limit); a
     log that outgrows it is refused at start-up and stops the checks
     mid-crawl with a :class:`ParameterError` naming ``max_pages``.
+    ``on_reset`` (:data:`ON_RESET`): when the index is emptied under the
+    process (Redis restarted without its data), ``"stop"``: every check
+    fails with :class:`IndexResetError`; ``"reseed"``: the first process to
+    notice writes its replica back as the log, and the processes whose
+    replica it holds go on. A process whose replica holds more than the
+    re-seeded log stops either way.
     """
 
     def __init__(self, log: RedisLog, replica: Replica, follow_interval: float = 0.2,
-                 max_pages: int | None = None) -> None:
+                 max_pages: int | None = None, on_reset: str = "stop") -> None:
+        if on_reset not in ON_RESET:
+            raise ParameterError("on_reset", f"on_reset must be one of {ON_RESET}, "
+                                             f"got {on_reset!r}")
+        self.on_reset = on_reset
+        #: pages this process wrote back to an emptied index
+        self.reseeded = 0
         self.log = log
         self.replica = replica
         self.follow_interval = follow_interval
@@ -67,13 +85,14 @@ class RedisBackend(IndexBackend):
     @classmethod
     def open(cls, url: str, key_prefix: str, index: VerifiedIndex, params: dict | None = None,
              fingerprint: str | None = None, max_pages: int | None = None,
-             follow_interval: float = 0.2) -> RedisBackend:
+             follow_interval: float = 0.2, on_reset: str = "stop") -> RedisBackend:
         """A backend on the index under ``key_prefix`` at ``url`` (created if
         new), with ``index`` (empty: it becomes the replica) loaded from the
         whole log. ``fingerprint``: the recipe of the pages it will hold."""
         log = RedisLog(url, key_prefix, params=params, fingerprint=fingerprint,
                        distance=index.distance, min_similarity=index.min_similarity)
-        backend = cls(log, Replica(index), follow_interval=follow_interval, max_pages=max_pages)
+        backend = cls(log, Replica(index), follow_interval=follow_interval, max_pages=max_pages,
+                      on_reset=on_reset)
         try:
             size = log.open()
             backend._check_room(size)
@@ -201,8 +220,9 @@ class RedisBackend(IndexBackend):
         try:
             n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT)
         except IndexResetError as exc:
-            self._reset = exc
-            raise
+            if not await self._recover(exc):
+                raise self._reset from None
+            n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT)
         self.appended += len(blobs)
         first_own = n - len(blobs) + 1
         gaps: dict[int, object] = {}
@@ -243,7 +263,7 @@ class RedisBackend(IndexBackend):
         missing = [row + 1 for row, key in keys.items() if key is None]
         if missing:
             for seq, blob in (await self.log.blobs_at(missing)).items():
-                keys[seq - 1] = blob[RECORD_BYTES:].decode("utf-8", "surrogatepass")
+                keys[seq - 1] = entry_key(seq, blob)
         for i, m in rows.items():
             out[i] = Match(keys[m.id] or f"#{m.id + 1}", m.distance, m.similarity)
 
@@ -261,10 +281,42 @@ class RedisBackend(IndexBackend):
                     entries = await self.log.read(self.replica.n + 1, READ_COUNT)
                     self._apply(entries)
                 except IndexResetError as exc:
-                    self._reset = exc
-                    return
+                    try:
+                        if not await self._recover(exc):
+                            return
+                    except IndexUnavailableError:
+                        continue
                 except (IndexUnavailableError, ValueError):
                     continue        # the next check says it, and counts it
+
+    async def _recover(self, exc: IndexResetError) -> bool:
+        """After the index was emptied: go on if it was re-seeded from a
+        replica holding this one's pages, or re-seed it (``on_reset``). False
+        (and every check fails from now on) when neither is possible."""
+        meta = await self.log.meta()
+        if meta.get("parent") == self.log.epoch and meta.get("epoch"):
+            reseed_n = int(meta.get("reseed_n") or -1)
+            if self.replica.n <= reseed_n:
+                logger.warning("Simdup: the Redis index %s was emptied and re-seeded by another "
+                               "process with %s pages; this process goes on with it",
+                               self.log.where, f"{reseed_n:,}")
+                self.log.epoch = meta["epoch"]
+                return True
+            self._reset = IndexResetError(
+                f"{exc}; another process re-seeded it with {reseed_n:,} pages, fewer than "
+                f"this process holds ({self.replica.n:,})")
+            return False
+        if self.on_reset == "reseed" and not meta:
+            n = self.replica.n
+            if await self.log.reseed(n, self.replica.export):
+                logger.error("Simdup: the Redis index %s was emptied under this process (Redis "
+                             "restarted without its data?); re-seeded it with the %s pages of "
+                             "this process's replica", self.log.where, f"{n:,}")
+                self.reseeded += n
+                return True
+            return await self._recover(exc)     # another process claimed it first
+        self._reset = exc
+        return False
 
     async def catch_up(self) -> int:
         """Apply everything in the log now; returns the replica's size."""

@@ -47,16 +47,42 @@ return redis.call('HMGET', KEYS[1], 'layout', 'epoch', 'fingerprint', 'distance'
 
 #: KEYS: meta, log. ARGV: epoch, the first sequence number the caller has not
 #: applied, the most entries to return, then one record per page.
-#: Returns {-1} when the index is not the one of that epoch, else
-#: {n, entries from that sequence number on (at most the count)}.
+#: Returns {-1} when the index is not the one of that epoch, {-2} while it is
+#: being re-seeded, else {n, entries from that sequence number on (at most
+#: the count)}.
 APPEND = """
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return {-1} end
+local meta = redis.call('HMGET', KEYS[1], 'epoch', 'reseeding')
+if meta[1] ~= ARGV[1] then return {-1} end
+if meta[2] then return {-2} end
 local k = #ARGV - 3
 local n = redis.call('HINCRBY', KEYS[1], 'n', k)
 for i = 1, k do
   redis.call('XADD', KEYS[2], (n - k + i) .. '-0', 'r', ARGV[3 + i])
 end
 return {n, redis.call('XRANGE', KEYS[2], ARGV[2] .. '-0', '+', 'COUNT', ARGV[3])}
+"""
+
+#: KEYS: meta, log. ARGV: layout, epoch, fingerprint, distance, min_similarity,
+#: the epoch it replaces, the entries it will hold. Claims an emptied index
+#: for a re-seed: 1 if claimed, 0 if the index exists (another process
+#: claimed it, or started a new one).
+RESEED_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'layout', ARGV[1], 'epoch', ARGV[2], 'fingerprint', ARGV[3],
+           'distance', ARGV[4], 'min_similarity', ARGV[5], 'n', 0, 'parent', ARGV[6],
+           'reseed_n', ARGV[7], 'reseeding', 1)
+return 1
+"""
+
+#: KEYS: meta, log. ARGV: epoch, the first sequence number, then records.
+RESEED_WRITE = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
+local first = tonumber(ARGV[2])
+for i = 3, #ARGV do
+  redis.call('XADD', KEYS[2], (first + i - 3) .. '-0', 'r', ARGV[i])
+end
+redis.call('HSET', KEYS[1], 'n', first + #ARGV - 3)
+return first + #ARGV - 3
 """
 
 #: keys of the bucket layouts of earlier versions (refused at start-up)
@@ -300,6 +326,9 @@ class RedisLog:
                                      args=[self.epoch, start, count, *blobs])
         except redis.RedisError as exc:
             raise self._unavailable(exc) from exc
+        if int(res[0]) == -2:
+            raise IndexUnavailableError(f"the Redis index {self.where} is being re-seeded "
+                                        f"from another process's replica")
         if int(res[0]) < 0:
             raise IndexResetError(self._reset_message())
         self.size = int(res[0])
@@ -317,14 +346,51 @@ class RedisLog:
         client = self._aclient()
         try:
             async with client.pipeline(transaction=False) as pipe:
-                pipe.hget(self.meta_key, "epoch")
+                pipe.hmget(self.meta_key, "epoch", "reseeding")
                 pipe.execute_command("XRANGE", self.log_key, f"{start}-0", "+", "COUNT", count)
-                epoch, raw = await pipe.execute()
+                (epoch, reseeding), raw = await pipe.execute()
         except redis.RedisError as exc:
             raise self._unavailable(exc) from exc
         if _text(epoch) != self.epoch:
             raise IndexResetError(self._reset_message())
+        if reseeding is not None:
+            return []       # the entries are being written
         return _entries(raw)
+
+    async def meta(self) -> dict:
+        """What ``P:meta`` holds now (``{}``: no index)."""
+        redis = _redis()
+        try:
+            raw = await self._aclient().hgetall(self.meta_key)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from exc
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def reseed(self, n: int, export, chunk: int = 5000) -> bool:
+        """Re-create an emptied index with ``n`` entries (``export(a, b)``: the
+        blobs of entries ``a + 1 .. b``) under a new epoch naming this one as
+        its parent. False if the index exists (another process re-seeded it,
+        or a new one was started)."""
+        redis = _redis()
+        client = self._aclient()
+        epoch = uuid.uuid4().hex
+        try:
+            claimed = await client.eval(RESEED_CLAIM, 2, self.meta_key, self.log_key, LAYOUT,
+                                        epoch, self.fingerprint, self.distance,
+                                        repr(self.min_similarity), self.epoch, n)
+            if not int(claimed):
+                return False
+            for a in range(0, n, chunk):
+                blobs = export(a, min(n, a + chunk))
+                if int(await client.eval(RESEED_WRITE, 2, self.meta_key, self.log_key, epoch,
+                                         a + 1, *blobs)) < 0:
+                    raise IndexResetError(self._reset_message())
+            await client.hdel(self.meta_key, "reseeding")
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from exc
+        self.epoch = epoch
+        self.size = n
+        return True
 
     async def blobs_at(self, seqs) -> dict[int, bytes]:
         """The entries ``seqs`` (that are in the log): ``{seq: blob}``."""
