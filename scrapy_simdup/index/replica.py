@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from scrapy_simdup._ext import hashing
+from scrapy_simdup._ext.keymap import KeyMap
 from scrapy_simdup._limits import MAX_REPLICA_PAGES
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, similarity
 from scrapy_simdup.index.verified import VerifiedIndex, VerifiedMatch
@@ -112,61 +113,6 @@ class _Column:
     @property
     def nbytes(self) -> int:
         return self._a.nbytes
-
-
-class KeyMap:
-    """uint64 hash -> row, the latest row winning: a sorted array for the
-    bulk, a dict for what came since its last merge."""
-
-    def __init__(self) -> None:
-        self._keys = np.zeros(0, np.uint64)
-        self._rows = np.zeros(0, np.int64)
-        self._recent: dict[int, int] = {}
-
-    def __len__(self) -> int:
-        return self._keys.shape[0] + sum(1 for h in self._recent if self._find(h) < 0)
-
-    def _find(self, h: int) -> int:
-        i = int(np.searchsorted(self._keys, np.uint64(h)))
-        return i if i < self._keys.shape[0] and int(self._keys[i]) == h else -1
-
-    def get(self, h: int) -> int | None:
-        row = self._recent.get(h)
-        if row is not None:
-            return row
-        i = self._find(h)
-        return int(self._rows[i]) if i >= 0 else None
-
-    def put_many(self, hashes: np.ndarray, rows: np.ndarray) -> None:
-        if hashes.shape[0] > 4096:
-            self._merge(hashes, rows)
-            return
-        self._recent.update(zip(hashes.tolist(), rows.tolist()))
-        if len(self._recent) > max(65536, min(self._keys.shape[0] // 32, 1 << 20)):
-            self._merge(np.zeros(0, np.uint64), np.zeros(0, np.int64))
-
-    def _merge(self, hashes: np.ndarray, rows: np.ndarray) -> None:
-        if self._recent:
-            hashes = np.concatenate((np.fromiter(self._recent.keys(), np.uint64,
-                                                 len(self._recent)), hashes))
-            rows = np.concatenate((np.fromiter(self._recent.values(), np.int64,
-                                               len(self._recent)), rows))
-            self._recent = {}
-        # the latest row of each hash: unique over the reversed arrays
-        keys, first = np.unique(hashes[::-1], return_index=True)
-        new_rows = rows[::-1][first]
-        pos = np.searchsorted(self._keys, keys)
-        inside = pos < self._keys.shape[0]
-        found = np.zeros(keys.shape[0], bool)
-        found[inside] = self._keys[pos[inside]] == keys[inside]
-        self._rows[pos[found]] = new_rows[found]
-        self._keys = np.insert(self._keys, pos[~found], keys[~found])
-        self._rows = np.insert(self._rows, pos[~found], new_rows[~found])
-
-    @property
-    def nbytes(self) -> int:
-        # a dict entry with its two ints: about 100 bytes
-        return self._keys.nbytes + self._rows.nbytes + 100 * len(self._recent)
 
 
 class Replica:
@@ -285,7 +231,7 @@ class Replica:
             if (hashes[g - first] == hashes[i] if g >= first
                     else self.keys.get(int(hashes[i])) == g):
                 update[i] = False
-        self.keys.put_many(hashes[update], rows[update])
+        self.keys.put_many(np.ascontiguousarray(hashes[update]), rows[update])
         recent = self._recent
         for i in range(max(0, k - RECENT_KEYS), k):
             tail = blobs[i][RECORD_BYTES:] if not recs["flags"][i] & HASHED else None
