@@ -24,19 +24,14 @@ MAX_CALIBRATED_DISTANCE = 16
 # given to the crawl's index: probing every flip set of up to 8 header bits
 # is ~10^5 probes per look-up at a million pages.
 DEFAULT_RECALL = 0.99
-# ... and of the shared Redis index's: over the network each probe costs a
-# bucket read, so it aims a little lower, by the calibrated volatility model.
-DEFAULT_REDIS_RECALL = 0.98
 # A probe budget (buckets probed per look-up) is at least 1: the own bucket,
-# and at most the buckets of the largest header (2**30 in memory, 2**24 on
-# Redis): a larger one probes no more.
+# and at most the buckets of the largest header (2**30): a larger one probes
+# no more.
 MIN_PROBES = 1
 MAX_PROBES = 1 << 30
-# Header bits t of the shared Redis index (2**t bucket keys), fixed when the
-# index is created (SIMDUP_REDIS_HEADER_BITS; the Redis store checks the same).
-MIN_REDIS_HEADER_BITS = 4
-MAX_REDIS_HEADER_BITS = 24
-DEFAULT_REDIS_HEADER_BITS = 14
+# Pages a replica of the shared Redis index can hold: a log entry names the
+# entry its writer's look-up reached in 32 bits (index/replica.py).
+MAX_REPLICA_PAGES = (1 << 32) - 1
 # Fingerprints per batch file (SIMDUP_BATCH_SIZE).
 MIN_BATCH_SIZE = 1
 DEFAULT_BATCH_SIZE = 100_000

@@ -343,3 +343,70 @@ def sketch_matches(const uint8_t[::1] query, const uint8_t[:, ::1] stored, const
             for i in range(n):
                 o[i] = <uint8_t>simdup_sketch_matches(&query[0], &stored[rows[i], 0])
     return out
+
+
+# ------------------------------------------------------------ the shared index's log
+
+def hash_tails(list blobs, Py_ssize_t offset):
+    """64-bit hash (as :func:`hash64`) of ``blob[offset:]`` for each bytes
+    ``blob`` of ``blobs``: uint64 array (an empty tail hashes as b"")."""
+    cdef Py_ssize_t n = len(blobs), i, size
+    out = np.empty(n, dtype=np.uint64)
+    cdef uint64_t[::1] o = out
+    cdef object blob
+    if offset < 0:
+        raise ValueError("offset must be >= 0")
+    for i in range(n):
+        blob = <object>PyList_GET_ITEM(blobs, i)
+        if not PyBytes_Check(blob):
+            raise TypeError(f"blobs[{i}] must be bytes, not {type(blob).__name__}")
+        size = PyBytes_GET_SIZE(blob)
+        if size < offset:
+            raise ValueError(f"blobs[{i}] is {size} bytes, shorter than {offset}")
+        o[i] = simdup_murmur3_64(PyBytes_AS_STRING(blob) + offset, size - offset, 0)
+    return out
+
+
+def gap_matches(const uint64_t[::1] values, const uint64_t[::1] values2,
+                const uint8_t[:, ::1] sketches, Py_ssize_t first, const int64_t[::1] starts,
+                int distance, int needed):
+    """The best earlier page of each row ``first + i`` among rows
+    ``starts[i] .. first + i - 1``, checked exactly: within ``distance`` of
+    either key and at least ``needed`` equal sketch bins. Best: the most equal
+    bins, then the smaller key distance, then the earlier row.
+
+    Returns ``(rows, agree, dist)``: int64 (-1: none), uint8, uint8 arrays of
+    ``len(starts)``. A start below 0 counts from 0; ``starts[i] < 0`` is the
+    caller's business (rows before 0 are gone)."""
+    cdef Py_ssize_t k = starts.shape[0], i, r, row, lo
+    if sketches.shape[1] != SIMDUP_SKETCH_BINS:
+        raise ValueError(f"sketches must be {SIMDUP_SKETCH_BINS} bytes")
+    if first < 0 or first + k > values.shape[0] or first + k > values2.shape[0] \
+            or first + k > sketches.shape[0]:
+        raise ValueError("rows past the arrays")
+    best_rows = np.full(k, -1, dtype=np.int64)
+    best_agree = np.zeros(k, dtype=np.uint8)
+    best_dist = np.zeros(k, dtype=np.uint8)
+    cdef int64_t[::1] br = best_rows
+    cdef uint8_t[::1] ba = best_agree
+    cdef uint8_t[::1] bd = best_dist
+    cdef int d, d2, agree
+    with nogil:
+        for i in range(k):
+            row = first + i
+            lo = starts[i] if starts[i] > 0 else 0
+            for r in range(lo, row):
+                d = simdup_popcount64(values[r] ^ values[row])
+                d2 = simdup_popcount64(values2[r] ^ values2[row])
+                if d2 < d:
+                    d = d2
+                if d > distance:
+                    continue
+                agree = simdup_sketch_matches(&sketches[row, 0], &sketches[r, 0])
+                if agree < needed:
+                    continue
+                if br[i] < 0 or agree > ba[i] or (agree == ba[i] and d < bd[i]):
+                    br[i] = r
+                    ba[i] = <uint8_t>agree
+                    bd[i] = <uint8_t>d
+    return best_rows, best_agree, best_dist

@@ -20,14 +20,14 @@ from scrapy_simdup.exceptions import CorruptFileError, IndexUnavailableError, Pa
 from scrapy_simdup.index.backend import IndexBackend, MemoryBackend
 from scrapy_simdup.index.crawldir import namespace_dir
 from scrapy_simdup.index.persist import PersistentBatchWriter, load_idf, restore
-from scrapy_simdup.index.redis.backend import RedisBackend, probes_for
+from scrapy_simdup.index.redis.backend import RedisBackend
+from scrapy_simdup.index.redis.log import safe_url
 from scrapy_simdup.index.redis.reset import reset_redis_index
-from scrapy_simdup.index.redis.store import safe_url
 from scrapy_simdup.index.reset import reset_snapshot
 from scrapy_simdup.index.verified import VerifiedIndex
 from scrapy_simdup.integration.config import SimdupConfig
 
-__all__ = ["make_backend", "make_index", "make_batch_writer", "load_idf_table", "probe_budget",
+__all__ = ["make_backend", "make_index", "make_batch_writer", "load_idf_table",
            "reset_index", "stats_prefix", "setting_message", "PARAMETER_SETTINGS"]
 
 logger = logging.getLogger("scrapy_simdup")
@@ -36,7 +36,8 @@ logger = logging.getLogger("scrapy_simdup")
 PARAMETER_SETTINGS = {
     "url": "SIMDUP_INDEX",
     "key_prefix": "SIMDUP_REDIS_KEY",
-    "header_bits": "SIMDUP_REDIS_HEADER_BITS",
+    "max_pages": "SIMDUP_REDIS_MAX_PAGES",
+    "on_reset": "SIMDUP_REDIS_ON_RESET",
     "params": "SIMDUP_REDIS_PARAMS",
     "distance": "SIMDUP_DISTANCE",
     "min_similarity": "SIMDUP_MIN_SIMILARITY",
@@ -46,7 +47,8 @@ PARAMETER_SETTINGS = {
 }
 #: What a user can change besides, when the value does not match a stored index.
 _REMEDIES = {
-    "header_bits": "another SIMDUP_REDIS_KEY makes a new index",
+    "distance": "another SIMDUP_REDIS_KEY makes a new index",
+    "min_similarity": "another SIMDUP_REDIS_KEY makes a new index",
     "fingerprint": "the recipe comes from the feature settings (SIMDUP_FEATURES, "
                    "SIMDUP_SHINGLE_SIZE, ...), the key prefix from SIMDUP_REDIS_KEY",
 }
@@ -119,14 +121,6 @@ def make_index(config: SimdupConfig) -> VerifiedIndex:
         raise _index_error(exc, options) from exc
 
 
-def probe_budget(config: SimdupConfig, header_bits: int) -> int | None:
-    """Probes per lookup of the Redis index: SIMDUP_MAX_PROBES, else the budget
-    of SIMDUP_RECALL (default: the Redis index's own) in the calibrated
-    volatility model; None means every flip set."""
-    return probes_for(header_bits, config.distance, max_probes=config.max_probes,
-                      recall=config.recall)
-
-
 def _redis_key_prefix(config: SimdupConfig, crawler, namespace: str) -> str:
     spider = getattr(crawler, "spider", None)
     key_prefix = config.redis_key_for(getattr(spider, "name", None) or "default")
@@ -192,17 +186,28 @@ def make_backend(config: SimdupConfig, crawler=None, namespace: str = "pages",
         return backend
     key_prefix = _redis_key_prefix(config, crawler, namespace)
     try:
-        return RedisBackend.open(
-            config.index, key_prefix, header_bits=config.redis_header_bits,
-            distance=config.distance, max_probes=probe_budget(config, config.redis_header_bits),
-            min_similarity=config.min_similarity, params=config.redis_params,
-            fingerprint=fingerprint or config.make_fingerprinter().version)
+        backend = RedisBackend.open(
+            config.index, key_prefix, make_index(config), params=config.redis_params,
+            fingerprint=fingerprint or config.make_fingerprinter().version,
+            max_pages=config.redis_max_pages, on_reset=config.redis_on_reset)
     except ParameterError as exc:
         raise ValueError(setting_message(exc)) from exc
     except IndexUnavailableError as exc:
         raise IndexUnavailableError(f"SIMDUP_INDEX: {exc}") from exc
     except ImportError as exc:      # the redis client is not installed
         raise ImportError(f"SIMDUP_INDEX = {config.index!r}: {exc}") from exc
+    except ValueError as exc:       # an entry of the log that is not a page record
+        raise ValueError(f"SIMDUP_INDEX / SIMDUP_REDIS_KEY: {exc}") from exc
+    on_stat = _on_stat(crawler, namespace)
+    if on_stat is not None:
+        on_stat("replica_pages", len(backend))
+        on_stat("replica_bytes", backend.nbytes)
+        on_stat("replica_load_ms", round(backend.load_seconds * 1000))
+    logger.info("Simdup: Redis index %s: loaded %s pages into this process's replica in %.1f s "
+                "(%s MiB, about %.0f bytes a page in every process)", backend.log.where,
+                f"{len(backend):,}", backend.load_seconds, f"{backend.nbytes / 2**20:,.0f}",
+                backend.bytes_per_page())
+    return backend
 
 
 def make_batch_writer(config: SimdupConfig, crawler=None, namespace: str = "pages",

@@ -17,6 +17,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy_simdup.exceptions import CorruptFileError, SkippedPage
 from scrapy_simdup.index.backend import Match, MemoryBackend
 from scrapy_simdup.index.crawldir import lock_crawl_directory, namespace_dir, prepare_directory
+from scrapy_simdup.index.redis.log import IndexResetError
 from scrapy_simdup.integration import logstats
 from scrapy_simdup.integration.backends import (
     load_idf_table,
@@ -197,6 +198,9 @@ class SimdupComponent:
         t1 = time.perf_counter()
         try:
             match = await self.backend.check_and_add(fp, key)
+        except IndexResetError as exc:
+            self._index_reset(exc)
+            return self._failed(key, "index lookup", int(value))
         except Exception:  # noqa: BLE001
             return self._failed(key, "index lookup", int(value))
         t2 = time.perf_counter()
@@ -253,6 +257,15 @@ class SimdupComponent:
                     "(LOG_LEVEL = 'DEBUG' shows every one; %sdropped counts them)",
                     what, noun, key, match.duplicate_of, match.distance, match.similarity,
                     note, noun, self.prefix, extra={"spider": self.crawler.spider})
+    def _index_reset(self, exc: IndexResetError) -> None:
+        """The shared index was emptied under the crawl: going on would keep
+        again pages kept before. Say so once and stop, whatever SIMDUP_ON_ERROR."""
+        if not self._stopping:
+            self._stopping = True
+            logger.error("Simdup: %s. The crawl stops (simdup_index_reset): restart it to go on "
+                         "with a new index, or restore Redis from its saved data first",
+                         exc, extra={"spider": self.crawler.spider})
+            self._close_spider("simdup_index_reset")
 
     def _failed(self, key: str, what: str, simhash: int | None = None) -> Verdict:
         """Count and log the exception being handled; its verdict."""

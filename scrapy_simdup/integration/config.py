@@ -22,15 +22,13 @@ from scrapy_simdup._limits import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DISTANCE,
     DEFAULT_MIN_SIMILARITY,
-    DEFAULT_REDIS_HEADER_BITS,
     MAX_BATCH_SIZE,
     MAX_CALIBRATED_DISTANCE,
     MAX_DISTANCE,
     MAX_PROBES,
-    MAX_REDIS_HEADER_BITS,
+    MAX_REPLICA_PAGES,
     MIN_BATCH_SIZE,
     MIN_PROBES,
-    MIN_REDIS_HEADER_BITS,
 )
 from scrapy_simdup.exceptions import ParameterError
 from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter
@@ -45,6 +43,7 @@ _CONFIGS: weakref.WeakKeyDictionary[Any, SimdupConfig] = weakref.WeakKeyDictiona
 _ACTIONS = ("drop", "tag")
 _SEARCHES = ("psm", "exact")
 _ON_ERROR = ("keep", "stop")
+_ON_RESET = ("stop", "reseed")
 _ON_REVISIT = ("keep", "drop", "tag")
 _INDEX_SCHEMES = ("redis://", "rediss://", "unix://")
 _TRUE = {"1", "true", "yes", "on"}
@@ -300,13 +299,21 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_BATCH_SIZE": DEFAULT_BATCH_SIZE,
     "SIMDUP_REDIS_KEY": "simdup:%(spider)s",
     "SIMDUP_REDIS_PARAMS": {},
-    "SIMDUP_REDIS_HEADER_BITS": DEFAULT_REDIS_HEADER_BITS,
+    "SIMDUP_REDIS_MAX_PAGES": None,
+    "SIMDUP_REDIS_ON_RESET": "stop",
     "SIMDUP_ON_ERROR": "keep",
     "SIMDUP_ON_REVISIT": "keep",
     "SIMDUP_DROP_START_REQUESTS": False,
     "SIMDUP_LOG_INTERVAL": 60.0,
     "SIMDUP_DEBUG": False,
     "SIMDUP_RESET": False,
+}
+
+
+#: settings of earlier versions that are ignored now, and why
+_RETIRED = {
+    "SIMDUP_REDIS_HEADER_BITS": "every process keeps a replica of the Redis index and searches "
+                                "it as the memory index does",
 }
 
 
@@ -332,7 +339,8 @@ class SimdupConfig:
     batch_size: int = DEFAULT_BATCH_SIZE
     redis_key: str = "simdup:%(spider)s"
     redis_params: dict = field(default_factory=dict)
-    redis_header_bits: int = DEFAULT_REDIS_HEADER_BITS
+    redis_max_pages: int | None = None    # most pages a Redis index replica may hold
+    redis_on_reset: str = "stop"          # "stop" | "reseed": the Redis index emptied under us
     on_error: str = "keep"                # "keep" | "stop"
     on_revisit: str = "keep"              # "keep" | "drop" | "tag": a match stored under the same key
     drop_start_requests: bool = False     # start requests may be dropped as near-duplicates
@@ -362,7 +370,7 @@ class SimdupConfig:
 
         unknown = [k for k in (settings.keys() if hasattr(settings, "keys") else ())
                    if isinstance(k, str) and k.startswith("SIMDUP_")
-                   and k not in SETTINGS_DEFAULTS]
+                   and k not in SETTINGS_DEFAULTS and k not in _RETIRED]
         warnings = []   # logged once the config is built
         if unknown:  # most likely a typo: say so, but do not refuse to start
             warnings.append(f"Unknown setting(s) {', '.join(sorted(unknown))} ignored "
@@ -416,8 +424,13 @@ class SimdupConfig:
                              f"percent sign), got {redis_key!r}")
 
         # used by the Redis index only, checked here so a typo fails with any index
-        redis_header_bits = _int("SIMDUP_REDIS_HEADER_BITS", get("SIMDUP_REDIS_HEADER_BITS"),
-                                 lo=MIN_REDIS_HEADER_BITS, hi=MAX_REDIS_HEADER_BITS)
+        redis_max_pages = get("SIMDUP_REDIS_MAX_PAGES")
+        if redis_max_pages is not None:
+            redis_max_pages = _int("SIMDUP_REDIS_MAX_PAGES", redis_max_pages, lo=1,
+                                   hi=MAX_REPLICA_PAGES)
+        for name, why in _RETIRED.items():
+            if settings is not None and settings.get(name, None) is not None:
+                warnings.append(f"{name} no longer has an effect: {why} (remove the setting)")
         index = _index("SIMDUP_INDEX", get("SIMDUP_INDEX"))
         if feature_options.get("weighting") == "idf" and index != "memory":
             raise ValueError("SIMDUP_WEIGHTING = 'idf' cannot be used with a shared Redis "
@@ -426,10 +439,6 @@ class SimdupConfig:
                              "default) with Redis.")
 
         search = _choice("SIMDUP_SEARCH", get("SIMDUP_SEARCH"), _SEARCHES)
-        if search == "exact" and index != "memory":
-            raise ValueError("SIMDUP_SEARCH = 'exact' needs the memory index: a Redis "
-                             "SIMDUP_INDEX searches with PSM (tune it with SIMDUP_RECALL or "
-                             "SIMDUP_MAX_PROBES)")
         if search == "exact" and (recall is not None or max_probes is not None):
             warnings.append(f"{'SIMDUP_RECALL' if recall is not None else 'SIMDUP_MAX_PROBES'} "
                             f"has no effect with SIMDUP_SEARCH = 'exact' (it finds every "
@@ -457,7 +466,9 @@ class SimdupConfig:
                             hi=MAX_BATCH_SIZE),
             redis_key=redis_key,
             redis_params=_redis_params("SIMDUP_REDIS_PARAMS", get("SIMDUP_REDIS_PARAMS")),
-            redis_header_bits=redis_header_bits,
+            redis_max_pages=redis_max_pages,
+            redis_on_reset=_choice("SIMDUP_REDIS_ON_RESET", get("SIMDUP_REDIS_ON_RESET"),
+                                   _ON_RESET),
             on_error=_choice("SIMDUP_ON_ERROR", get("SIMDUP_ON_ERROR"), _ON_ERROR),
             on_revisit=_choice("SIMDUP_ON_REVISIT", get("SIMDUP_ON_REVISIT"), _ON_REVISIT),
             drop_start_requests=_bool("SIMDUP_DROP_START_REQUESTS",

@@ -13,8 +13,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from scrapy_simdup._limits import DEFAULT_PROBES_PER_KEY
-from scrapy_simdup.index.redis.backend import DEFAULT_REDIS_PROBES
-from scrapy_simdup.index.redis.store import safe_url
+from scrapy_simdup.index.redis.log import safe_url
 from scrapy_simdup.integration.config import SimdupConfig
 
 try:  # Scrapy >= 2.13: asyncio-native looping call when the asyncio reactor runs
@@ -117,8 +116,7 @@ class SimdupLogStats:
         elif config.recall is not None:
             search = f"PSM, recall {config.recall:g}"
         else:
-            search = f"PSM, {DEFAULT_PROBES_PER_KEY if memory else DEFAULT_REDIS_PROBES} " \
-                     f"probes per key"
+            search = f"PSM, {DEFAULT_PROBES_PER_KEY} probes per key"
         things = " and ".join(k for k in ("pages", "items") if k in self.kinds)
         verify = f" and similarity >= {config.min_similarity:g}" if config.min_similarity else ""
         line = (f"Simdup: {config.action} near-duplicate {things} within {config.distance} "
@@ -128,6 +126,11 @@ class SimdupLogStats:
         else:
             line += (f"Redis index {safe_url(config.index)} key "
                      f"{config.redis_key_for(spider_name or 'default')!r}")
+            replica = get("simdup/replica_pages")
+            if replica is not None:
+                line += (f" (replica of {replica:,} pages, "
+                         f"{get('simdup/replica_bytes', 0) / 2**20:,.0f} MiB in this process, "
+                         f"loaded in {get('simdup/replica_load_ms', 0) / 1000:.1f} s)")
         if not config.dir:
             line += ", no SIMDUP_DIR (nothing is kept after the crawl)"
         elif not memory:

@@ -1,1 +1,1 @@
-"""The shared index in Redis: the store, its backend and its Lua scripts."""
+"""The shared index in Redis: its log (``log``) and the backend that keeps a replica of it (``backend``)."""

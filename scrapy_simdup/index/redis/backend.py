@@ -1,208 +1,155 @@
-"""The Redis index backend (in a crawl, ``SIMDUP_INDEX = "redis://..."``).
+"""The shared index backend (in a crawl, ``SIMDUP_INDEX = "redis://..."``).
 
-``RedisBackend`` is the index backend (:class:`IndexBackend`) on a
-:class:`RedisIndexStore` (``index.redis.store``): it turns each page's two
-keys and weights (``value, W, value2, W2``) into probe masks with the index's
-VOSH generator (``flip_masks``), and the store verifies candidates with the
-page's sketch; Redis faults are raised as :class:`IndexUnavailableError` for
-the caller to count. ``probes_for`` picks its probe budget (per key).
+Every process keeps a :class:`Replica` of the whole index and follows the
+index's log in Redis (:class:`RedisLog`). A check is a look-up in the replica;
+a page to store is appended to the log, and the entries other processes
+appended since the replica's position come back with it and are applied in
+log order, the page's own entry among them, which decides whether it was kept
+(``index.replica``). So the search runs next to a copy of the data, the
+network carries one record per stored page, and every process reaches the
+same verdicts from the same log.
 
-It takes plain values (URL, key prefix, header bits...: in a crawl, from the
-``SIMDUP_*`` settings). Its errors name the value at fault; a
-:class:`ParameterError` also names the parameter.
+Checks made while a round trip is in flight are coalesced into the next
+batch (at most ``MAX_BATCH``). Between checks, a follower applies what the
+other processes append (every ``follow_interval`` seconds). Redis faults are
+raised as :class:`IndexUnavailableError` for the caller to count; the replica
+catches up from its position once Redis answers again. An index emptied
+under the process (Redis restarted without its data) is an
+:class:`IndexResetError`, every time, until the process stops.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import time
 
-import numpy as np
-
-from scrapy_simdup._ext import psm
-from scrapy_simdup._limits import (
-    DEFAULT_DISTANCE,
-    DEFAULT_MIN_SIMILARITY,
-    DEFAULT_PROBES_PER_KEY,
-    DEFAULT_REDIS_HEADER_BITS,
-    DEFAULT_REDIS_RECALL,
-    MIN_PROBES,
-)
-from scrapy_simdup.exceptions import ParameterError
+from scrapy_simdup.exceptions import IndexUnavailableError, ParameterError
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 from scrapy_simdup.index.backend import IndexBackend, Match
-from scrapy_simdup.index.memory import flip_masks
-from scrapy_simdup.index.redis.store import RedisIndexStore, stored_key
-from scrapy_simdup.index.volatility import VolatilityModel
+from scrapy_simdup.index.redis.log import IndexResetError, RedisLog
+from scrapy_simdup.index.replica import Replica, entry_key, pack_entry, url_hash
+from scrapy_simdup.index.verified import VerifiedIndex
 
-__all__ = ["RedisBackend", "probes_for"]
+__all__ = ["RedisBackend", "MAX_BATCH", "READ_COUNT", "ON_RESET"]
 
-_MASK64 = (1 << 64) - 1
+logger = logging.getLogger("scrapy_simdup")
 
-
-def _key(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-            or not 0 <= int(value) <= _MASK64:
-        raise ValueError(f"a key must be a 64-bit unsigned integer, got {value!r}")
-    return int(value)
-
-#: probe budget per key when the volatility model has no calibration for the
-#: distance (it is calibrated up to 16; the default radius is 22)
-# Buckets per key and look-up when no recall applies (a radius past the
-# calibrated 16): over the network a probe is a bucket read, and half the
-# memory index's budget keeps most of its recall (benchmarks/bench_redis.py).
-DEFAULT_REDIS_PROBES = DEFAULT_PROBES_PER_KEY // 2
-#: most pages checked in one round trip when concurrent checks are coalesced
+#: what a process does when the index is emptied under it: stop (every check
+#: fails with IndexResetError), or re-seed it from its replica
+ON_RESET = ("stop", "reseed")
+#: most pages appended in one round trip
 MAX_BATCH = 2048
-
-
-def probes_for(header_bits: int, distance: int, max_probes: int | None = None,
-               recall: float | None = None) -> int | None:
-    """Probes per key and lookup: ``max_probes`` when given, else the budget that
-    reaches ``recall`` (default ``DEFAULT_REDIS_RECALL``) in the calibrated
-    volatility model; None means every flip set of at most ``distance``
-    header bits."""
-    if max_probes is not None:
-        return int(max_probes)
-    recall = recall if recall is not None else DEFAULT_REDIS_RECALL
-    model = VolatilityModel.default()
-    if not model.probes.get(int(distance)):
-        return DEFAULT_REDIS_PROBES
-    return model.probes_for_recall(recall, header_bits, distance)
+#: most log entries read (or returned by an append) in one round trip
+READ_COUNT = 20_000
 
 
 class RedisBackend(IndexBackend):
-    """Index backend on a :class:`RedisIndexStore` (in a crawl, ``SIMDUP_INDEX =
-    "redis://..."``).
+    """Index backend on a log in Redis and a replica in this process.
 
-    ``check_and_add`` calls made while a round trip is in flight are coalesced
-    into the next batch (at most ``MAX_BATCH``), so a crawl with many
-    concurrent responses pays one round trip per batch, not per page.
-    ``__len__`` is the index size as of the last round trip (all processes).
-    Redis faults raise :class:`IndexUnavailableError`, for the caller to count
-    and act on. The client reconnects by itself once Redis is back; every
-    command is bounded by ``socket_timeout`` (5 s unless ``params`` say
-    otherwise).
+    ``max_pages``: the most pages the replica may hold (None: no limit); a
+    log that outgrows it is refused at start-up and stops the checks
+    mid-crawl with a :class:`ParameterError` naming ``max_pages``.
+    ``on_reset`` (:data:`ON_RESET`): when the index is emptied under the
+    process (Redis restarted without its data), ``"stop"``: every check
+    fails with :class:`IndexResetError`; ``"reseed"``: the first process to
+    notice writes its replica back as the log, and the processes whose
+    replica it holds go on. A process whose replica holds more than the
+    re-seeded log stops either way.
     """
 
-    def __init__(self, store: RedisIndexStore, max_probes: int | None = DEFAULT_REDIS_PROBES,
-                 model=None, flip_masks=None):
-        if max_probes is not None and (isinstance(max_probes, bool) or
-                                       not isinstance(max_probes, int) or
-                                       max_probes < MIN_PROBES):
-            raise ParameterError("max_probes", f"the probe budget must be an integer >= "
-                                               f"{MIN_PROBES}, got {max_probes!r}")
-        self.store = store
-        self.max_probes = max_probes
-        self.model = model
-        self._flip = flip_masks
-        self._size = 0
-        self._probes = 0
+    def __init__(self, log: RedisLog, replica: Replica, follow_interval: float = 0.2,
+                 max_pages: int | None = None, on_reset: str = "stop") -> None:
+        if on_reset not in ON_RESET:
+            raise ParameterError("on_reset", f"on_reset must be one of {ON_RESET}, "
+                                             f"got {on_reset!r}")
+        self.on_reset = on_reset
+        #: pages this process wrote back to an emptied index
+        self.reseeded = 0
+        self.log = log
+        self.replica = replica
+        self.follow_interval = follow_interval
+        self.max_pages = max_pages
         self._pending: list = []
         self._flushing = False
+        self._lock: asyncio.Lock | None = None
+        self._follower: asyncio.Task | None = None
+        self._reset: IndexResetError | None = None
+        #: seconds the start-up load took, and the entries it applied
+        self.load_seconds = 0.0
+        self.loaded = 0
+        #: bytes received from Redis for entries applied (records and URLs)
+        self.bytes_in = 0
+        self.appended = 0
 
     @classmethod
-    def open(cls, url: str, key_prefix: str, header_bits: int = DEFAULT_REDIS_HEADER_BITS,
-             distance: int = DEFAULT_DISTANCE, max_probes: int | None = DEFAULT_REDIS_PROBES,
-             params: dict | None = None, fingerprint: str | None = None,
-             min_similarity: float = DEFAULT_MIN_SIMILARITY,
-             store_duplicates: bool = True) -> RedisBackend:
-        """A backend on the index under ``key_prefix`` at ``url``, checked
-        (:meth:`RedisIndexStore.check_server`): created if new, else the same
-        layout, header bits and fingerprint recipe (``Fingerprinter.version``)
-        as the processes that use it. ``distance``: search radius of each key;
-        ``min_similarity``: estimated Jaccard similarity a candidate needs
-        (0: the keys alone decide); ``max_probes``: buckets probed per key;
-        ``store_duplicates``: a near-duplicate is stored too, under its own
-        key (as ``MemoryBackend`` does; a revisit is not)."""
-        store = RedisIndexStore(url, key_prefix, header_bits=header_bits, distance=distance,
-                                params=params, fingerprint=fingerprint,
-                                min_similarity=min_similarity,
-                                store_duplicates=store_duplicates)
-        backend = cls(store, max_probes=max_probes)
-        store.check_server()
-        backend._size = store.size_sync()
+    def open(cls, url: str, key_prefix: str, index: VerifiedIndex, params: dict | None = None,
+             fingerprint: str | None = None, max_pages: int | None = None,
+             follow_interval: float = 0.2, on_reset: str = "stop") -> RedisBackend:
+        """A backend on the index under ``key_prefix`` at ``url`` (created if
+        new), with ``index`` (empty: it becomes the replica) loaded from the
+        whole log. ``fingerprint``: the recipe of the pages it will hold."""
+        log = RedisLog(url, key_prefix, params=params, fingerprint=fingerprint,
+                       distance=index.distance, min_similarity=index.min_similarity)
+        backend = cls(log, Replica(index), follow_interval=follow_interval, max_pages=max_pages,
+                      on_reset=on_reset)
+        try:
+            size = log.open()
+            backend._check_room(size)
+            backend._load()
+        except BaseException:
+            log.close_sync()
+            raise
         return backend
 
+    def _check_room(self, size: int) -> None:
+        if self.max_pages is not None and size > self.max_pages:
+            raise ParameterError("max_pages", f"the Redis index {self.log.where} holds {size:,} "
+                                 f"pages, more than this process may hold ({self.max_pages:,}); "
+                                 f"raise the limit (about {self.bytes_per_page():.0f} bytes a "
+                                 f"page in every process), or use another key prefix")
+
+    def bytes_per_page(self) -> float:
+        """The replica's bytes per page so far (or its fixed cost when empty)."""
+        n = len(self.replica)
+        return self.replica.nbytes / n if n else 96.0
+
+    def _load(self) -> None:
+        """Apply the whole log (blocking: start-up)."""
+        t0 = time.perf_counter()
+        while True:
+            entries = self.log.read_sync(self.replica.n + 1, READ_COUNT)
+            if not entries:
+                break
+            self._apply(entries)
+        self.load_seconds = time.perf_counter() - t0
+        self.loaded = self.replica.n
+        self.log.close_sync()
+
+    # -- the interface ---------------------------------------------------------
     @property
     def probes(self) -> int:
-        return self._probes
-
-    def same_key(self, stored: str, key: str) -> bool:
-        # keys come back as stored: UTF-8, cut at 65,535 bytes
-        return stored == key or stored == stored_key(key)
+        return self.replica.index.probes
 
     def __len__(self) -> int:
-        return self._size
+        return len(self.replica)
 
     @property
-    def size(self) -> int:
-        return self._size
-
-    def _fast_flip(self):
-        """The compiled VOSH generator with its arguments checked once per
-        batch (what ``flip_masks`` checks per call), or None for a custom one."""
-        if self._flip is not None:
-            return None
-        model = self.model if self.model is not None else VolatilityModel.default()
-        model_c = model.compiled
-        k = -1 if self.max_probes is None else int(self.max_probes)
-        return psm.flip_masks_many_c, model_c, self.store.header_bits, self.store.distance, k
-
-    def masks_for(self, W) -> np.ndarray:
-        """Header XOR masks of one key of a page, mask 0 first (VOSH order;
-        W None: uniform weights)."""
-        flip = self._flip
-        if flip is None:
-            flip = self._flip = flip_masks
-        masks, _ = flip(W, self.store.header_bits, self.store.distance,
-                        max_probes=self.max_probes, model=self.model)
-        return masks
-
-    @staticmethod
-    def _arrays(pages):
-        """(values, W, values2, W2, sketches) of the pages; W None -> NaN rows
-        (uniform weights: ``flip_masks`` with W None)."""
-        n = len(pages)
-        values = np.fromiter((_key(p.value) for p in pages), dtype=np.uint64, count=n)
-        values2 = np.fromiter((_key(p.value2) for p in pages), dtype=np.uint64, count=n)
-        Ws = []
-        for attr in ("W", "W2"):
-            W = np.full((n, 64), np.nan)
-            for i, p in enumerate(pages):
-                w = getattr(p, attr)
-                if w is not None:
-                    w = np.asarray(w, dtype=np.float64)
-                    if w.shape != (64,):
-                        raise ValueError(f"{attr} must have shape (64,), got {w.shape}")
-                    if not np.isfinite(w).all():
-                        raise ValueError(f"{attr} must be finite (no NaN or infinity)")
-                    W[i] = w
-            Ws.append(W)
-        sketches = []
-        for p in pages:
-            sk = bytes(p.sketch)
-            if len(sk) != SKETCH_BYTES:
-                raise ValueError(f"a sketch must be {SKETCH_BYTES} bytes, got {len(sk)}")
-            sketches.append(sk)
-        sk = np.frombuffer(b"".join(sketches), dtype=np.uint8).reshape(n, SKETCH_BYTES)
-        return values, Ws[0], values2, Ws[1], sk
+    def nbytes(self) -> int:
+        return self.replica.nbytes
 
     async def check_and_add_many(self, pages, keys) -> list:
         pages = list(pages)
         if len(keys) != len(pages):
             raise ValueError(f"keys must have one key per page ({len(pages)}), got {len(keys)}")
-        if not pages:
-            return []
-        arrays = self._arrays(pages)
         out: list = []
         for a in range(0, len(pages), MAX_BATCH):
-            out.extend(await self._check(*(x[a:a + MAX_BATCH] for x in arrays),
-                                         keys[a:a + MAX_BATCH]))
+            out.extend(await self._check(pages[a:a + MAX_BATCH], list(keys[a:a + MAX_BATCH])))
         return out
 
     async def check_and_add(self, page, key):
-        arrays = self._arrays([page])       # bad input fails here, in the caller's task
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append((arrays, key, fut))
+        self._pending.append((page, key, fut))
         if not self._flushing:
             self._flushing = True
             asyncio.ensure_future(self._drain())
@@ -213,9 +160,8 @@ class RedisBackend(IndexBackend):
             while self._pending:
                 await asyncio.sleep(0)      # let the callers of this tick join the batch
                 batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                arrays = [np.concatenate([b[0][j] for b in batch]) for j in range(5)]
                 try:
-                    results = await self._check(*arrays, [b[1] for b in batch])
+                    results = await self._check([b[0] for b in batch], [b[1] for b in batch])
                 except BaseException as exc:
                     for b in batch:
                         if not b[2].done():
@@ -229,30 +175,163 @@ class RedisBackend(IndexBackend):
         finally:
             self._flushing = False
 
-    def _masks(self, W, a, b):
-        """Probe masks of pages a:b of one key: (flat masks, count per page)."""
-        fast = self._fast_flip()
-        rows = W[a:b]
-        uniform = np.isnan(rows[:, 0])
-        if fast is not None and not uniform.any():
-            flip_many, model_c, t, h, k = fast
-            flat, counts = flip_many(model_c, np.ascontiguousarray(rows), t, h, k)
-        else:
-            parts = [self.masks_for(None if uniform[i] else rows[i]) for i in range(b - a)]
-            counts = np.fromiter(map(len, parts), dtype=np.int64, count=b - a)
-            flat = np.concatenate(parts)
-        self._probes += int(flat.shape[0])
-        return flat, counts
+    # -- a check -------------------------------------------------------------
+    def _ensure_started(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        if self._follower is None and self.follow_interval:
+            self._follower = asyncio.ensure_future(self._follow())
+        return self._lock
 
-    async def _check(self, values, W, values2, W2, sketches, keys) -> list:
-        def masks(a, b):
-            return self._masks(W, a, b), self._masks(W2, a, b)
-        found = await self.store.check_and_add_many(values, values2, sketches, masks, keys)
-        self._size = self.store.last_size
-        return [None if m is None else
-                Match(m.key if m.key is not None else f"simhash:{m.value:016x}", m.distance,
-                      m.similarity)
-                for m in found]
+    async def _check(self, pages, keys) -> list:
+        if self._reset is not None:
+            raise self._reset
+        for page, key in zip(pages, keys):
+            if not isinstance(key, str):
+                raise TypeError(f"keys must be str, got {type(key).__name__}")
+            if not isinstance(page.sketch, bytes) or len(page.sketch) != SKETCH_BYTES:
+                raise ValueError(f"a sketch must be {SKETCH_BYTES} bytes")
+        async with self._ensure_started():
+            replica = self.replica
+            base = replica.n
+            out: list = [None] * len(pages)
+            rows: dict[int, object] = {}        # i -> VerifiedMatch of a stored page
+            own: list[int] = []                 # pages appended, in order
+            blobs: list[bytes] = []
+            for i, (page, key) in enumerate(zip(pages, keys)):
+                store, match, own_row = replica.lookup(page, url_hash(key))
+                if store:
+                    own.append(i)
+                    blobs.append(pack_entry(page, key, base, match is not None))
+                if match is not None:
+                    if match.id == own_row:     # a revisit: its own entry, under its key
+                        out[i] = Match(key, match.distance, match.similarity)
+                    else:
+                        rows[i] = match
+            if blobs:
+                self._check_room(base + len(blobs))
+                await self._append(blobs, own, rows)
+            await self._resolve(rows, out)
+            return out
+
+    async def _append(self, blobs, own, rows) -> None:
+        """Append the pages ``own`` (their ``blobs``) and apply the log up to
+        them; a page kept locally but not in the log gets its gap match."""
+        try:
+            n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT)
+        except IndexResetError as exc:
+            if not await self._recover(exc):
+                raise self._reset from None
+            n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT)
+        self.appended += len(blobs)
+        first_own = n - len(blobs) + 1
+        gaps: dict[int, object] = {}
+        while True:
+            applied = self._apply(entries)
+            if applied is not None:
+                start = applied.rows[0] + 1
+                for j, seq in enumerate(range(start, start + len(applied.rows))):
+                    if seq >= first_own:
+                        gaps[seq] = applied.gap_match(j)
+            if self.replica.n >= n:
+                break
+            entries = await self.log.read(self.replica.n + 1, READ_COUNT)
+            if not entries:
+                raise IndexUnavailableError(f"the Redis index {self.log.where} lost entries "
+                                            f"{self.replica.n + 1}..{n} it had just appended")
+        for j, i in enumerate(own):
+            if i not in rows and gaps.get(first_own + j) is not None:
+                rows[i] = gaps[first_own + j]
+
+    def _apply(self, entries):
+        """Apply the entries not applied yet (they follow the replica's position)."""
+        n = self.replica.n
+        entries = [(s, b) for s, b in entries if s > n]
+        if not entries:
+            return None
+        if entries[0][0] != n + 1 or entries[-1][0] != n + len(entries):
+            raise IndexUnavailableError(f"the Redis index {self.log.where} has a gap in its log "
+                                        f"after entry {n}: entries were deleted under it")
+        blobs = [b for _, b in entries]
+        self.bytes_in += sum(map(len, blobs))
+        return self.replica.apply(blobs)
+
+    async def _resolve(self, rows: dict, out: list) -> None:
+        """The URLs of the stored pages matched: the replica's recent ones, the
+        others read from the log (one round trip for all)."""
+        keys = {m.id: self.replica.recent_key(m.id) for m in rows.values()}
+        missing = [row + 1 for row, key in keys.items() if key is None]
+        if missing:
+            for seq, blob in (await self.log.blobs_at(missing)).items():
+                keys[seq - 1] = entry_key(seq, blob)
+        for i, m in rows.items():
+            out[i] = Match(keys[m.id] or f"#{m.id + 1}", m.distance, m.similarity)
+
+    async def _follow(self) -> None:
+        """Apply what other processes append while this one has no check in flight."""
+        while True:
+            await asyncio.sleep(self.follow_interval)
+            if self._reset is not None:
+                return
+            lock = self._lock
+            if lock.locked():
+                continue
+            async with lock:
+                try:
+                    entries = await self.log.read(self.replica.n + 1, READ_COUNT)
+                    self._apply(entries)
+                except IndexResetError as exc:
+                    try:
+                        if not await self._recover(exc):
+                            return
+                    except IndexUnavailableError:
+                        continue
+                except (IndexUnavailableError, ValueError):
+                    continue        # the next check says it, and counts it
+
+    async def _recover(self, exc: IndexResetError) -> bool:
+        """After the index was emptied: go on if it was re-seeded from a
+        replica holding this one's pages, or re-seed it (``on_reset``). False
+        (and every check fails from now on) when neither is possible."""
+        meta = await self.log.meta()
+        if meta.get("parent") == self.log.epoch and meta.get("epoch"):
+            reseed_n = int(meta.get("reseed_n") or -1)
+            if self.replica.n <= reseed_n:
+                logger.warning("Simdup: the Redis index %s was emptied and re-seeded by another "
+                               "process with %s pages; this process goes on with it",
+                               self.log.where, f"{reseed_n:,}")
+                self.log.epoch = meta["epoch"]
+                return True
+            self._reset = IndexResetError(
+                f"{exc}; another process re-seeded it with {reseed_n:,} pages, fewer than "
+                f"this process holds ({self.replica.n:,})")
+            return False
+        if self.on_reset == "reseed" and not meta:
+            n = self.replica.n
+            if await self.log.reseed(n, self.replica.export):
+                logger.error("Simdup: the Redis index %s was emptied under this process (Redis "
+                             "restarted without its data?); re-seeded it with the %s pages of "
+                             "this process's replica", self.log.where, f"{n:,}")
+                self.reseeded += n
+                return True
+            return await self._recover(exc)     # another process claimed it first
+        self._reset = exc
+        return False
+
+    async def catch_up(self) -> int:
+        """Apply everything in the log now; returns the replica's size."""
+        async with self._ensure_started():
+            while True:
+                entries = await self.log.read(self.replica.n + 1, READ_COUNT)
+                if not entries:
+                    return self.replica.n
+                self._apply(entries)
 
     async def close(self):
-        await self.store.close()
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._follower
+            self._follower = None
+        await self.log.close()
+

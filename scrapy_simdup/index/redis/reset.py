@@ -6,7 +6,7 @@ store can change without touching the crawl's side of it.
 from __future__ import annotations
 
 from scrapy_simdup.exceptions import IndexUnavailableError
-from scrapy_simdup.index.redis.store import _redis, safe_url
+from scrapy_simdup.index.redis.log import _redis, safe_url, stored_size
 
 __all__ = ["reset_redis_index"]
 
@@ -16,7 +16,8 @@ def reset_redis_index(url: str, key_prefix: str, params: dict | None = None,
     """Delete every key under ``key_prefix + ":"`` at ``url`` (SCAN, then
     UNLINK in batches), but those under ``key_prefix + ":" + k + ":"`` for
     ``k`` in ``keep`` (another namespace's index). Returns ``(fingerprints,
-    keys)``: the index size before (``<prefix>:n``) and the keys removed.
+    keys)``: the index size before (of this layout or an older one) and the
+    keys removed.
     Redis unreachable: :class:`IndexUnavailableError` naming the URL."""
     redis = _redis()
     options = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, **(params or {})}
@@ -25,11 +26,7 @@ def reset_redis_index(url: str, key_prefix: str, params: dict | None = None,
     try:
         client = redis.Redis.from_url(url, **options)
         try:
-            size = client.get(f"{key_prefix}:n")
-            try:
-                fingerprints = int(size or 0)
-            except ValueError:
-                fingerprints = 0
+            fingerprints = stored_size(client, key_prefix)
             batch = []
             for key in client.scan_iter(match=f"{key_prefix}:*", count=1000):
                 key = key.encode() if isinstance(key, str) else key

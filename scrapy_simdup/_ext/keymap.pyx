@@ -1,0 +1,89 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""A hash table from 64-bit hashes to rows: a replica's URL index.
+
+Open addressing with linear probing over two NumPy arrays (the keys, uint64,
+and the rows, uint32: ``EMPTY`` marks a free slot), at most 3/4 full; the
+keys are hashes already (MurmurHash3 of the URL), so their low bits pick the
+slot. 12 bytes a slot, 16 to 32 bytes a key.
+"""
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+
+import numpy as np
+
+#: a free slot's row
+cdef uint32_t EMPTY = 0xFFFFFFFF
+#: the largest row a map holds
+MAX_ROW = 0xFFFFFFFE
+
+
+cdef class KeyMap:
+    """uint64 key -> row (0 .. ``MAX_ROW``); a key put again takes the new row."""
+
+    cdef object _keys_arr
+    cdef object _rows_arr
+    cdef uint64_t[::1] _keys
+    cdef uint32_t[::1] _rows
+    cdef Py_ssize_t _count
+    cdef uint64_t _mask
+
+    def __cinit__(self, Py_ssize_t capacity=1024):
+        cdef Py_ssize_t cap = 1024
+        while cap < capacity:
+            cap *= 2
+        self._alloc(cap)
+        self._count = 0
+
+    cdef void _alloc(self, Py_ssize_t cap):
+        self._keys_arr = np.zeros(cap, dtype=np.uint64)
+        self._rows_arr = np.full(cap, EMPTY, dtype=np.uint32)
+        self._keys = self._keys_arr
+        self._rows = self._rows_arr
+        self._mask = <uint64_t>(cap - 1)
+
+    def __len__(self):
+        return self._count
+
+    @property
+    def nbytes(self):
+        return self._keys_arr.nbytes + self._rows_arr.nbytes
+
+    cdef inline Py_ssize_t _slot(self, uint64_t key) noexcept nogil:
+        cdef uint64_t i = key & self._mask
+        while self._rows[i] != EMPTY and self._keys[i] != key:
+            i = (i + 1) & self._mask
+        return <Py_ssize_t>i
+
+    cdef void _grow(self):
+        cdef uint64_t[::1] old_keys = self._keys
+        cdef uint32_t[::1] old_rows = self._rows
+        cdef Py_ssize_t n = old_keys.shape[0], i, s
+        self._alloc(2 * n)
+        for i in range(n):
+            if old_rows[i] != EMPTY:
+                s = self._slot(old_keys[i])
+                self._keys[s] = old_keys[i]
+                self._rows[s] = old_rows[i]
+
+    def get(self, uint64_t key):
+        """The row of ``key``, or None."""
+        cdef Py_ssize_t s = self._slot(key)
+        if self._rows[s] == EMPTY:
+            return None
+        return <int64_t>self._rows[s]
+
+    def put_many(self, const uint64_t[::1] keys, const int64_t[::1] rows):
+        """Put ``keys[i] -> rows[i]`` in order (a later row of a key wins)."""
+        cdef Py_ssize_t n = keys.shape[0], i, s
+        if rows.shape[0] != n:
+            raise ValueError(f"keys and rows differ in length: {n} and {rows.shape[0]}")
+        for i in range(n):
+            if rows[i] < 0 or rows[i] > MAX_ROW:
+                raise OverflowError(f"a row must be in 0..{MAX_ROW}, got {rows[i]}")
+        for i in range(n):
+            if 4 * (self._count + 1) > 3 * self._keys.shape[0]:
+                self._grow()
+            s = self._slot(keys[i])
+            if self._rows[s] == EMPTY:
+                self._count += 1
+                self._keys[s] = keys[i]
+            self._rows[s] = <uint32_t>rows[i]
