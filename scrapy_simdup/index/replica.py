@@ -184,9 +184,10 @@ class Replica:
         return store, best, own
 
     # -- apply -------------------------------------------------------------
-    def apply(self, blobs: list[bytes]) -> Applied:
+    def apply(self, blobs: list[bytes], remember_from: int = 0) -> Applied:
         """Apply the log entries ``n + 1, n + 2, ...`` (``blobs``: a record and
-        a URL each), in order."""
+        a URL each), in order. The URLs of rows from ``remember_from`` on are
+        kept for :meth:`recent_key` (the last :data:`RECENT_KEYS` of them)."""
         k = len(blobs)
         for i, blob in enumerate(blobs):
             if not isinstance(blob, bytes) or len(blob) < RECORD_BYTES:
@@ -233,7 +234,7 @@ class Replica:
                 update[i] = False
         self.keys.put_many(np.ascontiguousarray(hashes[update]), rows[update])
         recent = self._recent
-        for i in range(max(0, k - RECENT_KEYS), k):
+        for i in range(max(0, k - RECENT_KEYS, remember_from - first), k):
             tail = blobs[i][RECORD_BYTES:] if not recs["flags"][i] & HASHED else None
             recent[(first + i) % RECENT_KEYS] = (first + i, tail)
         return Applied(rows, kept, gap_rows, agree, dist)

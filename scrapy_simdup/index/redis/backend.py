@@ -28,7 +28,7 @@ from scrapy_simdup.exceptions import IndexUnavailableError, ParameterError
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 from scrapy_simdup.index.backend import IndexBackend, Match
 from scrapy_simdup.index.redis.log import IndexResetError, RedisLog
-from scrapy_simdup.index.replica import Replica, entry_key, pack_entry, url_hash
+from scrapy_simdup.index.replica import RECENT_KEYS, Replica, entry_key, pack_entry, url_hash
 from scrapy_simdup.index.verified import VerifiedIndex
 
 __all__ = ["RedisBackend", "MAX_BATCH", "READ_COUNT", "ON_RESET"]
@@ -117,11 +117,13 @@ class RedisBackend(IndexBackend):
     def _load(self) -> None:
         """Apply the whole log (blocking: start-up)."""
         t0 = time.perf_counter()
+        # only the last entries' URLs are kept (Replica.recent_key)
+        remember_from = self.log.size - RECENT_KEYS
         while True:
             entries = self.log.read_sync(self.replica.n + 1, READ_COUNT)
             if not entries:
                 break
-            self._apply(entries)
+            self._apply(entries, remember_from)
         self.load_seconds = time.perf_counter() - t0
         self.loaded = self.replica.n
         self.log.close_sync()
@@ -243,18 +245,17 @@ class RedisBackend(IndexBackend):
             if i not in rows and gaps.get(first_own + j) is not None:
                 rows[i] = gaps[first_own + j]
 
-    def _apply(self, entries):
+    def _apply(self, entries, remember_from: int = 0):
         """Apply the entries not applied yet (they follow the replica's position)."""
         n = self.replica.n
-        entries = [(s, b) for s, b in entries if s > n]
-        if not entries:
+        if not entries or entries.last <= n:
             return None
-        if entries[0][0] != n + 1 or entries[-1][0] != n + len(entries):
+        if entries.first > n + 1:
             raise IndexUnavailableError(f"the Redis index {self.log.where} has a gap in its log "
                                         f"after entry {n}: entries were deleted under it")
-        blobs = [b for _, b in entries]
+        blobs = entries.blobs[n + 1 - entries.first:]
         self.bytes_in += sum(map(len, blobs))
-        return self.replica.apply(blobs)
+        return self.replica.apply(blobs, remember_from=remember_from)
 
     async def _resolve(self, rows: dict, out: list) -> None:
         """The URLs of the stored pages matched: the replica's recent ones, the
