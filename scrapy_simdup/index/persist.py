@@ -83,14 +83,21 @@ class PersistentBatchWriter:
         self.lost = 0
         self.batches = BatchWriter(self.directory, batch_size, on_flush=[self._on_flush],
                                    fingerprint=self.index_meta.get("fingerprint"),
-                                   distance=self.index_meta.get("distance"))
+                                   distance=self.index_meta.get("distance"),
+                                   crawl={k: v for k, v in self.index_meta.items()
+                                          if k in ("distance", "min_similarity", "search")})
 
     def add(self, page, key, match, revisit: bool = False) -> None:
         """One checked page (a Fingerprint); ``match``: what the backend found
         (None: a new page). A ``revisit`` (``match`` is the page itself,
         stored before) goes to the batch as no near-duplicate."""
         self.batches.append(page, key,                 # may flush (and snapshot)
-                            match.distance if match is not None and not revisit else None)
+                            match.distance if match is not None and not revisit else None,
+                            revisit=revisit)
+
+    def skipped(self, reason: str) -> None:
+        """A page not fingerprinted (counted in the crawl record by ``reason``)."""
+        self.batches.skipped(reason)
 
     def _on_flush(self, path) -> None:
         self.snapshot()
