@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_simdup.fingerprint.sketch import matches_needed, similarity
-from scrapy_simdup.merge.collection import PAIR_DTYPE, Collection
+from scrapy_simdup.merge.collection import H_DTYPE, PAIR_DTYPE, Collection
 from scrapy_simdup.merge.report import MergeSummary
 from scrapy_simdup.merge.run import DEFAULT_CHUNK, merge
 
@@ -58,6 +58,8 @@ class Rescored:
     urls: UrlTable
     #: ``(batch header path, first id, count)`` of every batch, in id order
     batches: list = field(default_factory=list)
+    #: H_DTYPE records by id (both keys and the sketch of every page)
+    records: np.ndarray | None = field(default=None, repr=False)
     #: per id: the equal sketch bins of its best earlier match (-1: none at
     #: the floor), and that match's distance (-1: none); None without ``best``
     best_matches: np.ndarray | None = None
@@ -93,6 +95,14 @@ def _batches_in_order(coll: Collection) -> list:
     return out
 
 
+def _records_by_id(coll: Collection) -> np.ndarray:
+    """The records of ``coll`` (H.bin) in id order."""
+    stored = np.fromfile(coll.path / "H.bin", dtype=H_DTYPE, count=coll.count)
+    out = np.empty_like(stored)
+    out[stored["id"]] = stored
+    return out
+
+
 def best_earlier(pairs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``(matches, distance)`` per id in ``[0, n)``: the most equal bins of
     its pairs (then the smallest distance), -1 where it has none."""
@@ -125,7 +135,8 @@ def rescore(dirs, *, distance: int, min_similarity: float, probes: int | None = 
         coll = Collection(Path(tmp) / "threshold")
         pairs = coll.pairs() if summary.pairs_array is None else summary.pairs_array
         out = Rescored(summary, np.ascontiguousarray(pairs, dtype=PAIR_DTYPE),
-                       UrlTable(_read_urls(coll)), _batches_in_order(coll))
+                       UrlTable(_read_urls(coll)), _batches_in_order(coll),
+                       _records_by_id(coll))
         if best:
             floor = min(FLOOR_BINS, max(1, matches_needed(min_similarity)))
             out.floor_similarity = float(similarity(floor))
