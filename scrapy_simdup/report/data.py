@@ -205,9 +205,13 @@ def gather(dirs, *, distance: int, min_similarity: float, probes: int | None = N
     dup_of = np.full(n, -1, dtype=np.int64)
     dup_of[pairs["id"]] = pairs["duplicate_of"]     # (PSM-F: one pair per page)
     has = dup_of >= 0
+    # a revisit: a page with an earlier match whose URL was met before (the
+    # match PSM-F found first may be another page of its cluster)
     revisit = np.zeros(n, dtype=bool)
-    for i in np.flatnonzero(has).tolist():
-        revisit[i] = urls[i] == urls[dup_of[i]]
+    seen: set = set()
+    for i, url in enumerate(urls):
+        revisit[i] = has[i] and url in seen
+        seen.add(url)
     near = has & ~revisit
     needed = matches_needed(min_similarity)
     data = ReportData(dirs=[str(d) for d in dirs], distance=distance,

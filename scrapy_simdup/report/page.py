@@ -114,8 +114,9 @@ def _summary(d: ReportData) -> str:
     out.append('<p class="caption">"crawl": what the crawl decided online, from its crawl '
                'record (or, for batches without one, their headers). "here": a fresh merge of '
                'every batch at this report\'s threshold, pages in the order the crawls met '
-               'them. A revisit is a page whose earlier match is its own URL, crawled '
-               'before; it counts neither as a near-duplicate nor in a cluster.'
+               'them. A revisit is a page with an earlier match whose URL was met before '
+               '(a page crawled again); it counts neither as a near-duplicate nor in a '
+               'cluster.'
                + (f' Skipped, all crawls: {_skipped(t["skipped"])}.' if t["skipped"] else "")
                + "</p>")
     return "".join(out)
@@ -192,8 +193,8 @@ def _clusters(d: ReportData) -> str:
            'The representative is the page met first; the similarity and distance are each '
            'page\'s to it.</p>']
     for c in d.clusters:
-        out.append(f'<div class="cluster"><span class="size" data-n="cluster-size">'
-                   f'{c["size"]:,} pages</span> &middot; representative '
+        out.append(f'<div class="cluster"><span class="size"><span data-n="cluster-size">'
+                   f'{c["size"]:,}</span> pages</span> &middot; representative '
                    f'<code class="url">{escape(c["representative"])}</code>'
                    '<table><tr><th>URL</th><th class="num">similarity</th>'
                    '<th class="num">distance</th></tr>')
