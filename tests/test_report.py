@@ -237,7 +237,7 @@ def test_the_report_of_a_real_crawl(site, tmp_path):
                                                    for c in crawls]
     assert second["simdup/revisits"] == 5 and "simdup/revisits" not in first
     assert first["simdup/skipped/not_html"] == 1 and first["simdup/skipped/status"] == 1
-    for reason in ("not_html 1", "status 1"):
+    for reason in ("not_html&nbsp;1", "status&nbsp;1"):
         assert reason in page
     assert _numbers(page, "skipped") == [2]
     # at the report's threshold: the pairs of a fresh merge of the same files

@@ -36,7 +36,8 @@ TOP_CLUSTERS = 10
 SAMPLES = 8
 
 _DIGITS = re.compile(r"\d+")
-_ID_SEGMENT = re.compile(r"^(?=.*\d)[0-9a-fA-F-]{8,}$|^[0-9a-zA-Z_-]{16,}$")
+_ID_SEGMENT = re.compile(r"^(?=.*\d)[0-9a-zA-Z_-]{16,}$")
+_HEX_RUN = re.compile(r"(?<![0-9a-zA-Z])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}(?![0-9a-zA-Z])")
 
 
 @dataclass
@@ -144,10 +145,11 @@ def _crawl_rows(dirs: list[Path], res: Rescored, near: np.ndarray, revisit: np.n
 
 def url_pattern(url: str) -> str:
     """The URL's path template and query parameter names: digits become
-    ``{n}``, id-like path segments ``{id}``, parameter values are dropped
+    ``{n}``, hexadecimal runs of 8 or more and id-like path segments (16
+    or more letters and digits) ``{id}``, parameter values are dropped
     (``/story/2024/a-123?page=2&utm_source=x`` -> ``/story/{n}/a-{n}?page&utm_source``)."""
     parts = urlsplit(url)
-    segments = ["{id}" if _ID_SEGMENT.match(s) else _DIGITS.sub("{n}", s)
+    segments = ["{id}" if _ID_SEGMENT.match(s) else _DIGITS.sub("{n}", _HEX_RUN.sub("{id}", s))
                 for s in parts.path.split("/")]
     pattern = "/".join(segments) or "/"
     names = sorted({k for k, _ in parse_qsl(parts.query, keep_blank_values=True)})

@@ -34,7 +34,9 @@ th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line
          vertical-align: top; }
 th { font-weight: 600; background: #f1f3f5; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.url { word-break: break-all; }
+td.url, td code { word-break: break-all; }
+.wide { overflow-x: auto; }
+table.crawls { font-size: 12px; }
 code { font-size: 12px; }
 svg { display: block; max-width: 100%; height: auto; margin: 8px 0; }
 svg text { font: 11px system-ui, -apple-system, "DejaVu Sans", sans-serif; fill: var(--ink); }
@@ -75,7 +77,7 @@ def _skipped(skipped: dict) -> str:
     if not skipped:
         return "0"
     total = sum(skipped.values())
-    return f"{total:,} (" + ", ".join(f"{escape(k)} {v:,}" for k, v in
+    return f"{total:,} (" + ", ".join(f"{escape(k)}&nbsp;{v:,}" for k, v in
                                       sorted(skipped.items(), key=lambda kv: -kv[1])) + ")"
 
 
@@ -94,7 +96,7 @@ def _summary(d: ReportData) -> str:
            _card(t["revisits"], "revisits (a URL met again)", "revisits"),
            _card(skipped, "pages skipped (not fingerprinted)", "skipped"),
            _card(d.n_clusters, "clusters", "clusters"), "</div>"]
-    out.append('<table class="crawls"><tr><th>crawl</th><th>started</th>'
+    out.append('<div class="wide"><table class="crawls"><tr><th>crawl</th><th>started</th>'
                '<th class="num">batches</th><th class="num">checked</th>'
                '<th class="num">near-dup. (crawl)</th><th class="num">revisits (crawl)</th>'
                '<th>skipped (crawl)</th><th class="num">near-dup. (here)</th>'
@@ -110,7 +112,7 @@ def _summary(d: ReportData) -> str:
                    + f'<td>{_skipped(row["skipped"])}</td>'
                    + _num_cell(row["near_duplicates"], "crawl-near")
                    + _num_cell(row["revisits"], "crawl-revisits") + "</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     out.append('<p class="caption">"crawl": what the crawl decided online, from its crawl '
                'record (or, for batches without one, their headers). "here": a fresh merge of '
                'every batch at this report\'s threshold, pages in the order the crawls met '
