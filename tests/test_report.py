@@ -266,3 +266,24 @@ def test_the_report_of_a_real_crawl(site, tmp_path):
     assert errors == []
     shot = (tmp_path / "report.png").read_bytes()
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
+
+
+def test_scrapy_simdup_report_inside_a_project(tmp_path):
+    from tests.test_cli import _project, _run
+
+    d = _crawl_with_revisits(tmp_path / "crawl")
+    project, scrapy = _project(tmp_path, f"SIMDUP_DIR = {str(d)!r}\n")
+    out = _run(scrapy + ["simdup", "report", "-o", "r.html", "--min-similarity", "0.5"],
+               cwd=project)
+    assert out.returncode == 0, out.stderr
+    page = (project / "r.html").read_text("utf-8")
+    assert "estimated similarity &ge; 0.5" in page and _numbers(page, "checked") == [60]
+    out = _run(scrapy + ["simdup", "rescore", "--json", "--pairs", "p.jsonl"], cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["fingerprints"] == 60 and (project / "p.jsonl").exists()
+    assert not (d / "collection").exists()
+    for args, message in ((["report"], "report needs -o"),
+                          (["report", "-o", "x.html", "--pairs", "p"], "--pairs: not an option"),
+                          (["merge", "-o", "x.html"], "-o: not an option of merge")):
+        out = _run(scrapy + ["simdup", *args], cwd=project)
+        assert out.returncode != 0 and message in out.stdout + out.stderr

@@ -59,7 +59,9 @@ class Command(ScrapyCommand):
                  if action.dest not in takes
                  and getattr(opts, action.dest, action.default) != action.default]
         if given:
-            raise UsageError(f"{', '.join(given)}: not an option of {command}")
+            raise UsageError(f"{', '.join(given)}: merge options, not for stats"
+                             if command == "stats" else
+                             f"{', '.join(given)}: not an option of {command}")
         if command == "report" and not opts.output:
             raise UsageError("report needs -o/--output FILE")
 
