@@ -1,7 +1,7 @@
-"""The ``simdup`` console script: ``simdup merge`` and ``simdup stats``.
+"""The ``simdup`` console script: ``simdup merge``, ``stats``, ``rescore`` and ``report``.
 
-Also used by the Scrapy command (``scrapy simdup merge|stats``), which only
-supplies ``SIMDUP_DIR`` from the project settings when no DIR is given.
+Also used by the Scrapy command (``scrapy simdup merge|stats|rescore|report``),
+which only supplies ``SIMDUP_DIR`` from the project settings when no DIR is given.
 """
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.merge import MAX_MERGE_PROBES, crawl_distance, merge, stats
 from scrapy_simdup.merge.distributed import ClusterError
+from scrapy_simdup.merge.output import check_output_path
+from scrapy_simdup.merge.report import CLUSTER_DEFINITION, write_clusters, write_pairs
+from scrapy_simdup.merge.rescore import rescore
 from scrapy_simdup.merge.run import DEFAULT_CHUNK
+from scrapy_simdup.report import gather, write_report
 
 #: exit status when damaged batches were found: `stats` lists them, `merge
 #: --skip-damaged` merged the other batches and left them pending
@@ -100,7 +104,10 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
                        "({url, duplicate_of, distance, similarity})")
     parser.add_argument("--clusters", metavar="FILE",
                        help="write the clusters of the whole collection as JSON Lines "
-                       "({representative, size, urls})")
+                       "({representative, size, urls}): " + CLUSTER_DEFINITION)
+    parser.add_argument("--no-revisits", action="store_true",
+                       help="leave the revisits (a URL matched by its own earlier crawl, "
+                       '"revisit": true) out of the --pairs file')
     parser.add_argument("--no-verify", action="store_true",
                        help="skip the checksum verification of batch and collection data")
     parser.add_argument("--skip-damaged", action="store_true",
@@ -118,6 +125,66 @@ def add_merge_options(parser: argparse.ArgumentParser) -> None:
                       help="scan the collection on the Dask cluster of this scheduler (e.g. "
                       "tcp://host:8786); the collection must be on storage every worker sees")
 
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``simdup report`` that ``simdup merge`` has not."""
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="the HTML file to write (one self-contained page)")
+    parser.add_argument("--title", help="the report's title")
+
+
+def _rescore_parser(sub, name: str, report: bool) -> None:
+    """``simdup rescore`` / ``simdup report``: the merge's matching options,
+    without a collection."""
+    helps = {
+        "rescore": ("the pairs and clusters of the crawls at another threshold, from their "
+                    "batch files, without touching the collection",
+                    "Match every batch file of every DIR as a fresh `simdup merge` would, at "
+                    "--min-similarity/--distance, in a temporary collection that is removed "
+                    "afterwards: the crawls' own collection is neither read nor changed, and "
+                    "the pairs are those of a fresh merge."),
+        "report": ("one self-contained HTML page of what the crawls found",
+                   "Write one HTML file (no script, no external resource: it opens offline) "
+                   "from the batch files and crawl records of every DIR: a summary per crawl, "
+                   "the distribution of each page's best earlier match with the threshold "
+                   "drawn, near-duplicates per host and URL pattern, the largest clusters. "
+                   "The pairs are re-scored at --min-similarity/--distance (as `simdup "
+                   "rescore`); the collection is not touched."),
+    }
+    short, description = helps[name]
+    p = sub.add_parser(name, help=short, description=description)
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="a SIMDUP_DIR with batch files")
+    merge_parser = argparse.ArgumentParser(add_help=False)
+    add_merge_options(merge_parser)
+    keep = {"distance", "min_similarity", "probes", "recall", "batch_size", "no_verify",
+            "skip_damaged", "progress", "json"}
+    if not report:
+        keep |= {"all", "exact", "pairs", "clusters", "no_revisits"}
+    groups: dict = {}
+    for action in merge_parser._actions:
+        if action.dest not in keep:
+            continue
+        container = p
+        group = next((g for g in merge_parser._mutually_exclusive_groups
+                      if action in g._group_actions), None)
+        if group is not None:
+            if id(group) not in groups:
+                groups[id(group)] = p.add_mutually_exclusive_group()
+            container = groups[id(group)]
+        kwargs = {"dest": action.dest, "default": action.default, "help": action.help}
+        if isinstance(action, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
+            kwargs["action"] = type(action)
+        else:
+            kwargs.update(type=action.type, metavar=action.metavar)
+        names = action.option_strings
+        if isinstance(action, argparse.BooleanOptionalAction):
+            names = names[:1]       # (it adds the --no- form itself)
+        container.add_argument(*names, **kwargs)
+    if report:
+        p.add_argument("-o", "--output", metavar="FILE", required=True,
+                       help="the HTML file to write")
+        p.add_argument("--title", help="the report's title")
 
 
 def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.ArgumentParser:
@@ -146,6 +213,8 @@ def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.A
     stats.add_argument("--collection", metavar="PATH",
                        help="the collection directory (by default DIR/collection of the first DIR)")
     stats.add_argument("--json", action="store_true", help="print JSON")
+    _rescore_parser(sub, "rescore", report=False)
+    _rescore_parser(sub, "report", report=True)
     return parser
 
 
@@ -169,10 +238,8 @@ def _histogram_lines(hist: dict) -> list[str]:
             sorted(hist.items(), key=lambda kv: int(kv[0]))]
 
 
-def run_merge(args, out=None) -> int:
-
-    out = out or sys.stdout     # (the one of the moment: a caller may have replaced it)
-
+def _threshold(args) -> None:
+    """Fill in ``args.distance`` and ``args.min_similarity`` when not given."""
     if args.distance is None:   # the crawls' own SIMDUP_DISTANCE, as recorded with them
         args.distance = crawl_distance(args.dirs)
         if args.distance is None:   # (`scrapy simdup merge`: the project's setting)
@@ -181,11 +248,18 @@ def run_merge(args, out=None) -> int:
     if args.min_similarity is None:
         fallback = getattr(args, "fallback_min_similarity", None)
         args.min_similarity = DEFAULT_MIN_SIMILARITY if fallback is None else fallback
+
+
+def run_merge(args, out=None) -> int:
+
+    out = out or sys.stdout     # (the one of the moment: a caller may have replaced it)
+    _threshold(args)
     summary = merge(args.dirs, args.collection, distance=args.distance,
                     min_similarity=args.min_similarity, probes=args.probes,
                     recall=args.recall,
                     first=not args.all, exact=args.exact, chunk_size=args.batch_size,
                     pairs_out=args.pairs, clusters_out=args.clusters, progress=args.progress,
+                    revisits=not getattr(args, "no_revisits", False),
                     verify=not args.no_verify, skip_damaged=args.skip_damaged,
                     workers=getattr(args, "workers", None),
                     scheduler=getattr(args, "scheduler", None))
@@ -275,10 +349,80 @@ def run_stats(args, out=None) -> int:
     out.write(f"  size on disk:   {_human_bytes(c['bytes'])}\n")
     out.write(f"  duplicate pairs: {c['pairs']:,} ({c['duplicates']:,} duplicates, "
               f"{c['clusters']:,} clusters)\n")
+    out.write(f"  ({CLUSTER_DEFINITION})\n")
     out.write("  distance histogram of found duplicates:\n")
     for line in _histogram_lines(c["distance_histogram"]):
         out.write(line + "\n")
     return code
+
+
+def run_rescore(args, out=None) -> int:
+
+    out = out or sys.stdout
+    _threshold(args)
+    for option, path in (("--pairs", args.pairs), ("--clusters", args.clusters)):
+        check_output_path(path, option, None, args.dirs)
+    res = rescore(args.dirs, distance=args.distance, min_similarity=args.min_similarity,
+                  probes=args.probes, recall=args.recall, first=not args.all, exact=args.exact,
+                  chunk_size=args.batch_size, verify=not args.no_verify,
+                  skip_damaged=args.skip_damaged, progress=args.progress)
+    summary = res.summary
+    written = write_pairs(res.urls, res.pairs, args.pairs, not args.no_revisits) \
+        if args.pairs else None
+    n_clusters = write_clusters(res.urls, res.pairs, args.clusters) if args.clusters else None
+    revisits = sum(1 for u, v in zip(res.urls.urls(res.pairs["id"]),
+                                     res.urls.urls(res.pairs["duplicate_of"])) if u == v)
+    info = {"method": summary.method, "distance": summary.distance,
+            "min_similarity": summary.min_similarity, "probes": summary.probes,
+            "batches": summary.batches, "fingerprints": summary.fingerprints,
+            "pairs": summary.pairs, "duplicates": summary.duplicates, "revisits": revisits,
+            "pairs_written": written, "clusters": n_clusters,
+            "seconds": round(summary.seconds, 3), "damaged": summary.damaged}
+    code = EXIT_DAMAGED if summary.damaged else 0
+    if args.json:
+        out.write(json.dumps(info, indent=1) + "\n")
+        return code
+    out.write(f"simdup rescore ({summary.method}, distance {summary.distance}, min similarity "
+              f"{summary.min_similarity:g}"
+              + (f", {summary.probes} probes" if summary.probes is not None else "")
+              + "; the collection is not touched)\n")
+    out.write(f"  batches:        {summary.batches:,} ({summary.fingerprints:,} fingerprints)\n")
+    out.write(f"  pairs:          {summary.pairs:,} ({summary.duplicates:,} fingerprints with an "
+              f"earlier near-duplicate, {revisits:,} of them revisits)\n")
+    out.write(f"  time:           {summary.seconds:.2f} s\n")
+    for entry in summary.damaged:
+        out.write(f"  damaged batch, left out: {entry['file']}: {entry['problem']}\n")
+    if args.pairs:
+        out.write(f"  {written:,} pairs written to {args.pairs}"
+                  + (" (revisits left out)" if args.no_revisits else "") + "\n")
+    if args.clusters:
+        out.write(f"  {n_clusters:,} clusters written to {args.clusters} ({CLUSTER_DEFINITION})\n")
+    return code
+
+
+def run_report(args, out=None) -> int:
+
+    out = out or sys.stdout
+    _threshold(args)
+    check_output_path(args.output, "--output", None, args.dirs)
+    data = gather(args.dirs, distance=args.distance, min_similarity=args.min_similarity,
+                  probes=args.probes, recall=args.recall, chunk_size=args.batch_size,
+                  verify=not args.no_verify, skip_damaged=args.skip_damaged,
+                  title=args.title, progress=args.progress)
+    write_report(data, args.output)
+    t = data.totals
+    if args.json:
+        out.write(json.dumps({"output": args.output, **t, "clusters": data.n_clusters,
+                              "seconds": round(data.seconds, 3)}, indent=1) + "\n")
+    else:
+        out.write(f"simdup report: {t['checked']:,} pages checked, {t['near_duplicates']:,} "
+                  f"near-duplicates and {t['revisits']:,} revisits at distance {args.distance}, "
+                  f"min similarity {args.min_similarity:g}; {data.n_clusters:,} clusters; "
+                  f"written to {args.output} in {data.seconds:.1f} s\n")
+    return EXIT_DAMAGED if any("damaged batch" in n for n in data.notes) else 0
+
+
+RUNS = {"merge": run_merge, "stats": run_stats, "rescore": run_rescore, "report": run_report}
 
 
 def main(argv=None, prog: str = "simdup") -> int:
@@ -289,7 +433,7 @@ def main(argv=None, prog: str = "simdup") -> int:
 
 def dispatch(parser: argparse.ArgumentParser, args) -> int:
     try:
-        code = run_merge(args) if args.command == "merge" else run_stats(args)
+        code = RUNS[args.command](args)
         sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
         return code
     except BrokenPipeError:

@@ -119,7 +119,7 @@ def test_scrapy_command_merges_at_the_distance_the_crawl_recorded(tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["distance"] == 7
     out = _run(scrapy + ["simdup"], cwd=project)
-    assert out.returncode != 0 and "merge or stats" in (out.stdout + out.stderr)
+    assert out.returncode != 0 and "merge, stats, rescore or report" in (out.stdout + out.stderr)
     # other scrapy commands still work with the command registered
     out = _run(scrapy + ["version"], cwd=project)
     assert out.returncode == 0 and "Scrapy" in out.stdout

@@ -1,6 +1,6 @@
 """The package's layers stay layers.
 
-``pyproject.toml`` declares them for import-linter: integration > cli > merge >
+``pyproject.toml`` declares them for import-linter: integration > cli > report > merge >
 index > fingerprint > storage > the compiled core, and only the integration
 imports Scrapy or Twisted. These tests run that contract on the source tree,
 show that it catches a violation, and check the compiled sources, which

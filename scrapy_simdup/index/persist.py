@@ -83,7 +83,9 @@ class PersistentBatchWriter:
         self.lost = 0
         self.batches = BatchWriter(self.directory, batch_size, on_flush=[self._on_flush],
                                    fingerprint=self.index_meta.get("fingerprint"),
-                                   distance=self.index_meta.get("distance"))
+                                   distance=self.index_meta.get("distance"),
+                                   crawl={k: v for k, v in self.index_meta.items()
+                                          if k in ("distance", "min_similarity", "search")})
 
     def add(self, page, key, match, revisit: bool = False, canonical: str | None = None) -> None:
         """One checked page (a Fingerprint); ``match``: what the backend found
@@ -92,7 +94,11 @@ class PersistentBatchWriter:
         the page's declared ``rel=canonical`` URL, kept in the batch."""
         self.batches.append(page, key,                 # may flush (and snapshot)
                             match.distance if match is not None and not revisit else None,
-                            canonical=canonical)
+                            canonical=canonical, revisit=revisit)
+
+    def skipped(self, reason: str) -> None:
+        """A page not fingerprinted (counted in the crawl record by ``reason``)."""
+        self.batches.skipped(reason)
 
     def _on_flush(self, path) -> None:
         # the batch is on disk: counted before the snapshot, which may fail

@@ -175,6 +175,9 @@ class SimdupComponent:
     # -- the one step ---------------------------------------------------------
     def skip(self, reason: str, key: str) -> Verdict:
         self.stats.inc_value(f"{self.prefix}skipped/{reason}")
+        skipped = getattr(self.writer, "skipped", None)     # (the crawl record in SIMDUP_DIR)
+        if skipped is not None:
+            skipped(reason)
         if self.config.debug:
             logger.debug("Simdup skipped %s %s: %s", self.kind[:-1], key, reason,
                          extra={"spider": self.crawler.spider})

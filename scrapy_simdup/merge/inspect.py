@@ -15,7 +15,7 @@ from scrapy_simdup.merge.collection import (
     is_merged,
     merged_before,
 )
-from scrapy_simdup.merge.report import components, n_distinct
+from scrapy_simdup.merge.report import clusters, n_distinct
 from scrapy_simdup.storage.atomic import read_json
 from scrapy_simdup.storage.batchfile import list_batches, read_meta, unfinished_batches, verify_batch
 
@@ -117,13 +117,13 @@ def stats(dirs, collection=None, verify: bool = True) -> dict:
                 pass
         pairs = coll.pairs()
         hist = np.bincount(pairs["distance"]) if len(pairs) else np.zeros(0, dtype=np.int64)
-        clusters = components(None, pairs["id"], pairs["duplicate_of"]) if len(pairs) else {}
+        found = clusters(coll, pairs)     # (report.CLUSTER_DEFINITION)
         out["collection"] = {
             "path": str(coll.path), "count": coll.count, "runs": len(coll.meta["runs"]),
             "merged_batches": len(coll.meta["merged"]),
             "bytes": sum(p.stat().st_size for p in coll.path.iterdir() if p.is_file()),
             "pairs": int(len(pairs)), "duplicates": n_distinct(pairs["id"]),
-            "clusters": len(clusters),
+            "clusters": len(found),
             "distance_histogram": {str(i): int(c) for i, c in enumerate(hist) if c},
         }
     return out

@@ -62,12 +62,14 @@ class MergeSummary:
         return d
 
 
-def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
+def write_pairs(coll: Collection, pairs: np.ndarray, target, revisits: bool = True) -> int:
     """JSON Lines ``{"url", "duplicate_of", "distance", "similarity",
     "revisit"}``, one per pair: ``distance`` the smaller of the two key
     distances, ``similarity`` the estimated Jaccard similarity of the two
     pages (from their equal sketch bins, 3 decimals), ``revisit`` whether
-    both are the same URL (a page crawled again)."""
+    both are the same URL (a page crawled again); ``revisits=False`` leaves
+    those out. ``coll``: anything with ``urls(ids)``. Returns the lines written."""
+    written = 0
     with open_output(target) as handle:
         step = 100_000
         for s in range(0, len(pairs), step):
@@ -76,10 +78,13 @@ def write_pairs(coll: Collection, pairs: np.ndarray, target) -> int:
             b = coll.urls(part["duplicate_of"])
             sims = np.round(similarity(part["matches"]), 3).tolist()
             for u, v, d, sim in zip(a, b, part["distance"].tolist(), sims):
+                if u == v and not revisits:
+                    continue
                 handle.write(json.dumps({"url": u, "duplicate_of": v, "distance": d,
                                          "similarity": sim, "revisit": u == v},
                                         ensure_ascii=False) + "\n")
-    return len(pairs)
+                written += 1
+    return written
 
 
 def components(n_ids: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
@@ -109,23 +114,42 @@ def components(n_ids: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
     return {root: sorted(members) for root, members in groups.items()}
 
 
-def write_clusters(coll: Collection, pairs: np.ndarray, target) -> int:
-    """JSON Lines ``{"representative", "size", "urls"}`` per connected component
-    of distinct pages; returns the clusters written.
+#: what a cluster is, as ``simdup stats``, ``--clusters`` and the report say it
+CLUSTER_DEFINITION = ("a cluster is a connected group of near-duplicate pairs holding at "
+                      "least two distinct URLs; a URL crawled more than once counts once, and "
+                      "a page met again only under its own URL (a revisit) is no cluster")
 
-    A page crawled more than once (the same URL) is listed once, at its
-    earliest record, and a component of one URL only (a page and its
-    re-crawls, no other page) is not a cluster. The representative is the
-    earliest page (lowest collection id); ``size`` is ``len(urls)``.
-    """
+
+def clusters(coll, pairs: np.ndarray) -> list[dict]:
+    """The clusters of ``pairs`` (see :data:`CLUSTER_DEFINITION`), in the
+    order of their earliest id: ``{"ids", "urls", "representative",
+    "size"}``. A URL is listed once, at its earliest id (``ids`` holds those
+    ids, ``urls`` their URLs); the representative is the earliest page;
+    ``size`` is ``len(urls)``. ``coll``: anything with ``urls(ids)``."""
+    if not len(pairs):
+        return []
     groups = components(None, pairs["id"], pairs["duplicate_of"])
-    written = 0
+    roots = sorted(groups)
+    every = [i for root in roots for i in groups[root]]
+    url_of = dict(zip(every, coll.urls(every)))     # (one read for all)
+    out = []
+    for root in roots:
+        first: dict = {}
+        for i in groups[root]:
+            first.setdefault(url_of[i], i)
+        if len(first) < 2:
+            continue
+        out.append({"ids": list(first.values()), "urls": list(first),
+                    "representative": next(iter(first)), "size": len(first)})
+    return out
+
+
+def write_clusters(coll: Collection, pairs: np.ndarray, target) -> int:
+    """JSON Lines ``{"representative", "size", "urls"}`` per cluster (see
+    :func:`clusters`); returns the clusters written."""
+    found = clusters(coll, pairs)
     with open_output(target) as handle:
-        for root in sorted(groups):
-            urls = list(dict.fromkeys(coll.urls(groups[root])))
-            if len(urls) < 2:
-                continue
-            handle.write(json.dumps({"representative": urls[0], "size": len(urls),
-                                     "urls": urls}, ensure_ascii=False) + "\n")
-            written += 1
-    return written
+        for c in found:
+            handle.write(json.dumps({"representative": c["representative"], "size": c["size"],
+                                     "urls": c["urls"]}, ensure_ascii=False) + "\n")
+    return len(found)

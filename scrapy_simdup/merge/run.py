@@ -244,7 +244,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
           verify: bool = True, tables: int | None = None,
           engine: str = "join", commit: bool = True,
           skip_damaged: bool = False, workers: int | None = None,
-          scheduler=None) -> MergeSummary:
+          scheduler=None, revisits: bool = True) -> MergeSummary:
     """Merge every pending batch of ``dirs`` into ``collection``; see the module docstring.
 
     A stored record is a candidate for a new one when either key is within
@@ -253,7 +253,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
     ``first`` is PSM-F (one earlier duplicate per fingerprint, an element
     dropped at its first verified match) vs PSM-A (all); ``exact`` is BPHS
     batch mode (every pair within ``distance`` on either key, verified).
-    ``pairs_out``/``clusters_out`` are paths (or open text files) for JSON Lines.
+    ``pairs_out``/``clusters_out`` are paths (or open text files) for JSON Lines;
+    ``revisits=False`` leaves the revisits (both URLs the same) out of ``pairs_out``.
     ``tables``: BPHS tables for ``exact`` (default ``distance + 1``).
     ``engine``: ``"join"`` (the compiled batch scan) or ``"index"`` (a
     :class:`PSMIndex` per chunk, the online index's own query loop).
@@ -420,7 +421,7 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
             # this merge's own pairs are all_run (stored unchanged), so only
             # the ones an earlier interrupted merge owes are read back
             owed = [coll.pairs(a, b) for a, b in earlier] if commit else []
-            write_pairs(coll, np.concatenate(owed + [all_run]), pairs_out)
+            write_pairs(coll, np.concatenate(owed + [all_run]), pairs_out, revisits)
             if commit and "pairs_unreported" in coll.meta:
                 coll.set_meta(pairs_unreported=None)
         if clusters_out is not None:

@@ -7,17 +7,35 @@ at most the unflushed part of ``Q``. A batch that cannot be written (disk
 full, directory gone) stays in memory and is tried again after another
 ``batch_size`` records and at ``close()``; the write raises
 :class:`BatchWriteError` naming the directory each time it fails.
+
+With ``crawl`` (a crawl's writer) the crawl's own verdicts are kept beside
+its batches in a *crawl record*, ``crawl-<started>-<pid>.json``, rewritten
+atomically at every flush and at ``close()``: ``format``
+(``"simdup-crawl"``), ``version`` (1), ``started``, ``updated`` (Unix
+times), ``closed``, ``pid``, ``batches`` (the names of the batches it wrote),
+``checked``, ``near_duplicates`` and ``revisits`` (of the records in those
+batches), ``skipped`` (``{reason: pages}`` not fingerprinted, so in no
+batch) and ``settings`` (what the crawl gave, e.g. its distance). ``simdup
+report`` reads it; a crawl killed loses the counts since its last flush,
+and a record that cannot be written is tried again at the next flush
+(the batches and the crawl's stats hold the same counts).
 """
 from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import numpy as np
 
 from scrapy_simdup.exceptions import BatchWriteError, CorruptFileError
-from scrapy_simdup.storage.atomic import is_count, read_json, remove_stale_temporaries
+from scrapy_simdup.storage.atomic import (
+    atomic_write_json,
+    is_count,
+    read_json,
+    remove_stale_temporaries,
+)
 from scrapy_simdup.storage.batchfile import (
     BATCH_DTYPE,
     SKETCH_BYTES,
@@ -30,6 +48,9 @@ from scrapy_simdup.storage.batchfile import (
 )
 
 _NAME_RE = re.compile(r"^batch-(\d+)-")
+CRAWL_FORMAT = "simdup-crawl"
+CRAWL_VERSION = 1
+CRAWL_GLOB = "crawl-*.json"
 
 
 class BatchWriter:
@@ -44,7 +65,8 @@ class BatchWriter:
     """
 
     def __init__(self, directory, batch_size: int = 100_000, on_flush=None,
-                 fingerprint: str | None = None, distance: int | None = None):
+                 fingerprint: str | None = None, distance: int | None = None,
+                 crawl: dict | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.directory = Path(directory)
@@ -63,6 +85,16 @@ class BatchWriter:
         self._seq, self._next_id = self._scan_existing()
         self._closed = False
         self._flush_at = batch_size     # pending records that trigger the next write
+        self._revisit_rows = 0          # pending records that were revisits
+        self.crawl_path = None
+        if crawl is not None:           # the crawl record (module docstring)
+            started = time.time()
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(started))
+            self.crawl_path = self.directory / f"crawl-{stamp}-{os.getpid()}.json"
+            self.crawl = {"format": CRAWL_FORMAT, "version": CRAWL_VERSION, "started": started,
+                          "updated": started, "closed": False, "pid": os.getpid(),
+                          "batches": [], "checked": 0, "near_duplicates": 0, "revisits": 0,
+                          "skipped": {}, "settings": dict(crawl)}
 
     def _scan_existing(self) -> tuple[int, int]:
         seq = 0
@@ -93,13 +125,14 @@ class BatchWriter:
         return self._next_id + len(self._rows)
 
     def append(self, page, url, duplicate_distance: int | None = None,
-               canonical: str | None = None) -> int:
+               canonical: str | None = None, revisit: bool = False) -> int:
         """Add one checked page (its keys, weights and sketch); returns its
         record id. Flushes when the batch is full.
 
         ``duplicate_distance``: the distance of the near-duplicate the online
         index found for it (None: new), counted in the batch header.
-        ``canonical``: the ``rel=canonical`` URL the page declared (None: none)."""
+        ``canonical``: the ``rel=canonical`` URL the page declared (None: none);
+        ``revisit``: the page met again under its own URL (crawl record)."""
         if self._closed:
             raise RuntimeError("BatchWriter is closed")
         if isinstance(page, (int, np.integer)) or not hasattr(page, "sketch"):
@@ -133,6 +166,7 @@ class BatchWriter:
         if duplicate_distance is not None:
             d = int(duplicate_distance)
             self._online[d] = self._online.get(d, 0) + 1
+        self._revisit_rows += bool(revisit)
         if len(self._rows) >= self._flush_at:
             self.flush()
         return record_id
@@ -157,13 +191,40 @@ class BatchWriter:
         self._seq += 1
         self._flush_at = self.batch_size
         self._next_id += n
+        if self.crawl_path is not None:
+            c = self.crawl
+            c["batches"].append(name)
+            c["checked"] += n
+            c["near_duplicates"] += sum(self._online.values())
+            c["revisits"] += self._revisit_rows
         self._rows, self._urls, self._canonicals = [], [], []
         self._online = {}
+        self._revisit_rows = 0
         self.flushed_batches += 1
         self.flushed_records += n
+        self._write_crawl()     # (again at the next flush, and at close)
         for callback in self.on_flush:
             callback(path)
         return path
+
+    def skipped(self, reason: str) -> None:
+        """Count a page the crawl did not fingerprint, by ``reason`` (crawl record)."""
+        if self.crawl_path is not None:
+            skipped = self.crawl["skipped"]
+            skipped[reason] = skipped.get(reason, 0) + 1
+
+    def _write_crawl(self) -> None:
+        """Write the crawl record. A failure is not reported: the batches
+        hold the pages, the next flush or the close tries again, and the
+        crawl's stats and log say what the record would."""
+        c = self.crawl if self.crawl_path is not None else None
+        if c is None or not (c["batches"] or c["skipped"]):     # (nothing to say)
+            return
+        c["updated"] = time.time()
+        try:
+            atomic_write_json(self.crawl_path, c)
+        except OSError:
+            pass
 
     def close(self) -> Path | None:
         """Flush what is left and refuse further appends (also when that
@@ -172,10 +233,14 @@ class BatchWriter:
             return None
         self._closed = True
         try:
-            return self.flush()
+            path = self.flush()
         except BatchWriteError as exc:
             raise BatchWriteError(exc.errno, f"{len(self._rows):,} fingerprints were not "
                                   f"written to {self.directory}: {exc.strerror}") from exc
+        if self.crawl_path is not None:
+            self.crawl["closed"] = True
+            self._write_crawl()
+        return path
 
     def __enter__(self):
         return self
