@@ -287,3 +287,25 @@ def test_scrapy_simdup_report_inside_a_project(tmp_path):
                           (["merge", "-o", "x.html"], "-o: not an option of merge")):
         out = _run(scrapy + ["simdup", *args], cwd=project)
         assert out.returncode != 0 and message in out.stdout + out.stderr
+
+
+def test_the_report_shows_the_canonical_url_a_copy_declared(tmp_path):
+    """The batches keep each page's declared rel=canonical (issue 30): the
+    re-scoring reads it back by id and the report shows it by the copy."""
+    rng = np.random.default_rng(5)
+    base = _words(rng, 300)
+    d = tmp_path / "crawl"
+    with BatchWriter(d, batch_size=4) as w:
+        w.append(features_page(base), "https://a.example/story")
+        for v in range(1, 4):
+            doc = list(base)
+            doc[v] = "edit"
+            w.append(features_page(doc), f"https://b.example/copy/{v}",
+                     canonical="https://a.example/story" if v < 3 else None)
+    res = rescore([d], distance=22, min_similarity=0.15)
+    assert res.canonicals == [None, "https://a.example/story", "https://a.example/story", None]
+    page = render(gather([d], distance=22, min_similarity=0.15))
+    assert page.count("canonical: https://a.example/story") == 2
+    # batches without canonical URLs: none shown
+    assert rescore([write_crawl(tmp_path / "plain")], distance=22,
+                   min_similarity=0.15).canonicals is None

@@ -25,6 +25,7 @@ from scrapy_simdup.fingerprint.sketch import matches_needed, similarity
 from scrapy_simdup.merge.collection import H_DTYPE, PAIR_DTYPE, Collection
 from scrapy_simdup.merge.report import MergeSummary
 from scrapy_simdup.merge.run import DEFAULT_CHUNK, merge
+from scrapy_simdup.storage.batchfile import read_batch, read_canonicals
 
 #: equal sketch bins of the weakest match the best-match pass keeps (an
 #: estimated similarity of 0.09; unrelated pages agree in 3 of 32 bins with
@@ -67,6 +68,9 @@ class Rescored:
     #: the similarity of :data:`FLOOR_BINS` bins (or fewer, for a lower threshold)
     floor_similarity: float | None = None
     best_seconds: float = 0.0
+    #: per id: the ``rel=canonical`` URL the page declared (None: none);
+    #: None when no batch carries any
+    canonicals: list | None = None
 
     @property
     def count(self) -> int:
@@ -93,6 +97,24 @@ def _batches_in_order(coll: Collection) -> list:
         out.append((Path(entry["path"]), start, int(entry["count"])))
         start += int(entry["count"])
     return out
+
+
+def _canonicals(batches, n: int, verify: bool) -> list | None:
+    """The declared canonical URL of each id, from the batches' files (None
+    when no batch has any)."""
+    out: list = [None] * n
+    found = False
+    for path, first, count in batches:
+        try:
+            batch = read_batch(path, with_urls=False, verify=verify)
+            canonicals = read_canonicals(batch, verify=verify)
+        except (OSError, ValueError):   # moved since the merge read it: shown without
+            continue
+        for i, canonical in enumerate(canonicals[:count]):
+            if canonical:
+                out[first + i] = canonical
+                found = True
+    return out if found else None
 
 
 def _records_by_id(coll: Collection) -> np.ndarray:
@@ -137,6 +159,7 @@ def rescore(dirs, *, distance: int, min_similarity: float, probes: int | None = 
         out = Rescored(summary, np.ascontiguousarray(pairs, dtype=PAIR_DTYPE),
                        UrlTable(_read_urls(coll)), _batches_in_order(coll),
                        _records_by_id(coll))
+        out.canonicals = _canonicals(out.batches, out.count, verify)
         if best:
             floor = min(FLOOR_BINS, max(1, matches_needed(min_similarity)))
             out.floor_similarity = float(similarity(floor))

@@ -171,7 +171,7 @@ def _cluster_rows(res: Rescored, pairs: np.ndarray) -> tuple[list[dict], int, in
     found.sort(key=lambda c: (-c["size"], c["ids"][0]))
     rec = res.records
     # the page's declared canonical URL, where the batches carry one
-    canonical = getattr(res, "canonicals", None)
+    canonical = res.canonicals
     rows = []
     for c in found[:TOP_CLUSTERS]:
         rep = c["ids"][0]
