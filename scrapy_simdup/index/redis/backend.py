@@ -14,8 +14,9 @@ batch (at most ``MAX_BATCH``). Between checks, a follower applies what the
 other processes append (every ``follow_interval`` seconds). Redis faults are
 raised as :class:`IndexUnavailableError` for the caller to count; the replica
 catches up from its position once Redis answers again. An index emptied
-under the process (Redis restarted without its data) is an
-:class:`IndexResetError`, every time, until the process stops.
+under the process (Redis restarted without its data) is re-seeded from a
+replica or is an :class:`IndexResetError`, every time, until the process
+stops (``on_reset``).
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ ON_RESET = ("stop", "reseed")
 MAX_BATCH = 2048
 #: most log entries read (or returned by an append) in one round trip
 READ_COUNT = 20_000
+#: a replica's bytes per page, said before it holds any (index/replica.py)
+REPLICA_BYTES_PER_PAGE = 120.0
 
 
 class RedisBackend(IndexBackend):
@@ -75,12 +78,8 @@ class RedisBackend(IndexBackend):
         self._lock: asyncio.Lock | None = None
         self._follower: asyncio.Task | None = None
         self._reset: IndexResetError | None = None
-        #: seconds the start-up load took, and the entries it applied
+        #: seconds the start-up load took
         self.load_seconds = 0.0
-        self.loaded = 0
-        #: bytes received from Redis for entries applied (records and URLs)
-        self.bytes_in = 0
-        self.appended = 0
 
     @classmethod
     def open(cls, url: str, key_prefix: str, index: VerifiedIndex, params: dict | None = None,
@@ -112,7 +111,7 @@ class RedisBackend(IndexBackend):
     def bytes_per_page(self) -> float:
         """The replica's bytes per page so far (or its fixed cost when empty)."""
         n = len(self.replica)
-        return self.replica.nbytes / n if n else 96.0
+        return self.replica.nbytes / n if n else REPLICA_BYTES_PER_PAGE
 
     def _load(self) -> None:
         """Apply the whole log (blocking: start-up)."""
@@ -125,7 +124,6 @@ class RedisBackend(IndexBackend):
                 break
             self._apply(entries, remember_from)
         self.load_seconds = time.perf_counter() - t0
-        self.loaded = self.replica.n
         self.log.close_sync()
 
     # -- the interface ---------------------------------------------------------
@@ -225,7 +223,6 @@ class RedisBackend(IndexBackend):
             if not await self._recover(exc):
                 raise self._reset from None
             n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT)
-        self.appended += len(blobs)
         first_own = n - len(blobs) + 1
         gaps: dict[int, object] = {}
         while True:
@@ -254,7 +251,6 @@ class RedisBackend(IndexBackend):
             raise IndexUnavailableError(f"the Redis index {self.log.where} has a gap in its log "
                                         f"after entry {n}: entries were deleted under it")
         blobs = entries.blobs[n + 1 - entries.first:]
-        self.bytes_in += sum(map(len, blobs))
         return self.replica.apply(blobs, remember_from=remember_from)
 
     async def _resolve(self, rows: dict, out: list) -> None:
