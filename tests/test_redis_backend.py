@@ -213,7 +213,7 @@ def test_writers_in_one_process_keep_one_page_per_cluster(redis_server):
     prefix = _prefix("writers")
     cl = clusters(4, 60, 4)
     url_of = {}
-    for ci, members in enumerate(cl):
+    for ci in range(len(cl)):
         for j in range(4):
             url_of[f"https://w{j}/{ci}"] = ci
 
