@@ -240,8 +240,13 @@ class RedisBackend(IndexBackend):
                 raise IndexUnavailableError(f"the Redis index {self.log.where} lost entries "
                                             f"{self.replica.n + 1}..{n} it had just appended")
         for j, i in enumerate(own):
-            if i not in rows and gaps.get(first_own + j) is not None:
-                rows[i] = gaps[first_own + j]
+            gap = gaps.get(first_own + j)
+            # the better of the look-up's match and the gap's (its batch-mates
+            # are there), as a look-up among them all would rank them; a tie
+            # names the look-up's, the earlier page
+            if gap is not None and (i not in rows or (gap.similarity, -gap.distance)
+                                    > (rows[i].similarity, -rows[i].distance)):
+                rows[i] = gap
 
     def _apply(self, entries):
         """Apply the entries not applied yet (they follow the replica's position)."""
