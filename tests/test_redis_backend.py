@@ -22,7 +22,7 @@ from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, 
 from scrapy_simdup.index.backend import Match, Page
 from scrapy_simdup.index.redis.backend import RedisBackend
 from scrapy_simdup.index.redis.log import LAYOUT, IndexResetError, RedisLog, safe_url
-from scrapy_simdup.index.replica import RECORD_BYTES, pack_entry
+from scrapy_simdup.index.replica import RECORD_BYTES, pack_entry, url_hash
 from scrapy_simdup.index.verified import VerifiedIndex
 from scrapy_simdup.integration.backends import setting_message
 from tests.redis_server import free_port
@@ -202,6 +202,29 @@ def test_a_page_appended_by_another_writer_meanwhile_is_found_in_the_gap(redis_s
         assert await ba.check_and_add(a, "https://a/") == Match("https://a/", 0, 1.0)
         assert len(ba) == 3                          # nothing stored again
         for be in (ba, bb, late):
+            await be.close()
+    run(go())
+
+
+def test_a_url_met_first_by_two_writers_at_once_is_kept_once(redis_server):
+    """Two processes meet the same page under the same URL before either
+    has the other's entry: both append it; the earlier entry is kept and
+    stays the URL's page in every replica (the writers', and one loading
+    both entries at once), so met again it is a revisit of the kept entry."""
+    prefix = _prefix("same-url")
+    (p, _), = clusters(15, 1, 2)
+
+    async def go():
+        a, b = _open(redis_server.url, prefix), _open(redis_server.url, prefix)
+        assert await a.check_and_add(p, "https://u/") is None
+        assert await b.check_and_add(p, "https://u/") == Match("https://u/", 0, 1.0)
+        await a.catch_up()
+        late = _open(redis_server.url, prefix)
+        for be in (a, b, late):
+            assert [be.replica.kept(i) for i in range(2)] == [True, False]
+            assert be.replica.keys.get(url_hash("https://u/")) == 0
+            assert await be.check_and_add(p, "https://u/") == Match("https://u/", 0, 1.0)
+            assert len(be) == 2                     # a revisit: nothing appended
             await be.close()
     run(go())
 
