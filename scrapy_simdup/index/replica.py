@@ -25,14 +25,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scrapy_simdup._ext import hashing
-from scrapy_simdup._ext.keymap import KeyMap
+from scrapy_simdup._ext import hashing, keymap
 from scrapy_simdup._limits import MAX_REPLICA_PAGES
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, similarity
 from scrapy_simdup.index.verified import VerifiedIndex, VerifiedMatch
 
 __all__ = ["RECORD", "RECORD_BYTES", "MATCHED", "HASHED", "KeyMap", "Replica", "Applied",
            "url_hash", "pack_entry", "entry_key"]
+
+KeyMap = keymap.KeyMap
 
 #: One page of the log, before its URL (little-endian).
 RECORD = np.dtype([("value", "<u8"), ("value2", "<u8"), ("sketch", "u1", (SKETCH_BYTES,)),
