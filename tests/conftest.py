@@ -8,7 +8,7 @@ from tests.batch_pages import write_crawl
 from tests.data_root import DATA_ROOT
 
 # A real redis-server for the Redis backend tests (see tests/redis_server.py).
-from tests.redis_server import private_redis, redis_server  # noqa: F401
+from tests.redis_server import aof_redis, private_redis, redis_server  # noqa: F401
 
 # CI machines are shared and noisy: no deadlines, a fixed example budget.
 settings.register_profile(

@@ -1,8 +1,10 @@
 """A real ``redis-server`` on a free loopback port, for the tests.
 
-``RedisServer`` starts the Debian ``redis-server`` binary (no persistence, a
-temporary working directory) and can be killed and restarted on the same port,
-which is how the fault tests simulate Redis lost mid-crawl. The session fixture
+``RedisServer`` starts the Debian ``redis-server`` binary (a temporary working
+directory; no persistence, or an append-only file written at every command with
+``appendonly=True``) and can be killed and restarted on the same port, which is
+how the fault tests simulate Redis lost mid-crawl: restarted empty, or with its
+data (the AOF of its working directory). The session fixture
 ``redis_server`` starts one for the whole test run and stops it at the end.
 
 If ``redis-server`` is not installed the Redis tests FAIL when ``CI`` is set
@@ -42,11 +44,14 @@ def free_port():
 class RedisServer:
     """One ``redis-server`` process on 127.0.0.1, owned by the caller."""
 
-    def __init__(self, binary="redis-server", port=None):
+    def __init__(self, binary="redis-server", port=None, appendonly=False, extra=()):
         self.binary = binary
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="simdup-redis-")
         self.proc = None
+        #: every write in the AOF before Redis answers: a kill loses nothing
+        self.appendonly = appendonly
+        self.extra = list(extra)
 
     @property
     def url(self):
@@ -57,9 +62,11 @@ class RedisServer:
             return self
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.dir,
+             "--save", "", "--dir", self.dir,
+             *(("--appendonly", "yes", "--appendfsync", "always") if self.appendonly
+               else ("--appendonly", "no")),
              "--protected-mode", "no", "--loglevel", "warning",
-             "--maxclients", "1000"],
+             "--maxclients", "1000", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             # PDEATHSIG follows the creating *thread*: only from the main thread
             preexec_fn=_die_with_parent
@@ -82,6 +89,12 @@ class RedisServer:
                 return sock.recv(16).startswith(b"+PONG")
         except OSError:
             return False
+
+    def wipe(self):
+        """Forget the data on disk (the server stopped): it restarts empty."""
+        assert self.proc is None, "stop the server first"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
 
     def stop(self):
         """Kill the server (SIGKILL: an abrupt loss, like a crash)."""
@@ -121,8 +134,20 @@ def redis_server():
 
 @pytest.fixture
 def private_redis():
-    """A RedisServer of the test's own, which the test may kill and restart."""
+    """A RedisServer of the test's own, which the test may kill and restart
+    (it comes back empty)."""
     server = RedisServer(redis_binary()).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def aof_redis():
+    """A RedisServer of the test's own with an append-only file fsynced at
+    every write: killed and restarted, it comes back with its data."""
+    server = RedisServer(redis_binary(), appendonly=True).start()
     try:
         yield server
     finally:

@@ -100,8 +100,9 @@ def test_simdup_dir_defaults_to_jobdir():
     ("SIMDUP_LOG_INTERVAL", -5),
     ("SIMDUP_LOG_INTERVAL", "often"),
     ("SIMDUP_DEBUG", "verbose"),
-    ("SIMDUP_REDIS_HEADER_BITS", 99),           # checked whatever the index
-    ("SIMDUP_REDIS_HEADER_BITS", "many"),
+    ("SIMDUP_REDIS_MAX_PAGES", 0),              # checked whatever the index
+    ("SIMDUP_REDIS_MAX_PAGES", "many"),
+    ("SIMDUP_REDIS_MAX_PAGES", 2 ** 32),          # a log entry's base is 32 bits
     ("SIMDUP_LOG_INTERVAL", 1e-9),                # a line per reactor turn
     ("SIMDUP_DIR", "simdup\x00dir"),
     ("SIMDUP_REDIS_KEY", "%s"),                   # would format the whole dict
@@ -164,15 +165,19 @@ def test_the_config_is_built_once_per_crawler(caplog):
     """Every component of a crawler gets the same SimdupConfig, parsed from the
     settings once (a warning about them logged once); another crawler its own."""
     settings = {"SIMDUP_ENABLED": True, "SIMDUP_SEARCH": "exact", "SIMDUP_MAX_PROBES": 5,
-                "SIMDUP_REDIS_HEADER_BITS": "12", "JOBDIR": "/tmp/simdup-job-unused"}
+                "SIMDUP_REDIS_MAX_PAGES": "1000", "SIMDUP_REDIS_HEADER_BITS": 12,
+                "JOBDIR": "/tmp/simdup-job-unused"}
     crawler = make_crawler(settings)
     config = SimdupConfig.from_crawler(crawler)
     assert SimdupConfig.from_crawler(crawler) is config
     logstats = SimdupLogStats.from_crawler(crawler)
     assert logstats.interval == config.log_interval
     assert caplog.text.count("SIMDUP_MAX_PROBES has no effect") == 1
+    # a retired setting: warned about (once), not an unknown one, not refused
+    assert caplog.text.count("SIMDUP_REDIS_HEADER_BITS no longer has an effect") == 1
+    assert "Unknown setting" not in caplog.text
     # the values the layers below need are in the config, not read again
-    assert config.redis_header_bits == 12
+    assert config.redis_max_pages == 1000
     assert config.dir == "/tmp/simdup-job-unused/simdup" and config.dir_from_jobdir
     assert config.dir_setting == "SIMDUP_DIR (JOBDIR/simdup)"
     other = make_crawler(settings)
@@ -190,9 +195,10 @@ def test_components_of_one_crawler_share_the_config():
 
 
 def test_search_settings_that_cannot_apply(caplog):
-    with pytest.raises(ValueError, match="SIMDUP_SEARCH = 'exact' needs the memory index"):
-        SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": "exact",
-                                             "SIMDUP_INDEX": "redis://localhost:6379/0"}))
+    # a Redis index searches its replica in the process: exact search applies
+    assert SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": "exact",
+                                                "SIMDUP_INDEX": "redis://localhost:6379/0"})
+                                      ).search == "exact"
     config = SimdupConfig.from_settings(Settings({"SIMDUP_SEARCH": "exact",
                                                   "SIMDUP_RECALL": 0.5, "SIMDUP_DISTANCE": 12}))
     assert config.search == "exact"

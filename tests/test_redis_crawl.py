@@ -127,32 +127,45 @@ class _Switch(dict):
 
 
 @pytest.mark.parametrize("on_error", ["keep", "stop"])
-def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
+def test_redis_lost_mid_crawl(aof_redis, tmp_path, on_error):
+    """Redis (append-only file) killed mid-crawl and restarted with its data:
+    SIMDUP_ON_ERROR decides the pages checked while it is down; then the
+    crawl goes on with the same index (copies of pages stored before the
+    kill are found)."""
     pages = _site_pages()[:60]
     served = {f"p{i}": p.html for i, p in enumerate(pages)}
+    served.update({f"copy{i}": pages[i].html for i in range(10)})
     served["kill"] = served["restart"] = b"<html><body><p>switch</p></body></html>"
-    switch = _Switch(served, {"kill": private_redis.stop, "restart": private_redis.start})
-    settings = {"SIMDUP_INDEX": private_redis.url, "SIMDUP_ON_ERROR": on_error,
+    switch = _Switch(served, {"kill": aof_redis.stop, "restart": aof_redis.start})
+    settings = {"SIMDUP_INDEX": aof_redis.url, "SIMDUP_ON_ERROR": on_error,
                 "SIMDUP_ACTION": "tag", "SIMDUP_REDIS_KEY": "lost:%(spider)s",
                 "SIMDUP_REDIS_PARAMS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
                 "CONCURRENT_REQUESTS": 1, "DOWNLOAD_DELAY": 0}
     with PageServer(switch) as server:
         names = [f"p{i}" for i in range(20)] + ["kill"] + [f"p{i}" for i in range(20, 40)] \
-            + ["restart"] + [f"p{i}" for i in range(40, 60)]
+            + ["restart"] + [f"p{i}" for i in range(40, 60)] + [f"copy{i}" for i in range(10)]
         # one request after another, in this order (priority: earlier first)
         proc, result_path = _start_crawl(tmp_path, on_error, {
             **settings, "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue"},
             [server.url(f"/page/{n}") for n in names])
         result = _finish(proc, result_path)   # its watchdog fails a crawl that hangs
+        url = server.url
     stats = result["stats"]
     assert stats.get("simdup/errors", 0) >= 1
+    assert not any("simdup_index_reset" in line for line in result["log"])
     if on_error == "keep":
         assert stats["finish_reason"] == "finished"
         assert len(result["responses"]) == len(names)    # every page kept
-        # checking resumed once Redis was back (new empty index)
+        # checking resumed once Redis was back, with the same index
         skipped = sum(v for k, v in stats.items() if k.startswith("simdup/skipped/"))
         assert stats["simdup/checked"] + stats["simdup/errors"] + skipped == len(names)
-        assert stats["simdup/checked"] >= 20
+        assert stats["simdup/checked"] >= 40
+        tags = {r["url"]: r["simdup"] for r in result["responses"]}
+        before = {url(f"/page/p{j}") for j in range(20)}
+        for i in range(10):   # an exact copy of a page stored before the kill
+            tag = tags[url(f"/page/copy{i}")]
+            assert tag["duplicate_of"] in before and tag["distance"] == 0, (i, tag)
+            assert tag["similarity"] == 1.0
         # an outage is logged once per SIMDUP_LOG_INTERVAL (60 s), not once per page
         logged = [line for line in result["log"] if "Simdup error" in line]
         assert len(logged) == 1 and stats["simdup/errors"] >= 10, logged
@@ -161,6 +174,15 @@ def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
         assert len(failed) == stats["simdup/errors"]
         assert all(t["error"].startswith("index lookup failed: ") and t["simhash"] is not None
                    and t["duplicate_of"] is None for t in failed), failed[:2]
+        # the log is whole: one entry per page checked (copies are stored too)
+        import redis
+        client = redis.Redis.from_url(aof_redis.url)
+        try:
+            n = int(client.hget("lost:simdup_test:meta", "n"))
+            assert client.xlen("lost:simdup_test:log") == n == stats["simdup/index_size"]
+            assert n == stats["simdup/checked"]
+        finally:
+            client.close()
     else:
         assert stats["finish_reason"] == "simdup_error"
         assert len(result["responses"]) < len(names)
@@ -168,6 +190,45 @@ def test_redis_lost_mid_crawl(private_redis, tmp_path, on_error):
         assert all(r["simdup"] is not None and "error" not in r["simdup"]
                    for r in result["responses"])
         assert any(d["type"] == "IgnoreRequest" for d in result["dropped"]), result["dropped"]
+
+
+@pytest.mark.parametrize("how", ["restart", "clear"])
+def test_redis_emptied_mid_crawl_stops_the_crawl(private_redis, tmp_path, how):
+    """Redis restarted without its data, or the index cleared: going on would
+    keep again the pages kept before. One ERROR line says so, and the crawl
+    stops (simdup_index_reset), though SIMDUP_ON_ERROR is "keep"."""
+    from scrapy_simdup.index.redis.reset import reset_redis_index
+    pages = _site_pages()[:30]
+    served = {f"p{i}": p.html for i, p in enumerate(pages)}
+    served["switch"] = b"<html><body><p>switch</p></body></html>"
+
+    def empty():
+        if how == "restart":
+            private_redis.stop()
+            private_redis.start()
+        else:
+            assert reset_redis_index(private_redis.url, "empty:simdup_test")[0] > 0
+    switch = _Switch(served, {"switch": empty})
+    settings = {"SIMDUP_INDEX": private_redis.url, "SIMDUP_ON_ERROR": "keep",
+                "SIMDUP_ACTION": "tag", "SIMDUP_REDIS_KEY": "empty:%(spider)s",
+                "SIMDUP_REDIS_PARAMS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
+                "CONCURRENT_REQUESTS": 1, "DOWNLOAD_DELAY": 0,
+                "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue"}
+    names = [f"p{i}" for i in range(15)] + ["switch"] + [f"p{i}" for i in range(15, 30)]
+    with PageServer(switch) as server:
+        proc, result_path = _start_crawl(tmp_path, how, settings,
+                                         [server.url(f"/page/{n}") for n in names])
+        result = _finish(proc, result_path)
+    stats = result["stats"]
+    assert stats["finish_reason"] == "simdup_index_reset"
+    assert len(result["responses"]) < len(names)
+    errors = [line for line in result["log"] if line.startswith("ERROR")]
+    reset = [line for line in errors if "emptied or re-created" in line]
+    assert len(reset) == 1 and "simdup_index_reset" in reset[0], errors
+    # besides, a restart is an outage first: the connection died with the server
+    others = [line for line in errors if line not in reset]
+    assert others == [] if how == "clear" else len(others) <= 1, errors
+    assert "Traceback" not in result["stderr"]
 
 
 def test_redis_unreachable_at_startup_stops_the_crawl(tmp_path):

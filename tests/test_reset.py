@@ -98,7 +98,7 @@ def test_reset_on_redis_clears_the_index_under_its_prefix_only(redis_server, cap
     assert line.startswith(f"Simdup: SIMDUP_RESET: removed the Redis pages index {prefix!r} at "
                            f"{redis_server.url} (5 fingerprints, ")
     # the items' index and the other key are still there
-    assert int(client.get(prefix + ":items:n")) == 5
+    assert int(client.hget(prefix + ":items:meta", "n")) == 5
     assert client.get(prefix + "x:other") == b"not ours"
     assert _crawl(settings, items=True)["simdup/items/revisits"] == 5
     client.close()

@@ -25,14 +25,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scrapy_simdup._ext import hashing
-from scrapy_simdup._ext.keymap import KeyMap
+from scrapy_simdup._ext import hashing, keymap
 from scrapy_simdup._limits import MAX_REPLICA_PAGES
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, similarity
 from scrapy_simdup.index.verified import VerifiedIndex, VerifiedMatch
 
 __all__ = ["RECORD", "RECORD_BYTES", "MATCHED", "HASHED", "KeyMap", "Replica", "Applied",
            "url_hash", "pack_entry", "entry_key"]
+
+KeyMap = keymap.KeyMap
 
 #: One page of the log, before its URL (little-endian).
 RECORD = np.dtype([("value", "<u8"), ("value2", "<u8"), ("sketch", "u1", (SKETCH_BYTES,)),
@@ -226,12 +227,18 @@ class Replica:
         # a page appended by two processes at once (both met its URL first):
         # the later entry, a copy of the earlier under the same key, does not
         # replace it as the page stored under that key
+        # (in entry order: the URL's page may have changed earlier in the batch)
         update = np.ones(k, bool)
-        for i in np.flatnonzero(~kept & (gap_rows >= 0)).tolist():
-            g = int(gap_rows[i])
-            if (hashes[g - first] == hashes[i] if g >= first
-                    else self.keys.get(int(hashes[i])) == g):
-                update[i] = False
+        copies = np.flatnonzero(~kept & (gap_rows >= 0))
+        if copies.shape[0]:
+            stored: dict[int, int] = {}     # URL hash -> row, of this batch so far
+            for i in np.flatnonzero(np.isin(hashes, hashes[copies])).tolist():
+                h = int(hashes[i])
+                current = stored[h] if h in stored else self.keys.get(h)
+                if not kept[i] and gap_rows[i] >= 0 and current == gap_rows[i]:
+                    update[i] = False
+                else:
+                    stored[h] = first + i
         self.keys.put_many(np.ascontiguousarray(hashes[update]), rows[update])
         recent = self._recent
         for i in range(max(0, k - RECENT_KEYS, remember_from - first), k):

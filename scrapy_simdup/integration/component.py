@@ -202,8 +202,8 @@ class SimdupComponent:
         try:
             match = await self.backend.check_and_add(fp, key)
         except IndexResetError as exc:
-            self._index_reset(exc)
-            return self._failed(key, "index lookup", int(value))
+            self._index_reset(exc)      # (said once there: counted here, not logged again)
+            return self._failed(key, "index lookup", int(value), log=False)
         except Exception:  # noqa: BLE001
             return self._failed(key, "index lookup", int(value))
         t2 = time.perf_counter()
@@ -270,10 +270,14 @@ class SimdupComponent:
                          exc, extra={"spider": self.crawler.spider})
             self._close_spider("simdup_index_reset")
 
-    def _failed(self, key: str, what: str, simhash: int | None = None) -> Verdict:
-        """Count and log the exception being handled; its verdict."""
+    def _failed(self, key: str, what: str, simhash: int | None = None,
+                log: bool = True) -> Verdict:
+        """Count and log (unless ``log`` is false) the exception being handled; its verdict."""
         exc = sys.exc_info()[1]
-        self.error(key, what)
+        if log:
+            self.error(key, what)
+        else:
+            self.stats.inc_value(self.prefix + "errors")
         reason = setting_message(exc) if exc is not None else ""
         reason = reason or type(exc).__name__
         if len(reason) > 200:

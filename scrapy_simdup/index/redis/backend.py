@@ -78,8 +78,13 @@ class RedisBackend(IndexBackend):
         self._lock: asyncio.Lock | None = None
         self._follower: asyncio.Task | None = None
         self._reset: IndexResetError | None = None
-        #: seconds the start-up load took
+        #: seconds the start-up load took, and the entries it applied
         self.load_seconds = 0.0
+        self.loaded = 0
+        #: bytes of the log entries applied (records and URLs), and the pages
+        #: this process appended
+        self.bytes_in = 0
+        self.appended = 0
 
     @classmethod
     def open(cls, url: str, key_prefix: str, index: VerifiedIndex, params: dict | None = None,
@@ -124,6 +129,7 @@ class RedisBackend(IndexBackend):
                 break
             self._apply(entries, remember_from)
         self.load_seconds = time.perf_counter() - t0
+        self.loaded = self.replica.n
         self.log.close_sync()
 
     # -- the interface ---------------------------------------------------------
@@ -223,6 +229,7 @@ class RedisBackend(IndexBackend):
             if not await self._recover(exc):
                 raise self._reset from None
             n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT)
+        self.appended += len(blobs)
         first_own = n - len(blobs) + 1
         gaps: dict[int, object] = {}
         while True:
@@ -239,8 +246,13 @@ class RedisBackend(IndexBackend):
                 raise IndexUnavailableError(f"the Redis index {self.log.where} lost entries "
                                             f"{self.replica.n + 1}..{n} it had just appended")
         for j, i in enumerate(own):
-            if i not in rows and gaps.get(first_own + j) is not None:
-                rows[i] = gaps[first_own + j]
+            gap = gaps.get(first_own + j)
+            # the better of the look-up's match and the gap's (its batch-mates
+            # are there), as a look-up among them all would rank them; a tie
+            # names the look-up's, the earlier page
+            if gap is not None and (i not in rows or (gap.similarity, -gap.distance)
+                                    > (rows[i].similarity, -rows[i].distance)):
+                rows[i] = gap
 
     def _apply(self, entries, remember_from: int = 0):
         """Apply the entries not applied yet (they follow the replica's position)."""
@@ -251,6 +263,7 @@ class RedisBackend(IndexBackend):
             raise IndexUnavailableError(f"the Redis index {self.log.where} has a gap in its log "
                                         f"after entry {n}: entries were deleted under it")
         blobs = entries.blobs[n + 1 - entries.first:]
+        self.bytes_in += sum(map(len, blobs))
         return self.replica.apply(blobs, remember_from=remember_from)
 
     async def _resolve(self, rows: dict, out: list) -> None:

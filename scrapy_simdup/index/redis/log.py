@@ -49,12 +49,23 @@ return redis.call('HMGET', KEYS[1], 'layout', 'epoch', 'fingerprint', 'distance'
 #: KEYS: meta, log. ARGV: epoch, the first sequence number the caller has not
 #: applied, the most entries to return, then one record per page.
 #: Returns {-1} when the index is not the one of that epoch, {-2} while it is
-#: being re-seeded, else {n, entries from that sequence number on (at most
+#: being re-seeded, {-3, last id} when the log does not end with entry n
+#: (entries added or deleted by something else), {-4, n} when it holds fewer
+#: entries than the caller applied (Redis restarted from older data): nothing
+#: is written then. Else {n, entries from that sequence number on (at most
 #: the count)}.
 APPEND = """
-local meta = redis.call('HMGET', KEYS[1], 'epoch', 'reseeding')
+local meta = redis.call('HMGET', KEYS[1], 'epoch', 'reseeding', 'n')
 if meta[1] ~= ARGV[1] then return {-1} end
 if meta[2] then return {-2} end
+local n0 = tonumber(meta[3] or '')
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+local last = ''
+if #top > 0 then last = top[1][1] end
+if not n0 or (n0 == 0 and last ~= '') or (n0 > 0 and last ~= n0 .. '-0') then
+  return {-3, last}
+end
+if n0 < tonumber(ARGV[2]) - 1 then return {-4, n0} end
 local k = #ARGV - 3
 local n = redis.call('HINCRBY', KEYS[1], 'n', k)
 for i = 1, k do
@@ -303,7 +314,7 @@ class RedisLog:
                                  f"without a word. Set maxmemory-policy to noeviction (or a "
                                  f"volatile-* policy), or use another Redis")
 
-    def read_sync(self, start: int, count: int) -> list:
+    def read_sync(self, start: int, count: int) -> Entries:
         """Entries ``start, start + 1, ...`` (at most ``count``): :class:`Entries`."""
         redis = _redis()
         try:
@@ -330,33 +341,56 @@ class RedisLog:
         if int(res[0]) == -2:
             raise IndexUnavailableError(f"the Redis index {self.where} is being re-seeded "
                                         f"from another process's replica")
+        if int(res[0]) == -3:
+            raise IndexConflictError("key_prefix", f"the log of the Redis index {self.where} "
+                                     f"does not end with the entry its count says (its last "
+                                     f"entry is {_text(res[1]) or 'none'!r}): entries "
+                                     f"not written by scrapy-simdup were added to it, or "
+                                     f"entries deleted; use another SIMDUP_REDIS_KEY, or clear "
+                                     f"it with SIMDUP_RESET = True")
+        if int(res[0]) == -4:
+            raise IndexResetError(self._lost_message(start - 1, int(res[1])))
         if int(res[0]) < 0:
             raise IndexResetError(self._reset_message())
         self.size = int(res[0])
-        return self.size, _entries(res[1])
+        return self.size, self._entries(res[1])
+
+    def _entries(self, raw) -> Entries:
+        try:
+            return _entries(raw)
+        except ValueError as exc:
+            raise IndexConflictError("key_prefix", str(exc)) from None
+
+    def _lost_message(self, had: int, holds: int) -> str:
+        return (f"the Redis index {self.where} holds {holds:,} entries, fewer than the "
+                f"{had:,} this process applied (Redis restarted from older saved data, or "
+                f"entries were deleted): the pages of the lost entries are no longer shared")
 
     def _reset_message(self) -> str:
         return (f"the Redis index {self.where} was emptied or re-created under this process "
                 f"(Redis restarted without its data, or the index was cleared): the pages "
                 f"this process holds are no longer shared")
 
-    async def read(self, start: int, count: int) -> list:
+    async def read(self, start: int, count: int) -> Entries:
         """:meth:`read_sync` in the crawl; also checks the epoch (a reset is an
         :class:`IndexResetError`)."""
         redis = _redis()
         client = self._aclient()
         try:
             async with client.pipeline(transaction=False) as pipe:
-                pipe.hmget(self.meta_key, "epoch", "reseeding")
+                pipe.hmget(self.meta_key, "epoch", "reseeding", "n")
                 pipe.execute_command("XRANGE", self.log_key, f"{start}-0", "+", "COUNT", count)
-                (epoch, reseeding), raw = await pipe.execute()
+                (epoch, reseeding, n), raw = await pipe.execute()
         except redis.RedisError as exc:
             raise self._unavailable(exc) from exc
         if _text(epoch) != self.epoch:
             raise IndexResetError(self._reset_message())
         if reseeding is not None:
             return Entries(0, [])       # the entries are being written
-        return _entries(raw)
+        n = _text(n)
+        if n is not None and n.isdigit() and int(n) < start - 1:
+            raise IndexResetError(self._lost_message(start - 1, int(n)))
+        return self._entries(raw)
 
     async def meta(self) -> dict:
         """What ``P:meta`` holds now (``{}``: no index)."""
