@@ -58,6 +58,8 @@ from tests.data_root import DATA_ROOT
 
 PREFIX = "bench"
 CONCURRENCY = 16
+#: seconds a process may take to check the real pages before the run fails
+CHECK_TIMEOUT = 900
 FILL_CHUNK = 5000
 
 
@@ -224,7 +226,13 @@ def fleet_process(url, pages, host, barrier, queue):
                 times[i] = time.perf_counter() - t
         t = time.perf_counter()
         cpu = time.process_time()
-        await asyncio.gather(*(one(i) for i in range(len(pages))))
+        work = asyncio.gather(*(one(i) for i in range(len(pages))))
+        try:
+            await asyncio.wait_for(asyncio.shield(work), CHECK_TIMEOUT)
+        except asyncio.TimeoutError:    # say where it is stuck, then fail
+            for task in asyncio.all_tasks():
+                task.print_stack(file=sys.stderr)
+            raise
         wall, cpu = time.perf_counter() - t, time.process_time() - cpu
         await backend.close()
         return out, times, wall, cpu
@@ -251,7 +259,7 @@ def fleet_run(srv, pages, procs: int):
     barrier.wait(timeout=3600)
     net0 = srv.net_bytes()
     t0 = time.perf_counter()
-    results = [queue.get(timeout=3600) for _ in ps]
+    results = [queue.get(timeout=CHECK_TIMEOUT + 600) for _ in ps]
     wall = time.perf_counter() - t0
     net = srv.net_bytes() - net0
     for p in ps:
