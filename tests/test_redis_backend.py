@@ -24,7 +24,7 @@ from scrapy_simdup.index.backend import Page
 from scrapy_simdup.index.redis.lua import FORMAT
 from scrapy_simdup.index.redis.store import RedisIndexStore, StoreMatch
 from scrapy_simdup.integration.backends import setting_message
-from tests.data_root import DATA_ROOT
+from tests.data_root import PAGES_ROOT
 
 M64 = (1 << 64) - 1
 
@@ -535,7 +535,7 @@ def _backend(url, **settings):
 def _docs():
     """Real article texts, each with a near-duplicate (one sentence edited)."""
     import json
-    root = DATA_ROOT
+    root = PAGES_ROOT
     truth = json.loads((root / "article-extraction-benchmark" / "ground-truth.json").read_text())
     texts = [v["articleBody"] for k, v in sorted(truth.items())
              if len(v.get("articleBody", "").split()) > 300][:40]
