@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.batch_pages import write_crawl
-from tests.data_root import DATA_ROOT
+from tests.data_root import DATA_ROOT, PAGES_ROOT
 
 # A real redis-server for the Redis backend tests (see tests/redis_server.py).
 from tests.redis_server import aof_redis, private_redis, redis_server  # noqa: F401
@@ -20,10 +20,17 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The shared page data (``tests.data_root.DATA_ROOT``); skips when it is missing."""
+    """The shared page data (``tests.data_root.DATA_ROOT``), for the tests that
+    need the whole corpora; skips when it is missing (a fresh clone)."""
     if not DATA_ROOT.is_dir():
-        pytest.skip(f"shared data not found in {DATA_ROOT}")
+        pytest.skip(f"needs the whole shared data, not found in {DATA_ROOT} (set SIMDUP_DATA)")
     return DATA_ROOT
+
+
+@pytest.fixture(scope="session")
+def pages_root() -> Path:
+    """Real pages: the shared data, or the sample committed under tests/data/sample."""
+    return PAGES_ROOT
 
 
 @pytest.fixture()

@@ -23,12 +23,16 @@ pytestmark = pytest.mark.slow
 
 def _copy_project(base: Path) -> tuple[Path, dict]:
     """A copy of the project, with only the scrapy_simdup package importable
-    besides the environment: the example must not need the rest of the checkout."""
+    besides the environment: the example must not need the rest of the checkout,
+    nor the shared data (no ``shared/`` beside the copy, no ``SIMDUP_DATA``):
+    it crawls its own pages, as on a user's fresh clone."""
     project = base / "example_project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", ".scrapy"))
     (base / "pkgs").mkdir()
     (base / "pkgs" / "scrapy_simdup").symlink_to(ROOT / "scrapy_simdup")
-    return project, {**os.environ, "PYTHONPATH": str(base / "pkgs")}
+    env = {k: v for k, v in os.environ.items() if k != "SIMDUP_DATA"}
+    assert not (base / "shared").exists()
+    return project, {**env, "PYTHONPATH": str(base / "pkgs")}
 
 
 def _crawl_news(project: Path, env: dict, report: Path, *args: str) -> tuple[dict, str]:

@@ -15,21 +15,19 @@ from scrapy_simdup.fingerprint import extract as _extract
 from scrapy_simdup.fingerprint.decode import parse_html_text
 from scrapy_simdup.fingerprint.extract import BlockBuilder, extract_lxml, scan_lxml
 from scrapy_simdup.fingerprint.extract_bs4 import extract_soup, parse_soup, walk_soup
-from tests.data_root import DATA_ROOT
+from tests.data_root import PAGES_ROOT, every
 from tests.reference.extract import main_text_py, scan_lxml_py, walk_lxml
-
-pytestmark = pytest.mark.skipif(not DATA_ROOT.exists(), reason="shared data not available")
 
 
 @pytest.fixture(scope="module")
 def records():
-    return load_all(DATA_ROOT)
+    return load_all(PAGES_ROOT)
 
 
 @pytest.fixture(scope="module")
 def sample(records):
-    # every 9th record: ~47 pages of all three datasets
-    return [(r, parse_html_text(decode_html(r.html))) for r in records[::9]]
+    # every 9th record of the shared data: ~47 pages of all three datasets
+    return [(r, parse_html_text(decode_html(r.html))) for r in every(records, 9)]
 
 
 def _blocks(b):
@@ -83,7 +81,7 @@ def _token_f1(a: str, b: str) -> float:
 
 
 def test_main_text_agrees_with_reference_article_bodies():
-    records = load_article_benchmark(DATA_ROOT)[::4]
+    records = every(load_article_benchmark(PAGES_ROOT), 4)
     scores = []
     for r in records:
         text, found, _ = extract_lxml(parse_html_text(decode_html(r.html)), "main")

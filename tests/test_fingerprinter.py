@@ -24,11 +24,9 @@ from scrapy_simdup._ext.htmlscan import long_tag_bytes
 from scrapy_simdup.fingerprint import decode as _decode
 from scrapy_simdup.fingerprint import fingerprinter as _fingerprinter
 from scrapy_simdup.fingerprint.decode import HUGE_TAGS, LONG_TAG, strip_invisible_bulk
-from tests.data_root import CHECKOUT, DATA_ROOT
+from tests.data_root import CHECKOUT, PAGES_ROOT, every
 from tests.reference.extract import long_tag_bytes_py
 from tests.reference.fingerprint import fingerprint_html_py
-
-pytestmark = pytest.mark.skipif(not DATA_ROOT.exists(), reason="shared data not available")
 
 ARTICLE = " ".join(f"Paragraph sentence {i} tells the readers what happened at the meeting."
                    for i in range(60))
@@ -38,7 +36,7 @@ PAGE = (f"<html><head><title>Title</title></head><body><nav><a href='/'>Home</a>
 
 @pytest.fixture(scope="module")
 def pages():
-    return [r.html for r in load_article_benchmark(DATA_ROOT)[:12]]
+    return [r.html for r in load_article_benchmark(PAGES_ROOT)[:12]]
 
 
 def test_public_names():
@@ -101,7 +99,7 @@ def test_own_parse_and_scrapy_tree_agree_on_all_datasets():
     # fingerprint_html parses without comments/PIs; the response path uses
     # parsel's tree with them: the fingerprints must still be identical
     f = Fingerprinter(features="shingles+structure")
-    for record in load_all(DATA_ROOT)[::5]:
+    for record in every(load_all(PAGES_ROOT), 5):
         try:
             a = f.fingerprint_html(record.html)
         except SkippedPage as exc:
@@ -362,7 +360,7 @@ def test_reindenting_a_page_does_not_change_its_fingerprint(pages):
 
 
 def test_near_duplicates_are_closer_than_unrelated_pages():
-    records = load_article_benchmark(DATA_ROOT)[:20]
+    records = load_article_benchmark(PAGES_ROOT)[:20]
     site = build_near_duplicate_site(records, seed=3)
     f = Fingerprinter()
     fps = {}
@@ -403,7 +401,7 @@ def test_fingerprints_are_identical_across_processes():
     for seed in ("0", "12345"):
         env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}
         # python -c puts the working directory (the checkout) first on the path
-        res = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(DATA_ROOT)],
+        res = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(PAGES_ROOT)],
                              capture_output=True, text=True, env=env, timeout=120,
                              cwd=CHECKOUT)
         assert res.returncode == 0, res.stderr
@@ -412,7 +410,7 @@ def test_fingerprints_are_identical_across_processes():
     assert sum(isinstance(x, list) for x in runs[0]) >= 40
     # and equal to this process
     f = Fingerprinter()
-    first = load_article_benchmark(DATA_ROOT)[0]
+    first = load_article_benchmark(PAGES_ROOT)[0]
     assert runs[0][0][0] == f.fingerprint_html(first.html).value
 
 
@@ -427,7 +425,7 @@ def test_compiled_paths_give_bit_identical_fingerprints(options):
     (tests/reference/fingerprint.py)."""
     f = Fingerprinter(**options)
     fast = []
-    for r in load_article_benchmark(DATA_ROOT)[::6]:
+    for r in every(load_article_benchmark(PAGES_ROOT), 6):
         try:
             fp = f.fingerprint_html(r.html)
             got = (fp.value, fp.W.tobytes(), fp.n_features)
@@ -440,7 +438,7 @@ def test_compiled_paths_give_bit_identical_fingerprints(options):
             want = exc.reason
         assert got == want, r.id
         fast.append(got)
-    assert sum(isinstance(x, tuple) for x in fast) >= 25
+    assert sum(isinstance(x, tuple) for x in fast) >= 0.8 * len(fast)
 
 
 def test_utf8_shortcut_parses_the_same_tree():
@@ -452,7 +450,7 @@ def test_utf8_shortcut_parses_the_same_tree():
 
     f = Fingerprinter()
     used = 0
-    for record in load_all(DATA_ROOT)[::3]:
+    for record in every(load_all(PAGES_ROOT), 3):
         for encoding in (None, "utf-8", "cp1252"):
             text, _, utf8 = f._decode(record.html, encoding)
             assert text == html_to_unicode(
@@ -572,17 +570,18 @@ def test_tags_with_200000_attributes_are_not_handed_to_libxml2(monkeypatch):
 def test_taming_a_page_keeps_its_fingerprint():
     """What a page loses before it is parsed (when it is over max_bytes, or
     has too much in long tags) is never visible text: the default
-    fingerprint of every shared page is the same with and without it."""
+    fingerprint of every real page is the same with and without it."""
     f = Fingerprinter()
     checked = 0
-    for record in load_all(DATA_ROOT):
+    records = load_all(PAGES_ROOT)
+    for record in records:
         try:
             value = f.fingerprint_html(record.html).value
         except SkippedPage:
             continue
         assert f.fingerprint_html(strip_invisible_bulk(record.html)).value == value
         checked += 1
-    assert checked > 400
+    assert checked > 0.7 * len(records)
 
 
 @pytest.mark.parametrize("options, parameter", [

@@ -14,7 +14,7 @@ from benchmarks._data import load_all
 from scrapy_simdup._ext.htmlscan import long_tag_bytes, scan_lxml_raw, tame_html
 from scrapy_simdup.fingerprint import extract as _extract
 from scrapy_simdup.fingerprint.extract import scan_lxml
-from tests.data_root import DATA_ROOT
+from tests.data_root import PAGES_ROOT
 from tests.reference.extract import long_tag_bytes_py, main_text_py, scan_lxml_py, tame_html_py
 
 
@@ -143,8 +143,8 @@ def test_long_tag_bytes_matches_its_reference(html, min_length):
         assert long_tag_bytes(value, min_length) == long_tag_bytes_py(value, min_length)
 
 
-def test_long_tag_bytes_on_the_shared_pages():
-    for record in load_all(DATA_ROOT)[::2]:
+def test_long_tag_bytes_on_real_pages():
+    for record in load_all(PAGES_ROOT)[::2]:
         for min_length in (0, 4096):
             assert long_tag_bytes(record.html, min_length) == \
                 long_tag_bytes_py(record.html, min_length)
@@ -167,8 +167,8 @@ def test_tame_html_matches_its_reference(data):
     assert tame_html(data) == tame_html_py(data)
 
 
-def test_tame_html_on_the_shared_pages():
-    for record in load_all(DATA_ROOT)[::2]:
+def test_tame_html_on_real_pages():
+    for record in load_all(PAGES_ROOT)[::2]:
         tamed = tame_html(record.html)
         assert tamed == tame_html_py(record.html)
         assert len(tamed) <= len(record.html) and long_tag_bytes(tamed, 4096) == 0

@@ -21,10 +21,9 @@ def _html(path):
 
 
 @pytest.fixture(scope="module")
-def pages(shared_data):
-    paths = sorted((shared_data / "article-extraction-benchmark" / "html").glob("*.html*"))[:12]
-    if len(paths) < 12:
-        pytest.skip("shared data not found")
+def pages(pages_root):
+    paths = sorted((pages_root / "article-extraction-benchmark" / "html").glob("*.html*"))[:12]
+    assert len(paths) == 12
     return [_html(p) for p in paths]
 
 

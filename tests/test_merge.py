@@ -15,9 +15,9 @@ from scrapy_simdup.merge.collection import H_DTYPE, Collection
 from scrapy_simdup.merge.report import components
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from tests.batch_pages import features_page
-from tests.data_root import DATA_ROOT
+from tests.data_root import PAGES_ROOT
 
-DATA = DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
+DATA = PAGES_ROOT / "article-extraction-benchmark" / "ground-truth.json"
 H = 3
 
 
@@ -43,12 +43,8 @@ def _variants(text, rng, others):
 @pytest.fixture(scope="module")
 def corpus():
     """(url, page) for real articles and their near-duplicate variants, shuffled."""
-    if DATA.exists():
-        texts = [v["articleBody"] for v in json.loads(DATA.read_text()).values()
-                 if len(v["articleBody"].split()) > 150]
-    else:  # pragma: no cover - the shared data is part of the dev environment
-        r = random.Random(0)
-        texts = [" ".join(f"w{r.randrange(3000)}" for _ in range(400)) + "." for _ in range(150)]
+    texts = [v["articleBody"] for v in json.loads(DATA.read_text()).values()
+             if len(v["articleBody"].split()) > 150]
     rng = random.Random(7)
     docs = []
     for a, text in enumerate(texts):

@@ -17,6 +17,7 @@ from scrapy_simdup.merge.collection import Collection
 from scrapy_simdup.storage.batchfile import OutdatedBatchError
 from scrapy_simdup.storage.batchwriter import BatchWriter
 from tests.batch_pages import raw_page
+from tests.data_root import FULL_DATA
 from tests.test_batchfile import write_version1_batch
 from tests.test_merge import reference_pairs
 
@@ -24,11 +25,11 @@ H = DEFAULT_DISTANCE
 
 
 @pytest.fixture(scope="module")
-def pages(shared_data):
+def pages(pages_root):
     """(url, Fingerprint) of 14 spotsigs-dev stories and 120 distractors, shuffled."""
-    stories = sorted(p for p in (shared_data / "spotsigs-dev").iterdir() if p.is_dir())[:14]
+    stories = sorted(p for p in (pages_root / "spotsigs-dev").iterdir() if p.is_dir())[:14]
     files = [f for s in stories for f in sorted(s.glob("*.gz"))]
-    files += sorted((shared_data / "distractors-dragnet").glob("*.gz"))[:120]
+    files += sorted((pages_root / "distractors-dragnet").glob("*.gz"))[:120]
     random.Random(7).shuffle(files)
     fp = Fingerprinter()
     return [(f"https://{f.parent.name}.example/{f.name}",
@@ -50,7 +51,8 @@ def _pairs(summary):
 def test_verdicts_agree_with_the_numpy_reference(pages, tmp_path, min_similarity):
     want = reference_pairs([p for _, p in pages], H, min_similarity)
     dups = {i for i, _ in want}
-    assert len(dups) > 100            # real near-duplicates, found at the wide radius
+    # real near-duplicates, found at the wide radius
+    assert len(dups) > (100 if FULL_DATA else 40)
     d = tmp_path / "crawl"
     _write(d, pages)
     runs = {"exact": dict(exact=True), "psm-a": dict(first=False, recall=1.0),

@@ -24,10 +24,10 @@ from scrapy_simdup.index.snapshot import RECORD_BYTES, IndexStore, records
 from scrapy_simdup.index.verified import VerifiedIndex
 from scrapy_simdup.storage.batchfile import list_batches, read_batch
 from tests.crawl_jobs import checkout_env, run_job, start_job, write_job
-from tests.data_root import DATA_ROOT
+from tests.data_root import PAGES_ROOT
 from tests.http_server import PageServer
 
-DATA = DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json"
+DATA = PAGES_ROOT / "article-extraction-benchmark" / "ground-truth.json"
 N_PAGES = 40
 
 pytestmark = pytest.mark.slow

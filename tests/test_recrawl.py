@@ -14,7 +14,7 @@ import json
 import pytest
 
 from tests.crawl_jobs import run_job, write_job
-from tests.data_root import DATA_ROOT
+from tests.data_root import PAGES_ROOT
 from tests.http_server import PageServer
 
 N_ARTICLES = 6
@@ -27,7 +27,7 @@ def _html(title: str, body: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def site():
-    truth = json.loads((DATA_ROOT / "article-extraction-benchmark" / "ground-truth.json")
+    truth = json.loads((PAGES_ROOT / "article-extraction-benchmark" / "ground-truth.json")
                        .read_text("utf-8"))
     pages, teasers = {}, []
     for key in sorted(truth):

@@ -26,7 +26,8 @@ def _site_pages():
     """
     from benchmarks._data import build_near_duplicate_site, load_article_benchmark
     from scrapy_simdup import fingerprint_html
-    pages = build_near_duplicate_site(load_article_benchmark()[:45], seed=7)
+    from tests.data_root import PAGES_ROOT
+    pages = build_near_duplicate_site(load_article_benchmark(PAGES_ROOT)[:45], seed=7)
     fps = {p.path: int(fingerprint_html(p.html).value) for p in pages}
     clusters = {}
     for p in pages:

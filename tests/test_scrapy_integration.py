@@ -2,7 +2,7 @@
 
 Each crawl runs in a fresh process (``tests/crawl_runner.py``, Scrapy's default
 asyncio reactor) against ``tests/http_server.py`` on 127.0.0.1:<free port>; the
-pages are real article texts from the shared data, in a news template, with
+pages are real article texts (``tests.data_root.PAGES_ROOT``), in a news template, with
 the edits that make near-duplicates of one article (ad slot, navigation
 tracking parameters); the near-duplicate quality itself is measured elsewhere
 (the example project and the benchmarks): these tests check the plumbing.
@@ -15,10 +15,10 @@ import os
 import pytest
 
 from tests.crawl_jobs import run_job, write_job
-from tests.data_root import DATA_ROOT
+from tests.data_root import PAGES_ROOT
 from tests.http_server import PageServer
 
-DATA = DATA_ROOT
+DATA = PAGES_ROOT
 
 N_ARTICLES = 5
 N_VARIANTS = 3
@@ -37,7 +37,7 @@ def _articles(n: int) -> list[tuple[str, list[str]]]:
             out.append((paragraphs[0][:70], paragraphs))
         if len(out) == n:
             break
-    assert len(out) == n, "not enough articles in the shared data"
+    assert len(out) == n, f"not enough articles in {DATA}"
     return out
 
 

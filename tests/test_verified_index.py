@@ -74,14 +74,14 @@ def test_second_key_is_the_simhash_of_the_remixed_hashes():
 
 # ------------------------------------------------------------ real pages
 
-def _pages(shared_data, stories=6, per_story=8, distractors=60):
-    spot = shared_data / "spotsigs-dev"
+def _pages(root, stories=6, per_story=8, distractors=60):
+    spot = root / "spotsigs-dev"
     fp = Fingerprinter()
     out = []
     for folder in sorted(p for p in spot.iterdir() if p.is_dir())[:stories]:
         for path in sorted(folder.iterdir())[:per_story]:
             out.append((folder.name, path))
-    for path in sorted((shared_data / "distractors-dragnet").iterdir())[:distractors]:
+    for path in sorted((root / "distractors-dragnet").iterdir())[:distractors]:
         if path.is_file() and path.suffix == ".gz":
             out.append((None, path))
     pages = []
@@ -95,8 +95,8 @@ def _pages(shared_data, stories=6, per_story=8, distractors=60):
 
 
 @pytest.fixture(scope="module")
-def real_pages(shared_data):
-    return _pages(shared_data)
+def real_pages(pages_root):
+    return _pages(pages_root)
 
 
 @pytest.mark.parametrize("distance, min_similarity", [(22, 0.15), (12, 0.3), (24, 0.0)])
@@ -137,7 +137,9 @@ def test_real_stories_match_and_unrelated_pages_do_not(real_pages):
             correct += 1
         elif story is not None or story_of[best.id] is not None:
             wrong += 1
-    assert correct >= 30 and wrong <= 1
+    stories = [story for story, _ in real_pages if story is not None]
+    findable = len(stories) - len(set(stories))     # every page of a story but its first
+    assert correct >= 0.7 * findable and wrong <= 1
 
 
 def test_own_ids_and_arrays(real_pages):
