@@ -217,7 +217,7 @@ class Replica:
         self._values2.extend(v2)
         self.index.add(v1, v2, np.ascontiguousarray(recs["sketch"]))
         gap_rows, agree, dist = hashing.gap_matches(
-            self._values.array, self._values2.array, self.index._sketches, first, starts,
+            self._values.array, self._values2.array, self.index.sketches, first, starts,
             self.index.distance, self.index.needed)
         matched = (recs["flags"] & MATCHED) != 0
         kept = ~matched & (gap_rows < 0)
@@ -256,7 +256,7 @@ class Replica:
         rec = np.zeros(stop - start, RECORD)
         rec["value"] = self._values.array[start:stop]
         rec["value2"] = self._values2.array[start:stop]
-        rec["sketch"] = self.index._sketches[start:stop]
+        rec["sketch"] = self.index.sketches[start:stop]
         rec["base"] = np.arange(start, stop)
         rec["flags"] = np.where(self._kept.array[start:stop], 0, MATCHED)
         raw = rec.tobytes()

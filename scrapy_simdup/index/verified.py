@@ -146,6 +146,12 @@ class VerifiedIndex:
         return self.tables[0].max_probes
 
     @property
+    def sketches(self) -> np.ndarray:
+        """The stored pages' sketches by row, uint8[rows, SKETCH_BYTES] (a view:
+        valid until the next add; rows past ``len(self)`` are unused)."""
+        return self._sketches
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the tables, sketches and ids."""
         total = sum(t.nbytes for t in self.tables) + self._n * SKETCH_BYTES
