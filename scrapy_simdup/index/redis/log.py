@@ -27,7 +27,7 @@ import re
 import uuid
 from typing import NamedTuple
 
-from scrapy_simdup._limits import MAX_DISTANCE
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_DISTANCE
 from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
 from scrapy_simdup.fingerprint.sketch import check_min_similarity
 
@@ -156,8 +156,8 @@ class RedisLog:
     """
 
     def __init__(self, url: str, prefix: str, params: dict | None = None,
-                 fingerprint: str | None = None, distance: int = 22,
-                 min_similarity: float = 0.15) -> None:
+                 fingerprint: str | None = None, distance: int = DEFAULT_DISTANCE,
+                 min_similarity: float = DEFAULT_MIN_SIMILARITY) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ParameterError("url", f"the Redis URL must start with redis://, rediss:// "
                                         f"or unix://, got {url!r}")
