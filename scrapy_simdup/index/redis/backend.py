@@ -25,7 +25,9 @@ import contextlib
 import logging
 import time
 
-from scrapy_simdup.exceptions import IndexUnavailableError, ParameterError
+import numpy as np
+
+from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 from scrapy_simdup.index.backend import IndexBackend, Match
 from scrapy_simdup.index.redis.log import IndexResetError, RedisLog
@@ -76,8 +78,11 @@ class RedisBackend(IndexBackend):
         self._pending: list = []
         self._flushing = False
         self._lock: asyncio.Lock | None = None
+        self._drainer: asyncio.Future | None = None
         self._follower: asyncio.Task | None = None
-        self._reset: IndexResetError | None = None
+        #: why this process stopped checking (an emptied index, entries it
+        #: cannot apply, a log past max_pages): raised by every check
+        self._reset: Exception | None = None
         #: seconds the start-up load took, and the entries it applied
         self.load_seconds = 0.0
         self.loaded = 0
@@ -154,11 +159,12 @@ class RedisBackend(IndexBackend):
         return out
 
     async def check_and_add(self, page, key):
+        _check_input(page, key)         # a bad page fails alone, not its batch
         fut = asyncio.get_running_loop().create_future()
         self._pending.append((page, key, fut))
         if not self._flushing:
             self._flushing = True
-            asyncio.ensure_future(self._drain())
+            self._drainer = asyncio.ensure_future(self._drain())
         return await fut
 
     async def _drain(self):
@@ -180,6 +186,13 @@ class RedisBackend(IndexBackend):
                             b[2].set_result(r)
         finally:
             self._flushing = False
+            # (cancelled: the checks queued behind the batch are not left waiting)
+            pending, self._pending = self._pending, []
+            for b in pending:
+                if not b[2].done():
+                    b[2].set_exception(IndexUnavailableError(
+                        f"the Redis index {self.log.where} stopped checking pages "
+                        f"(its batch was cancelled)"))
 
     # -- a check -------------------------------------------------------------
     def _ensure_started(self) -> asyncio.Lock:
@@ -193,10 +206,7 @@ class RedisBackend(IndexBackend):
         if self._reset is not None:
             raise self._reset
         for page, key in zip(pages, keys):
-            if not isinstance(key, str):
-                raise TypeError(f"keys must be str, got {type(key).__name__}")
-            if not isinstance(page.sketch, bytes) or len(page.sketch) != SKETCH_BYTES:
-                raise ValueError(f"a sketch must be {SKETCH_BYTES} bytes")
+            _check_input(page, key)
         async with self._ensure_started():
             replica = self.replica
             base = replica.n
@@ -263,8 +273,21 @@ class RedisBackend(IndexBackend):
             raise IndexUnavailableError(f"the Redis index {self.log.where} has a gap in its log "
                                         f"after entry {n}: entries were deleted under it")
         blobs = entries.blobs[n + 1 - entries.first:]
+        if self.max_pages is not None and n + len(blobs) > self.max_pages:
+            self._reset = ParameterError(
+                "max_pages", f"the Redis index {self.log.where} grew to {n + len(blobs):,} pages, "
+                f"more than this process may hold ({self.max_pages:,}): it stops checking")
+            raise self._reset
+        try:
+            applied = self.replica.apply(blobs, remember_from=remember_from)
+        except (ValueError, OverflowError) as exc:
+            # every later append would add a page no replica can apply
+            self._reset = IndexConflictError("key_prefix", f"the Redis index {self.log.where} "
+                                             f"cannot be applied: {exc}; use another "
+                                             f"SIMDUP_REDIS_KEY, or clear it with SIMDUP_RESET")
+            raise self._reset from None
         self.bytes_in += sum(map(len, blobs))
-        return self.replica.apply(blobs, remember_from=remember_from)
+        return applied
 
     async def _resolve(self, rows: dict, out: list) -> None:
         """The URLs of the stored pages matched: the replica's recent ones, the
@@ -296,6 +319,8 @@ class RedisBackend(IndexBackend):
                             return
                     except IndexUnavailableError:
                         continue
+                except (IndexConflictError, ParameterError):
+                    return          # fatal (self._reset): the next check says it
                 except (IndexUnavailableError, ValueError):
                     continue        # the next check says it, and counts it
 
@@ -345,3 +370,14 @@ class RedisBackend(IndexBackend):
             self._follower = None
         await self.log.close()
 
+
+def _check_input(page, key) -> None:
+    """A page and key the backend can store (checked before they join a batch)."""
+    if not isinstance(key, str):
+        raise TypeError(f"keys must be str, got {type(key).__name__}")
+    for value in (page.value, page.value2):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                or not 0 <= int(value) < 1 << 64:
+            raise ValueError(f"a key must be an int in [0, 2**64), got {value!r}")
+    if not isinstance(page.sketch, bytes) or len(page.sketch) != SKETCH_BYTES:
+        raise ValueError(f"a sketch must be {SKETCH_BYTES} bytes")
