@@ -160,7 +160,10 @@ def fill_log(srv, n: int) -> float:
         w = RECORD.itemsize
         blobs = [raw[i * w:(i + 1) * w] + b"https://bg.example/%d" % (a + i)
                  for i in range(b - a)]
-        client.eval(APPEND, 2, log.meta_key, log.log_key, log.epoch, 10**12, 0, *blobs)
+        # (the caller has applied the log up to entry a; one entry comes back)
+        size = client.eval(APPEND, 2, log.meta_key, log.log_key, log.epoch, a + 1, 1, *blobs)[0]
+        if size != b:
+            sys.exit(f"the fill was refused at entry {a + 1}: {size}")
     log.close_sync()
     return time.perf_counter() - t0
 

@@ -47,6 +47,9 @@ MATCHED = 1
 #: ``flags`` bit: the entry carries its URL's 64-bit hash (8 bytes), not the
 #: URL (an entry re-seeded from a replica, which keeps hashes only)
 HASHED = 2
+#: ``flags`` bit: the entry does not become the page stored under its URL (a
+#: re-seeded entry whose URL's page is a later one, or an earlier copy)
+NO_KEY = 4
 #: ``base`` is 32 bits: the most entries a log can hold
 MAX_ENTRIES = MAX_REPLICA_PAGES
 
@@ -239,6 +242,7 @@ class Replica:
                     update[i] = False
                 else:
                     stored[h] = first + i
+        update &= (recs["flags"] & NO_KEY) == 0
         self.keys.put_many(np.ascontiguousarray(hashes[update]), rows[update])
         recent = self._recent
         for i in range(max(0, k - RECENT_KEYS, remember_from - first), k):
@@ -250,7 +254,9 @@ class Replica:
         """Log entries ``start + 1 .. stop`` as this replica holds them, to
         re-seed an emptied log: each decided (``base`` its own position, not
         kept ones flagged :data:`MATCHED`), with its URL when the replica
-        still has it, else its URL's hash (:data:`HASHED`)."""
+        still has it, else its URL's hash (:data:`HASHED`), and flagged
+        :data:`NO_KEY` unless it is the page stored under its URL now, so that
+        the re-seeded log maps every URL to the row this replica does."""
         if not 0 <= start <= stop <= self.n:
             raise ValueError(f"rows {start}..{stop} are not all in the replica ({self.n})")
         rec = np.zeros(stop - start, RECORD)
@@ -261,12 +267,15 @@ class Replica:
         rec["flags"] = np.where(self._kept.array[start:stop], 0, MATCHED)
         raw = rec.tobytes()
         out = []
+        hashes = self._hashes.array
         for i, row in enumerate(range(start, stop)):
             slot = self._recent[row % RECENT_KEYS]
             if slot is not None and slot[0] == row and slot[1] is not None:
                 tail, flags = slot[1], 0
             else:
-                tail, flags = int(self._hashes.array[row]).to_bytes(8, "little"), HASHED
+                tail, flags = int(hashes[row]).to_bytes(8, "little"), HASHED
+            if self.keys.get(int(hashes[row])) != row:
+                flags |= NO_KEY
             head = raw[i * RECORD_BYTES:(i + 1) * RECORD_BYTES]
             if flags:
                 head = head[:-4] + (int(rec["flags"][i]) | flags).to_bytes(4, "little")
