@@ -161,7 +161,8 @@ def fill_log(srv, n: int) -> float:
         blobs = [raw[i * w:(i + 1) * w] + b"https://bg.example/%d" % (a + i)
                  for i in range(b - a)]
         # (the caller has applied the log up to entry a; one entry comes back)
-        size = client.eval(APPEND, 2, log.meta_key, log.log_key, log.epoch, a + 1, 1, *blobs)[0]
+        size = client.eval(APPEND, 2, log.meta_key, log.log_key, log.epoch, a + 1, 1, b"",
+                           *blobs)[0]
         if size != b:
             sys.exit(f"the fill was refused at entry {a + 1}: {size}")
     log.close_sync()

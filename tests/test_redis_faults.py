@@ -9,6 +9,7 @@ import pytest
 from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
 from scrapy_simdup.index.backend import Page
 from scrapy_simdup.index.redis.backend import RedisBackend
+from scrapy_simdup.index.redis.log import IndexResetError
 from scrapy_simdup.index.verified import VerifiedIndex
 
 redis = pytest.importorskip("redis")
@@ -91,4 +92,33 @@ def test_a_bad_page_fails_alone_and_a_cancelled_batch_leaves_no_caller_waiting(r
             assert task.cancelled() or task.exception() is None \
                 or isinstance(task.exception(), (IndexUnavailableError, asyncio.CancelledError))
         await a.close()
+    asyncio.run(run())
+
+
+def test_a_log_rebuilt_past_this_replica_from_older_data_is_a_reset(redis_server):
+    """Redis back from older saved data (entries 21..30 lost), then another
+    process appends past this one's position: the count fits again, the
+    pages do not; this process must say so, not go on with other rows."""
+    prefix = "faults:older"
+    pages = _pages(60, 4)
+    client = redis.Redis.from_url(redis_server.url)
+
+    async def run():
+        a = _open(redis_server, prefix, follow_interval=0)
+        c = _open(redis_server, prefix, follow_interval=0)
+        await c.check_and_add_many(pages[:20], [f"https://c/{i}" for i in range(20)])
+        await a.check_and_add_many(pages[20:30], [f"https://a/{i}" for i in range(20, 30)])
+        # what an older snapshot holds: entries 1..20
+        client.xdel(prefix + ":log", *[f"{s}-0" for s in range(21, 31)])
+        client.execute_command("XSETID", prefix + ":log", "20-0")
+        client.hset(prefix + ":meta", "n", 20)
+        # the process that had 20 goes on first, past a's position
+        await c.check_and_add_many(pages[30:45], [f"https://c/{i}" for i in range(30, 45)])
+        with pytest.raises(IndexResetError, match="does not hold the 30 entries"):
+            await a.check_and_add(pages[50], "https://a/50")
+        with pytest.raises(IndexResetError, match="does not hold the 30 entries"):
+            await a.catch_up()
+        assert int(client.hget(prefix + ":meta", "n")) == 35      # a appended nothing
+        for x in (a, c):
+            await x.close()
     asyncio.run(run())

@@ -136,7 +136,7 @@ def test_reseeded_entries_past_the_recent_urls_are_named_by_number(private_redis
     blobs = [pack_entry(p, f"u{i}", i, False) for i, p in enumerate(pages)]
     client = log.sync_client()
     for a in range(0, n, 5000):
-        client.eval(APPEND, 2, log.meta_key, log.log_key, log.epoch, a + 1, 0,
+        client.eval(APPEND, 2, log.meta_key, log.log_key, log.epoch, a + 1, 0, b"",
                     *blobs[a:a + 5000])
     log.close_sync()
 

@@ -154,6 +154,14 @@ class Replica:
     def kept(self, row: int) -> bool:
         return bool(self._kept.array[row])
 
+    def anchor(self) -> bytes:
+        """The two keys of the last entry applied (16 bytes, as its record
+        starts), b"" when there is none: what the log must still hold there."""
+        if not self.n:
+            return b""
+        row = self.n - 1
+        return struct.pack("<QQ", int(self._values.array[row]), int(self._values2.array[row]))
+
     def recent_key(self, row: int) -> str | None:
         """The key of ``row`` if it is among the last entries applied (and
         not re-seeded without it), else None (the log has it)."""

@@ -234,11 +234,13 @@ class RedisBackend(IndexBackend):
         """Append the pages ``own`` (their ``blobs``) and apply the log up to
         them; a page kept locally but not in the log gets its gap match."""
         try:
-            n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT)
+            n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT,
+                                                 self.replica.anchor())
         except IndexResetError as exc:
             if not await self._recover(exc):
                 raise self._reset from None
-            n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT)
+            n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT,
+                                                 self.replica.anchor())
         self.appended += len(blobs)
         first_own = n - len(blobs) + 1
         gaps: dict[int, object] = {}
@@ -251,7 +253,8 @@ class RedisBackend(IndexBackend):
                         gaps[seq] = applied.gap_match(j)
             if self.replica.n >= n:
                 break
-            entries = await self.log.read(self.replica.n + 1, READ_COUNT)
+            entries = await self.log.read(self.replica.n + 1, READ_COUNT,
+                                                 self.replica.anchor())
             if not entries:
                 raise IndexUnavailableError(f"the Redis index {self.log.where} lost entries "
                                             f"{self.replica.n + 1}..{n} it had just appended")
@@ -311,7 +314,8 @@ class RedisBackend(IndexBackend):
                 continue
             async with lock:
                 try:
-                    entries = await self.log.read(self.replica.n + 1, READ_COUNT)
+                    entries = await self.log.read(self.replica.n + 1, READ_COUNT,
+                                                 self.replica.anchor())
                     self._apply(entries)
                 except IndexResetError as exc:
                     try:
@@ -357,7 +361,8 @@ class RedisBackend(IndexBackend):
         """Apply everything in the log now; returns the replica's size."""
         async with self._ensure_started():
             while True:
-                entries = await self.log.read(self.replica.n + 1, READ_COUNT)
+                entries = await self.log.read(self.replica.n + 1, READ_COUNT,
+                                                 self.replica.anchor())
                 if not entries:
                     return self.replica.n
                 self._apply(entries)

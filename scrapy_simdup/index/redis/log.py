@@ -47,13 +47,15 @@ return redis.call('HMGET', KEYS[1], 'layout', 'epoch', 'fingerprint', 'distance'
 """
 
 #: KEYS: meta, log. ARGV: epoch, the first sequence number the caller has not
-#: applied, the most entries to return, then one record per page.
+#: applied, the most entries to return, the two keys (16 bytes) of the last
+#: entry the caller applied ('' for none), then one record per page.
 #: Returns {-1} when the index is not the one of that epoch, {-2} while it is
 #: being re-seeded, {-3, last id} when the log does not end with entry n
-#: (entries added or deleted by something else), {-4, n} when it holds fewer
-#: entries than the caller applied (Redis restarted from older data): nothing
-#: is written then. Else {n, entries from that sequence number on (at most
-#: the count)}.
+#: (entries added or deleted by something else), {-4, n} when it does not
+#: hold the entries the caller applied (Redis restarted from older data,
+#: fewer entries or other ones): nothing is written then. Else {n, entries
+#: from that sequence number on (at most the count)}. ``n`` is written after
+#: the entries, so a failed XADD leaves a log whose end is not n (-3).
 APPEND = """
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'reseeding', 'n')
 if meta[1] ~= ARGV[1] then return {-1} end
@@ -65,13 +67,18 @@ if #top > 0 then last = top[1][1] end
 if not n0 or (n0 == 0 and last ~= '') or (n0 > 0 and last ~= n0 .. '-0') then
   return {-3, last}
 end
-if n0 < tonumber(ARGV[2]) - 1 then return {-4, n0} end
-local k = #ARGV - 3
-local n = redis.call('HINCRBY', KEYS[1], 'n', k)
-for i = 1, k do
-  redis.call('XADD', KEYS[2], (n - k + i) .. '-0', 'r', ARGV[3 + i])
+local had = tonumber(ARGV[2]) - 1
+if n0 < had then return {-4, n0} end
+if ARGV[4] ~= '' then
+  local prev = redis.call('XRANGE', KEYS[2], had .. '-0', had .. '-0')
+  if #prev == 0 or string.sub(prev[1][2][2], 1, 16) ~= ARGV[4] then return {-4, n0} end
 end
-return {n, redis.call('XRANGE', KEYS[2], ARGV[2] .. '-0', '+', 'COUNT', ARGV[3])}
+local k = #ARGV - 4
+for i = 1, k do
+  redis.call('XADD', KEYS[2], (n0 + i) .. '-0', 'r', ARGV[4 + i])
+end
+redis.call('HSET', KEYS[1], 'n', n0 + k)
+return {n0 + k, redis.call('XRANGE', KEYS[2], ARGV[2] .. '-0', '+', 'COUNT', ARGV[3])}
 """
 
 #: KEYS: meta, log. ARGV: layout, epoch, fingerprint, distance, min_similarity,
@@ -325,17 +332,20 @@ class RedisLog:
         return _entries(raw)
 
     # -- during the crawl ---------------------------------------------------------
-    async def append(self, start: int, blobs: list[bytes], count: int) -> tuple[int, list]:
+    async def append(self, start: int, blobs: list[bytes], count: int,
+                     anchor: bytes = b"") -> tuple[int, Entries]:
         """Append ``blobs``; returns ``(n, entries)``: the log's size after them
         and the entries from ``start`` on (at most ``count``; they end with
-        these unless more than ``count`` were missing)."""
+        these unless more than ``count`` were missing). ``anchor``: the two
+        keys (16 bytes) of entry ``start - 1`` as the caller applied it; a
+        log that holds another page there is a reset (older saved data)."""
         redis = _redis()
         client = self._aclient()
         if self._append is None or self._append.registered_client is not client:
             self._append = client.register_script(APPEND)     # EVALSHA, loaded once
         try:
             res = await self._append(keys=[self.meta_key, self.log_key],
-                                     args=[self.epoch, start, count, *blobs])
+                                     args=[self.epoch, start, count, anchor, *blobs])
         except redis.RedisError as exc:
             raise self._unavailable(exc) from exc
         if int(res[0]) == -2:
@@ -362,8 +372,8 @@ class RedisLog:
             raise IndexConflictError("key_prefix", str(exc)) from None
 
     def _lost_message(self, had: int, holds: int) -> str:
-        return (f"the Redis index {self.where} holds {holds:,} entries, fewer than the "
-                f"{had:,} this process applied (Redis restarted from older saved data, or "
+        return (f"the Redis index {self.where} does not hold the {had:,} entries this process "
+                f"applied (it holds {holds:,}: Redis restarted from older saved data, or "
                 f"entries were deleted): the pages of the lost entries are no longer shared")
 
     def _reset_message(self) -> str:
@@ -371,16 +381,19 @@ class RedisLog:
                 f"(Redis restarted without its data, or the index was cleared): the pages "
                 f"this process holds are no longer shared")
 
-    async def read(self, start: int, count: int) -> Entries:
-        """:meth:`read_sync` in the crawl; also checks the epoch (a reset is an
-        :class:`IndexResetError`)."""
+    async def read(self, start: int, count: int, anchor: bytes = b"") -> Entries:
+        """:meth:`read_sync` in the crawl; also checks the epoch and the anchor
+        (as :meth:`append`): a reset is an :class:`IndexResetError`."""
         redis = _redis()
         client = self._aclient()
         try:
             async with client.pipeline(transaction=False) as pipe:
                 pipe.hmget(self.meta_key, "epoch", "reseeding", "n")
                 pipe.execute_command("XRANGE", self.log_key, f"{start}-0", "+", "COUNT", count)
-                (epoch, reseeding, n), raw = await pipe.execute()
+                if anchor:
+                    pipe.execute_command("XRANGE", self.log_key, f"{start - 1}-0",
+                                         f"{start - 1}-0")
+                (epoch, reseeding, n), raw, *prev = await pipe.execute()
         except redis.RedisError as exc:
             raise self._unavailable(exc) from exc
         if _text(epoch) != self.epoch:
@@ -390,6 +403,8 @@ class RedisLog:
         n = _text(n)
         if n is not None and n.isdigit() and int(n) < start - 1:
             raise IndexResetError(self._lost_message(start - 1, int(n)))
+        if prev and (not prev[0] or prev[0][0][1][-1][:16] != anchor):
+            raise IndexResetError(self._lost_message(start - 1, int(n or 0)))
         return self._entries(raw)
 
     async def meta(self) -> dict:
