@@ -4,6 +4,8 @@ A real redis-server without persistence, killed and restarted empty while
 backends hold replicas of its index.
 """
 import asyncio
+import functools
+import time
 
 import numpy as np
 import pytest
@@ -153,6 +155,70 @@ def test_reseeded_entries_past_the_recent_urls_are_named_by_number(private_redis
         assert recent.duplicate_of == f"u{n - 1}"
         # still a revisit under its URL, the replica knows its hash
         assert (await b.check_and_add(pages[3], "u3")).duplicate_of == "u3"
+        for x in (a, b):
+            await x.close()
+    asyncio.run(run())
+
+
+def test_a_reseed_cut_short_is_cleared_and_done_again(redis_server):
+    """The re-seeding process loses Redis between two chunks: it deletes
+    what it wrote, and the next check re-seeds the whole index."""
+    import redis
+    pages = _pages(12, 6)
+    client = redis.Redis.from_url(redis_server.url)
+
+    async def run():
+        a = _open(redis_server, "rc", "reseed")
+        await a.check_and_add_many(pages[:10], [f"u{i}" for i in range(10)])
+        client.delete("rc:meta", "rc:log")                  # the index emptied
+        export, calls = a.replica.export, []
+
+        def failing(start, stop):
+            calls.append(start)
+            if len(calls) == 2:
+                raise redis.ConnectionError("connection lost (simulated)")
+            return export(start, stop)
+        a.replica.export = failing
+        a.log.reseed = functools.partial(a.log.reseed, chunk=4)
+        with pytest.raises(IndexUnavailableError, match="connection lost"):
+            await a.check_and_add(pages[10], "u10")
+        assert client.exists("rc:meta", "rc:log") == 0       # the partial re-seed is gone
+        a.replica.export = export
+        assert await a.check_and_add(pages[10], "u10") is None
+        assert client.xlen("rc:log") == 11 and not client.hexists("rc:meta", "reseeding")
+        await a.close()
+    asyncio.run(run())
+
+
+def test_a_reseed_whose_writer_died_is_taken_over(redis_server):
+    """A re-seed whose lease ran out (its writer died): a process that
+    notices deletes it and re-seeds; a process starting meanwhile is told."""
+    import redis
+    pages = _pages(12, 7)
+    client = redis.Redis.from_url(redis_server.url)
+
+    async def run():
+        a = _open(redis_server, "rd", "reseed")
+        await a.check_and_add_many(pages[:10], [f"u{i}" for i in range(10)])
+        old_epoch = client.hget("rd:meta", "epoch")
+        # what a writer that died after its first chunk leaves
+        client.delete("rd:meta", "rd:log")
+        client.hset("rd:meta", mapping={"layout": "log-1", "epoch": "dead", "n": 2,
+                                        "parent": old_epoch, "reseed_n": 10,
+                                        "reseeding": time.time() + 30,
+                                        "fingerprint": "", "distance": 22,
+                                        "min_similarity": "0.15"})
+        client.xadd("rd:log", {"r": a.replica.export(0, 1)[0]}, id="1-0")
+        client.xadd("rd:log", {"r": a.replica.export(1, 2)[0]}, id="2-0")
+        with pytest.raises(IndexUnavailableError, match="being re-seeded"):
+            _open(redis_server, "rd", "stop")                 # not all there yet
+        with pytest.raises(IndexUnavailableError, match="being re-seeded"):
+            await a.check_and_add(pages[10], "u10")           # its lease still runs
+        client.hset("rd:meta", "reseeding", time.time() - 1)  # ... and now ran out
+        assert await a.check_and_add(pages[10], "u10") is None
+        assert a.reseeded == 10 and client.xlen("rd:log") == 11
+        b = _open(redis_server, "rd", "stop")
+        assert np.array_equal(b.replica._kept.array, a.replica._kept.array)
         for x in (a, b):
             await x.close()
     asyncio.run(run())

@@ -30,7 +30,7 @@ import numpy as np
 from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 from scrapy_simdup.index.backend import IndexBackend, Match
-from scrapy_simdup.index.redis.log import IndexResetError, RedisLog
+from scrapy_simdup.index.redis.log import IndexResetError, RedisLog, reseed_abandoned
 from scrapy_simdup.index.replica import RECENT_KEYS, Replica, entry_key, pack_entry, url_hash
 from scrapy_simdup.index.verified import VerifiedIndex
 
@@ -333,6 +333,11 @@ class RedisBackend(IndexBackend):
         replica holding this one's pages, or re-seed it (``on_reset``). False
         (and every check fails from now on) when neither is possible."""
         meta = await self.log.meta()
+        if reseed_abandoned(meta.get("reseeding")):
+            if await self.log.drop_abandoned(meta):
+                logger.warning("Simdup: the Redis index %s was a re-seed its writer abandoned; "
+                               "it was deleted", self.log.where)
+            meta = await self.log.meta()
         if meta.get("parent") == self.log.epoch and meta.get("epoch"):
             reseed_n = int(meta.get("reseed_n") or -1)
             if self.replica.n <= reseed_n:

@@ -23,7 +23,9 @@ hash tag (``{simdup}:%(spider)s``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import time
 import uuid
 from typing import NamedTuple
 
@@ -31,7 +33,8 @@ from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, MAX_
 from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
 from scrapy_simdup.fingerprint.sketch import check_min_similarity
 
-__all__ = ["RedisLog", "Entries", "LAYOUT", "IndexResetError", "safe_url", "stored_size"]
+__all__ = ["RedisLog", "Entries", "LAYOUT", "IndexResetError", "safe_url", "stored_size",
+           "reseed_abandoned", "RESEED_LEASE"]
 
 LAYOUT = "log-1"
 
@@ -43,7 +46,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 the
              'distance', ARGV[4], 'min_similarity', ARGV[5], 'n', 0)
 end
 return redis.call('HMGET', KEYS[1], 'layout', 'epoch', 'fingerprint', 'distance',
-                  'min_similarity', 'n')
+                  'min_similarity', 'n', 'reseeding')
 """
 
 #: KEYS: meta, log. ARGV: epoch, the first sequence number the caller has not
@@ -59,7 +62,7 @@ return redis.call('HMGET', KEYS[1], 'layout', 'epoch', 'fingerprint', 'distance'
 APPEND = """
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'reseeding', 'n')
 if meta[1] ~= ARGV[1] then return {-1} end
-if meta[2] then return {-2} end
+if meta[2] then return {-2, meta[2]} end
 local n0 = tonumber(meta[3] or '')
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 local last = ''
@@ -82,27 +85,42 @@ return {n0 + k, redis.call('XRANGE', KEYS[2], ARGV[2] .. '-0', '+', 'COUNT', ARG
 """
 
 #: KEYS: meta, log. ARGV: layout, epoch, fingerprint, distance, min_similarity,
-#: the epoch it replaces, the entries it will hold. Claims an emptied index
-#: for a re-seed: 1 if claimed, 0 if the index exists (another process
-#: claimed it, or started a new one).
+#: the epoch it replaces, the entries it will hold, the lease's end (Unix
+#: seconds). Claims an emptied index for a re-seed: 1 if claimed, 0 if the
+#: index exists (another process claimed it, or started a new one).
 RESEED_CLAIM = """
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'layout', ARGV[1], 'epoch', ARGV[2], 'fingerprint', ARGV[3],
            'distance', ARGV[4], 'min_similarity', ARGV[5], 'n', 0, 'parent', ARGV[6],
-           'reseed_n', ARGV[7], 'reseeding', 1)
+           'reseed_n', ARGV[7], 'reseeding', ARGV[8])
 return 1
 """
 
-#: KEYS: meta, log. ARGV: epoch, the first sequence number, then records.
+#: KEYS: meta, log. ARGV: epoch, the lease's new end, the first sequence
+#: number, then records. -1 if the index is not that epoch's any more.
 RESEED_WRITE = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
-local first = tonumber(ARGV[2])
-for i = 3, #ARGV do
-  redis.call('XADD', KEYS[2], (first + i - 3) .. '-0', 'r', ARGV[i])
+local first = tonumber(ARGV[3])
+for i = 4, #ARGV do
+  redis.call('XADD', KEYS[2], (first + i - 4) .. '-0', 'r', ARGV[i])
 end
-redis.call('HSET', KEYS[1], 'n', first + #ARGV - 3)
-return first + #ARGV - 3
+redis.call('HSET', KEYS[1], 'n', first + #ARGV - 4, 'reseeding', ARGV[2])
+return first + #ARGV - 4
 """
+
+#: KEYS: meta, log. ARGV: an epoch, its ``reseeding`` value. Deletes the index
+#: if it is still that epoch's re-seed, with that lease (an abandoned one, or
+#: this process's own that failed): 1 if deleted.
+RESEED_DROP = """
+local meta = redis.call('HMGET', KEYS[1], 'epoch', 'reseeding')
+if meta[1] ~= ARGV[1] or meta[2] ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"""
+
+#: seconds a re-seed may go without writing before the others take it as
+#: abandoned (its writer died or lost Redis)
+RESEED_LEASE = 60.0
 
 #: keys of the bucket layouts of earlier versions (refused at start-up)
 _OLD_LAYOUT_SUFFIXES = (":v", ":t", ":n", ":id", ":fingerprint")
@@ -286,7 +304,8 @@ class RedisLog:
         except redis.RedisError as exc:
             raise IndexUnavailableError(f"cannot use Redis at {safe_url(self.url)}: "
                                         f"{exc}") from exc
-        layout, epoch, fingerprint, distance, min_similarity, n = (_text(v) for v in meta)
+        layout, epoch, fingerprint, distance, min_similarity, n, reseeding = \
+            (_text(v) for v in meta)
         if layout != LAYOUT or epoch is None or n is None or not n.isdigit():
             raise ParameterError("key_prefix", f"{self.meta_key!r} at {safe_url(self.url)} is not "
                                  f"a scrapy-simdup index of this version (layout {layout!r}); "
@@ -306,6 +325,14 @@ class RedisLog:
             raise ParameterError("min_similarity", f"the index {self.where} matches at similarity "
                                  f"{min_similarity}, this process at {self.min_similarity}: "
                                  f"every process of an index applies one rule")
+        if reseeding is not None:       # its pages are being written: not all there
+            if reseed_abandoned(reseeding):
+                raise IndexUnavailableError(
+                    f"the Redis index {self.where} is a re-seed that its writer abandoned; "
+                    f"clear it with SIMDUP_RESET = True (scrapy crawl <spider> -s "
+                    f"SIMDUP_RESET=1), or let a running process of the fleet re-seed it")
+            raise IndexUnavailableError(f"the Redis index {self.where} is being re-seeded "
+                                        f"from a replica; start again once it is done")
         self.epoch = epoch
         self.size = int(n)
         return self.size
@@ -349,8 +376,7 @@ class RedisLog:
         except redis.RedisError as exc:
             raise self._unavailable(exc) from exc
         if int(res[0]) == -2:
-            raise IndexUnavailableError(f"the Redis index {self.where} is being re-seeded "
-                                        f"from another process's replica")
+            self._reseeding(_text(res[1]))
         if int(res[0]) == -3:
             raise IndexConflictError("key_prefix", f"the log of the Redis index {self.where} "
                                      f"does not end with the entry its count says (its last "
@@ -370,6 +396,16 @@ class RedisLog:
             return _entries(raw)
         except ValueError as exc:
             raise IndexConflictError("key_prefix", str(exc)) from None
+
+    def _reseeding(self, lease: str | None):
+        """Raise for an index being re-seeded: an outage while its lease runs,
+        a reset once it ran out (the re-seed was abandoned)."""
+        if reseed_abandoned(lease):
+            raise IndexResetError(f"the Redis index {self.where} was being re-seeded from "
+                                  f"another process's replica, which stopped writing it (its "
+                                  f"lease ran out)")
+        raise IndexUnavailableError(f"the Redis index {self.where} is being re-seeded from "
+                                    f"another process's replica")
 
     def _lost_message(self, had: int, holds: int) -> str:
         return (f"the Redis index {self.where} does not hold the {had:,} entries this process "
@@ -399,7 +435,7 @@ class RedisLog:
         if _text(epoch) != self.epoch:
             raise IndexResetError(self._reset_message())
         if reseeding is not None:
-            return Entries(0, [])       # the entries are being written
+            self._reseeding(_text(reseeding))
         n = _text(n)
         if n is not None and n.isdigit() and int(n) < start - 1:
             raise IndexResetError(self._lost_message(start - 1, int(n)))
@@ -419,28 +455,53 @@ class RedisLog:
     async def reseed(self, n: int, export, chunk: int = 5000) -> bool:
         """Re-create an emptied index with ``n`` entries (``export(a, b)``: the
         blobs of entries ``a + 1 .. b``) under a new epoch naming this one as
-        its parent. False if the index exists (another process re-seeded it,
-        or a new one was started)."""
+        its parent, under a lease renewed at every chunk. False if the index
+        exists (another process re-seeded it, or a new one was started). A
+        re-seed that fails is deleted again (when Redis still answers), so
+        that the next process to notice can claim it."""
         redis = _redis()
         client = self._aclient()
         epoch = uuid.uuid4().hex
+        lease = repr(time.time() + RESEED_LEASE)
         try:
             claimed = await client.eval(RESEED_CLAIM, 2, self.meta_key, self.log_key, LAYOUT,
                                         epoch, self.fingerprint, self.distance,
-                                        repr(self.min_similarity), self.epoch, n)
-            if not int(claimed):
-                return False
-            for a in range(0, n, chunk):
-                blobs = export(a, min(n, a + chunk))
-                if int(await client.eval(RESEED_WRITE, 2, self.meta_key, self.log_key, epoch,
-                                         a + 1, *blobs)) < 0:
-                    raise IndexResetError(self._reset_message())
-            await client.hdel(self.meta_key, "reseeding")
+                                        repr(self.min_similarity), self.epoch, n, lease)
         except redis.RedisError as exc:
             raise self._unavailable(exc) from exc
+        if not int(claimed):
+            return False
+        try:
+            for a in range(0, n, chunk):
+                blobs = export(a, min(n, a + chunk))
+                renewed = repr(time.time() + RESEED_LEASE)
+                if int(await client.eval(RESEED_WRITE, 2, self.meta_key, self.log_key, epoch,
+                                         renewed, a + 1, *blobs)) < 0:
+                    raise IndexResetError(self._reset_message())
+                lease = renewed
+            await client.hdel(self.meta_key, "reseeding")
+        except BaseException as exc:
+            with contextlib.suppress(redis.RedisError, OSError):
+                await client.eval(RESEED_DROP, 2, self.meta_key, self.log_key, epoch, lease)
+            if isinstance(exc, redis.RedisError):
+                raise self._unavailable(exc) from exc
+            raise
         self.epoch = epoch
         self.size = n
         return True
+
+    async def drop_abandoned(self, meta: dict) -> bool:
+        """Delete the index ``meta`` describes if it is a re-seed whose lease
+        ran out (its writer died or lost Redis); True if deleted."""
+        if not reseed_abandoned(meta.get("reseeding")):
+            return False
+        redis = _redis()
+        try:
+            return bool(int(await self._aclient().eval(
+                RESEED_DROP, 2, self.meta_key, self.log_key, meta.get("epoch") or "",
+                meta["reseeding"])))
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from exc
 
     async def blobs_at(self, seqs) -> dict[int, bytes]:
         """The entries ``seqs`` (that are in the log): ``{seq: blob}``."""
@@ -504,6 +565,14 @@ class Entries(NamedTuple):
     @property
     def last(self) -> int:
         return self.first + len(self.blobs) - 1
+
+
+def reseed_abandoned(lease: str | None) -> bool:
+    """Whether a ``reseeding`` value is a lease that ran out."""
+    try:
+        return lease is not None and float(lease) < time.time()
+    except ValueError:
+        return True
 
 
 def _entries(raw) -> Entries:
