@@ -45,6 +45,8 @@ ON_RESET = ("stop", "reseed")
 MAX_BATCH = 2048
 #: most log entries read (or returned by an append) in one round trip
 READ_COUNT = 20_000
+#: seconds without word from the log after which a check catches up first
+STALE_AFTER = 1.0
 #: a replica's bytes per page, said before it holds any (index/replica.py)
 REPLICA_BYTES_PER_PAGE = 120.0
 
@@ -79,6 +81,8 @@ class RedisBackend(IndexBackend):
         self._flushing = False
         self._lock: asyncio.Lock | None = None
         self._drainer: asyncio.Future | None = None
+        #: when the replica last heard from the log (monotonic seconds)
+        self._synced_at = time.monotonic()
         self._follower: asyncio.Task | None = None
         #: why this process stopped checking (an emptied index, entries it
         #: cannot apply, a log past max_pages): raised by every check
@@ -208,6 +212,14 @@ class RedisBackend(IndexBackend):
         for page, key in zip(pages, keys):
             _check_input(page, key)
         async with self._ensure_started():
+            if time.monotonic() - self._synced_at > STALE_AFTER:
+                # back from an outage or a stall: catch up first, or every
+                # replica would check these pages against the whole gap
+                try:
+                    await self._read_all()
+                except IndexResetError as exc:
+                    if not await self._recover(exc):
+                        raise self._reset from None
             replica = self.replica
             base = replica.n
             out: list = [None] * len(pages)
@@ -242,6 +254,7 @@ class RedisBackend(IndexBackend):
             n, entries = await self.log.append(self.replica.n + 1, blobs, READ_COUNT,
                                                  self.replica.anchor())
         self.appended += len(blobs)
+        self._synced_at = time.monotonic()
         first_own = n - len(blobs) + 1
         gaps: dict[int, object] = {}
         while True:
@@ -316,6 +329,7 @@ class RedisBackend(IndexBackend):
                 try:
                     entries = await self.log.read(self.replica.n + 1, READ_COUNT,
                                                  self.replica.anchor())
+                    self._synced_at = time.monotonic()
                     self._apply(entries)
                 except IndexResetError as exc:
                     try:
@@ -365,12 +379,17 @@ class RedisBackend(IndexBackend):
     async def catch_up(self) -> int:
         """Apply everything in the log now; returns the replica's size."""
         async with self._ensure_started():
-            while True:
-                entries = await self.log.read(self.replica.n + 1, READ_COUNT,
-                                                 self.replica.anchor())
-                if not entries:
-                    return self.replica.n
-                self._apply(entries)
+            await self._read_all()
+            return self.replica.n
+
+    async def _read_all(self) -> None:
+        """Apply the log to its end (the lock held)."""
+        while True:
+            entries = await self.log.read(self.replica.n + 1, READ_COUNT, self.replica.anchor())
+            self._synced_at = time.monotonic()
+            if not entries:
+                return
+            self._apply(entries)
 
     async def close(self):
         if self._follower is not None:
