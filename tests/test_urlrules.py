@@ -1,0 +1,186 @@
+"""The URL rule learner and the trap budget, without Scrapy."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scrapy_simdup.exceptions import CorruptFileError
+from scrapy_simdup.urlrules import PatternBudget, UrlRuleLearner
+from scrapy_simdup.urlrules.learner import Rule, diff_rules, parse_url
+from scrapy_simdup.urlrules.persist import RULES_FILE, load_rules, read_rules, save_rules
+
+H = "http://example.com"
+
+
+def crawl(learner, pages):
+    """Observe ``pages``: (url, duplicate_of or None)."""
+    for url, dup in pages:
+        learner.observe(url, dup)
+
+
+def tracking_pairs(n, start=0):
+    pages = []
+    for i in range(start, start + n):
+        pages.append((f"{H}/story/s{i}", None))
+        pages.append((f"{H}/story/s{i}?utm_source=feed{i}", f"{H}/story/s{i}"))
+    return pages
+
+
+def test_parse_sorts_the_query_and_splits_path_parameters():
+    url = parse_url("HTTP://Example.COM/a;jsessionid=X/b?z=1&a=2&a=1")
+    assert url.host == "http://example.com"
+    assert url.segments == (("a", ("jsessionid=X",)), ("b", ()))
+    assert url.query == (("a", "1"), ("a", "2"), ("z", "1"))
+    assert parse_url("not a url") is None
+
+
+@pytest.mark.parametrize("dup, kept, expected", [
+    (f"{H}/a?utm_source=x", f"{H}/a", [("param", H, "/a", "utm_source"), ("param", H, "*", "utm_source")]),
+    (f"{H}/a?b=2&a=1", f"{H}/a?a=1&b=2", []),          # only the order differs: the same URL
+    (f"{H}/a/b;jsessionid=1", f"{H}/a/b;jsessionid=2", [("pathparam", H, "*", "jsessionid")]),
+    (f"{H}/print/a/b", f"{H}/a/b", [("segment", H, "*", "print")]),
+    (f"{H}/a/b/amp", f"{H}/a/b", [("segment", H, "*", "amp")]),
+    ("http://m.example.com/a", f"{H}/a", [("host", "http://m.example.com", "*", H)]),
+    ("http://m.example.com/a?x=1", f"{H}/a", []),      # two dimensions at once: nothing
+    (f"{H}/a?p=1&q=1&r=1&s=1", f"{H}/a", []),          # too many parameters at once
+])
+def test_diff_rules(dup, kept, expected):
+    assert diff_rules(parse_url(dup), parse_url(kept)) == expected
+
+
+def test_a_tracking_parameter_is_learned_after_enough_support_and_applied():
+    learner = UrlRuleLearner(min_support=3)
+    crawl(learner, tracking_pairs(2))
+    assert learner.lookup(f"{H}/story/s0?utm_source=other") is None     # 2 pairs: not yet
+    crawl(learner, tracking_pairs(1, start=2))
+    events = learner.take_events()
+    assert ("learned", learner.rules[f"param {H} /story/* utm_source"]) in events
+    hit = learner.lookup(f"{H}/story/s1?utm_source=mail")
+    assert hit is not None and hit.duplicate_of == f"{H}/story/s1"
+    assert {r.arg for r in hit.rules} == {"utm_source"}
+    # a URL no page was checked under is not a hit; nor is the very URL checked
+    assert learner.lookup(f"{H}/story/s99?utm_source=x") is None
+    assert learner.lookup(f"{H}/story/s1") is None
+
+
+def test_a_content_parameter_never_becomes_a_rule():
+    learner = UrlRuleLearner(min_support=2)
+    pages = []
+    for i in range(20):
+        pages.append((f"{H}/read?id={i}", None))                      # all distinct pages
+    # two listing pages that happen to be near-duplicates: a pair proposes `id`
+    pages.append((f"{H}/read?id=100", f"{H}/read?id=3"))
+    pages += [(f"{H}/read?id={i}&page={p}", None) for i in range(3) for p in range(1, 4)]
+    pages.append((f"{H}/read?id=1&page=9", f"{H}/read?id=1&page=2"))
+    crawl(learner, pages)
+    for arg in ("id", "page"):
+        for scope in ("/read", "*"):
+            rule = learner.rules.get(f"param {H} {scope} {arg}")
+            assert rule is None or rule.state == "candidate"
+            if rule is not None:
+                assert rule.count("contradictions") > 0
+    assert not learner.active()
+    assert learner.lookup(f"{H}/read?id=5") is None
+
+
+def test_a_rule_whose_checks_fail_is_retracted():
+    learner = UrlRuleLearner(min_support=3, check=1.0)
+    crawl(learner, tracking_pairs(4))
+    rule = learner.rules[f"param {H} /story/* utm_source"]
+    assert rule.state == "active"
+    learner.take_events()
+    # the parameter starts to change the page: the check of a hit fails
+    hit = learner.lookup(f"{H}/story/s0?utm_source=new")
+    assert hit is not None and learner.should_check(f"{H}/story/s0?utm_source=new")
+    learner.observe(f"{H}/story/s0?utm_source=new", None, checked=hit)
+    assert rule.state == "retracted"
+    assert ("retracted", rule) in learner.take_events()
+    assert rule.count("failed_checks") + learner.rules[f"param {H} * utm_source"].count(
+        "failed_checks") == 1
+    assert not learner.active()
+    assert learner.lookup(f"{H}/story/s3?utm_source=again") is None
+    # retracted for good: more support does not bring it back
+    crawl(learner, tracking_pairs(5, start=10))
+    assert rule.state == "retracted"
+
+
+def test_path_variants_and_host_alias():
+    learner = UrlRuleLearner(min_support=3)
+    for i in range(4):
+        base = f"{H}/news/a{i}"
+        crawl(learner, [(base, None), (f"{H}/print/news/a{i}", base), (f"{base}/amp", base),
+                        (f"{H}/news;jsessionid={i}/a{i}", base),
+                        (f"http://m.example.com/news/a{i}", base)])
+    kinds = {r.kind for r in learner.active()}
+    assert kinds == {"segment", "pathparam", "host"}
+    learner.observe(f"{H}/news/a9", None)
+    for variant in (f"{H}/print/news/a9", f"{H}/news/a9/amp", f"{H}/news;jsessionid=zz/a9",
+                    "http://m.example.com/news/a9", "http://m.example.com/print/news/a9"):
+        hit = learner.lookup(variant)
+        assert hit is not None and hit.duplicate_of == f"{H}/news/a9", variant
+
+
+def test_rules_survive_a_save_and_load(tmp_path):
+    learner = UrlRuleLearner(min_support=3)
+    crawl(learner, tracking_pairs(3))
+    save_rules(learner, tmp_path)
+    again = read_rules(tmp_path)
+    rule = again.rules[f"param {H} /story/* utm_source"]
+    assert rule.state == "active" and rule.count("support") == 3
+    # a new crawl: the page, then a variant is a hit at once
+    again.observe(f"{H}/story/new", None)
+    assert again.lookup(f"{H}/story/new?utm_source=x").duplicate_of == f"{H}/story/new"
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"format": "other"}',
+                                     b'{"format": "simdup-url-rules", "version": 1, "rules": [{"kind": "x"}]}',
+                                     b'{"format": "simdup-url-rules", "version": 9, "rules": []}'])
+def test_a_damaged_rules_file_is_moved_aside(tmp_path, content):
+    (tmp_path / RULES_FILE).write_bytes(content)
+    with pytest.raises(CorruptFileError, match=RULES_FILE):
+        read_rules(tmp_path)
+    with pytest.raises(CorruptFileError):
+        load_rules(UrlRuleLearner(), tmp_path, on_error="stop")
+    assert (tmp_path / RULES_FILE).exists()
+    learner = UrlRuleLearner()
+    assert load_rules(learner, tmp_path) == (0, True)
+    assert not (tmp_path / RULES_FILE).exists()
+    assert [p.name for p in tmp_path.glob("corrupt-*/*")] == [RULES_FILE]
+
+
+def test_memory_is_bounded_per_host():
+    learner = UrlRuleLearner(max_urls_per_host=50, max_rules_per_host=4, keys_per_rule=20,
+                             history=10, max_hosts=3)
+    for i in range(300):
+        learner.observe(f"{H}/x?k{i % 40}={i}", f"{H}/x" if i % 2 else None)
+    assert len(learner.hosts[H].checked) <= 50
+    assert len(learner.hosts[H].history) <= 10
+    assert sum(r.state == "candidate" for r in learner.rules.values()) <= 4
+    assert all(len(r.groups) <= 20 for r in learner.rules.values())
+    for h in range(10):
+        learner.observe(f"http://h{h}.example/", None)
+    assert len(learner.hosts) <= 3
+
+
+def test_rule_ids_round_trip_and_json():
+    rule = Rule("param", H, "/a/*", "utm_source")
+    assert Rule.from_id(rule.id).id == rule.id
+    with pytest.raises(ValueError):
+        Rule.from_id("nonsense")
+    json.dumps(UrlRuleLearner().to_json())
+
+
+def test_pattern_budget_cuts_a_trap_and_not_content():
+    budget = PatternBudget(10)
+    cut = []
+    for month in range(1, 40):
+        pattern = budget.observe(f"{H}/calendar/2024/{month}", duplicate=month > 1)
+        if pattern:
+            cut.append(pattern)
+    assert cut == [f"{H}/calendar/N/N"]
+    assert budget.over_budget(f"{H}/calendar/1999/1") == f"{H}/calendar/N/N"
+    for i in range(40):
+        assert budget.observe(f"{H}/read?id={i}", duplicate=False) is None
+    assert budget.over_budget(f"{H}/read?id=99") is None
+    assert budget.counts[f"{H}/calendar/N/N"][2] == 1
