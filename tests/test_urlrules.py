@@ -133,9 +133,10 @@ def test_rules_survive_a_save_and_load(tmp_path):
     assert again.lookup(f"{H}/story/new?utm_source=x").duplicate_of == f"{H}/story/new"
 
 
-@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"format": "other"}',
-                                     b'{"format": "simdup-url-rules", "version": 1, "rules": [{"kind": "x"}]}',
-                                     b'{"format": "simdup-url-rules", "version": 9, "rules": []}'])
+@pytest.mark.parametrize("content", [
+    b"", b"{", b"[]", b'{"format": "other"}',
+    b'{"format": "simdup-url-rules", "version": 1, "rules": [{"kind": "x"}]}',
+    b'{"format": "simdup-url-rules", "version": 9, "rules": []}'])
 def test_a_damaged_rules_file_is_moved_aside(tmp_path, content):
     (tmp_path / RULES_FILE).write_bytes(content)
     with pytest.raises(CorruptFileError, match=RULES_FILE):

@@ -14,7 +14,8 @@ the other (only when the two differ in one dimension: the host, up to three
 query parameters, path parameters, or one path segment). Each rule keeps,
 for the URLs of its host, the first URL met under each key the rule alone
 produces; a later URL with the same key is a pair: *support* when the two
-pages are in one cluster, a *contradiction* when they are not. A new rule is
+pages are in one cluster (each cluster counts once: the copies of one page
+alone never make a rule), a *contradiction* when they are not. A new rule is
 first replayed over the host's recent URLs, so that what was seen before it
 counts too. A rule is used once it has ``min_support`` supporting pairs and
 no contradiction; a parameter that changes the content (``?id=``,
@@ -108,7 +109,8 @@ class Rule:
     of). Counts are this process's (``own``) plus, when shared, the fleet's
     (``fleet``, less what this process already ``pushed`` into it)."""
 
-    __slots__ = ("kind", "host", "scope", "arg", "state", "own", "pushed", "fleet", "groups")
+    __slots__ = ("kind", "host", "scope", "arg", "state", "own", "pushed", "fleet", "groups",
+                 "clusters")
 
     def __init__(self, kind: str, host: str, scope: str, arg: str, state: str = "candidate"):
         self.kind, self.host, self.scope, self.arg, self.state = kind, host, scope, arg, state
@@ -117,6 +119,8 @@ class Rule:
         self.fleet = dict.fromkeys(COUNTERS, 0)
         #: rule-alone key -> (first URL met under it, its cluster)
         self.groups: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        #: hashes of the clusters whose pairs supported the rule (support counts each once)
+        self.clusters: set[int] = set()
 
     @property
     def id(self) -> str:
@@ -455,8 +459,10 @@ class UrlRuleLearner:
             ok = self.cluster(checked.duplicate_of) == cluster
             for rule in checked.rules:
                 rule.own["checks"] += 1
-                rule.own["support" if ok else "contradictions"] += 1
-                if not ok:
+                if ok:
+                    self._support(rule, cluster)
+                else:
+                    rule.own["contradictions"] += 1
                     rule.own["failed_checks"] += 1
                 skip.add(rule.id)
                 self.judge(rule)
@@ -514,9 +520,20 @@ class UrlRuleLearner:
         first, first_cluster = entry
         if first == url:
             return
-        same = self.cluster(first_cluster) == cluster
-        rule.own["support" if same else "contradictions"] += 1
+        if self.cluster(first_cluster) == cluster:
+            self._support(rule, cluster)
+        else:
+            rule.own["contradictions"] += 1
         self.judge(rule)
+
+    def _support(self, rule: Rule, cluster: str) -> None:
+        """A pair in ``cluster`` confirms ``rule``: support counts clusters,
+        not pairs, so that the copies of one page alone never make a rule."""
+        mark = zlib.crc32(cluster.encode("utf-8", "surrogatepass"))
+        if mark not in rule.clusters:
+            if len(rule.clusters) < self.keys_per_rule:
+                rule.clusters.add(mark)
+            rule.own["support"] += 1
 
     # -- fleet and files -------------------------------------------------------------
     def merge_fleet(self, totals: dict[str, dict[str, int]], retracted=()) -> None:
