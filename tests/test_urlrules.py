@@ -185,3 +185,47 @@ def test_pattern_budget_cuts_a_trap_and_not_content():
         assert budget.observe(f"{H}/read?id={i}", duplicate=False) is None
     assert budget.over_budget(f"{H}/read?id=99") is None
     assert budget.counts[f"{H}/calendar/N/N"][2] == 1
+
+
+def test_parameters_that_come_together_make_one_rule():
+    learner = UrlRuleLearner(min_support=3)
+    for i in range(3):
+        crawl(learner, [(f"{H}/s/{i}", None),
+                        (f"{H}/s/{i}?utm_source=a{i}&utm_medium=b{i}", f"{H}/s/{i}")])
+    rule = learner.rules[f"param {H} /s/* utm_medium,utm_source"]
+    assert rule.state == "active"
+    assert rule.describe() == f"query parameters utm_medium+utm_source on {H}/s/*"
+    learner.observe(f"{H}/s/9", None)
+    hit = learner.lookup(f"{H}/s/9?utm_medium=x&utm_source=y")
+    assert hit is not None and hit.duplicate_of == f"{H}/s/9"
+
+
+def test_host_aliases_in_a_cycle_make_one_group():
+    a, b, c = "http://a.example", "http://b.example", "http://c.example"
+    learner = UrlRuleLearner(min_support=3)
+    # a -> b, then b -> c, then c -> a: whichever copy came first was kept
+    for i, (dup, kept) in enumerate([(a, b), (b, c), (c, a)] * 3):
+        crawl(learner, [(f"{kept}/p{i}", None), (f"{dup}/p{i}", f"{kept}/p{i}")])
+    assert len([r for r in learner.active() if r.kind == "host"]) == 3
+    learner.observe(f"{b}/new", None)
+    for host in (a, c):
+        hit = learner.lookup(f"{host}/new")
+        assert hit is not None and hit.duplicate_of == f"{b}/new", host
+
+
+def test_a_parameter_seen_with_one_value_only_is_not_any_value():
+    # /list?page=1 is /list: that says nothing of page=2
+    learner = UrlRuleLearner(min_support=3)
+    for i in range(6):
+        crawl(learner, [(f"{H}/list{i}", None), (f"{H}/list{i}?page=1", f"{H}/list{i}")])
+    assert not learner.active()
+    assert learner.lookup(f"{H}/list0?page=2") is None
+    # a set of parameters is not used while one of them alone was contradicted
+    learner = UrlRuleLearner(min_support=3)
+    crawl(learner, [(f"{H}/sec/0?page=1", None), (f"{H}/sec/0?page=2", None)])
+    for i in range(5):
+        crawl(learner, [(f"{H}/sec/{i}?page=1", None),
+                        (f"{H}/sec/{i}?ref=r{i}", f"{H}/sec/{i}?page=1")])
+    crawl(learner, [(f"{H}/sec/1?page=2", None)])
+    assert learner.rules[f"param {H} * page"].count("contradictions")
+    assert f"param {H} * page,ref" not in {r.id for r in learner.active()}

@@ -110,7 +110,7 @@ class Rule:
     (``fleet``, less what this process already ``pushed`` into it)."""
 
     __slots__ = ("kind", "host", "scope", "arg", "state", "own", "pushed", "fleet", "groups",
-                 "clusters")
+                 "clusters", "values", "fleet_active")
 
     def __init__(self, kind: str, host: str, scope: str, arg: str, state: str = "candidate"):
         self.kind, self.host, self.scope, self.arg, self.state = kind, host, scope, arg, state
@@ -121,6 +121,10 @@ class Rule:
         self.groups: OrderedDict[str, tuple[str, str]] = OrderedDict()
         #: hashes of the clusters whose pairs supported the rule (support counts each once)
         self.clusters: set[int] = set()
+        #: query parameter rules: the values each parameter had in supporting pairs (a few)
+        self.values: dict[str, set[str]] = {}
+        #: another process of the fleet put the rule in use
+        self.fleet_active = False
 
     @property
     def id(self) -> str:
@@ -144,6 +148,8 @@ class Rule:
     def describe(self) -> str:
         if self.kind == "param":
             where = self.host + ("" if self.scope == "*" else self.scope)
+            if "," in self.arg:
+                return f"query parameters {self.arg.replace(',', '+')} on {where}"
             return f"query parameter {self.arg!r} on {where}"
         if self.kind == "pathparam":
             return f"path parameter ;{self.arg}= on {self.host}"
@@ -167,7 +173,8 @@ class Rule:
         if self.kind == "param":
             if self.scope != "*" and template(segments) != self.scope:
                 return None
-            return render(host, segments, tuple(kv for kv in query if kv[0] != self.arg))
+            names = self.arg.split(",")
+            return render(host, segments, tuple(kv for kv in query if kv[0] not in names))
         if self.kind == "pathparam":
             return render(host, tuple((n, tuple(p for p in ps if _param_name(p) != self.arg))
                                       for n, ps in segments), query)
@@ -229,9 +236,12 @@ def diff_rules(dup: ParsedUrl, kept: ParsedUrl) -> list[tuple[str, str, str, str
                        if values_a.get(n) != values_b.get(n))
         if not names or len(names) > _MAX_PARAMS_PER_PAIR:
             return []
+        if any(" " in n or "," in n or not n for n in names):
+            return []
         scope = template(dup.segments)
-        return [("param", host, s, n) for s in (scope, "*") for n in names
-                if " " not in n and n]
+        if len(names) > 1:      # parameters that come together (utm_*): one rule too
+            names = [*names, ",".join(names)]
+        return [("param", host, s, n) for s in (scope, "*") for n in names]
     if dup.query != kept.query:
         return []
     names_a = tuple(n for n, _ in dup.segments)
@@ -275,6 +285,7 @@ class UrlRuleLearner:
         self.by_host: dict[str, dict[str, Rule]] = {}
         self.hosts: OrderedDict[str, _Host] = OrderedDict()
         self.version = 0
+        self._aliases: tuple[int, dict] = (-1, {})
         #: ("learned" | "retracted", rule), drained by take_events()
         self.events: list[tuple[str, Rule]] = []
 
@@ -305,14 +316,37 @@ class UrlRuleLearner:
     def judge(self, rule: Rule) -> None:
         """Put a rule in use, or retract it, by its counts."""
         s, c = rule.count("support"), rule.count("contradictions")
-        if rule.state == "candidate" and c == 0 and s >= self.min_support:
+        if rule.state == "candidate" and c == 0 and s >= self.min_support and \
+                (rule.fleet_active or self._varied(rule)) and not self._blocked(rule):
             rule.state = "active"
-        elif rule.state == "active" and c and s / (s + c) < self.min_precision:
+        elif rule.state == "active" and ((c and s / (s + c) < self.min_precision)
+                                         or self._blocked(rule)):
             rule.state = "retracted"
         else:
             return
         self.version += 1
         self.events.append(("learned" if rule.state == "active" else "retracted", rule))
+
+    @staticmethod
+    def _varied(rule: Rule) -> bool:
+        """A query parameter rule says *any value*: its supporting pairs must
+        have shown each parameter with two values at least (``?page=1`` the
+        same as no ``page`` says nothing of ``?page=2``)."""
+        if rule.kind != "param":
+            return True
+        return all(len(rule.values.get(name, ())) >= 2 for name in rule.arg.split(","))
+
+    def _blocked(self, rule: Rule) -> bool:
+        """A rule of several parameters is not used while one of them, alone,
+        has met a contradiction."""
+        if rule.kind != "param" or "," not in rule.arg:
+            return False
+        for name in rule.arg.split(","):
+            for scope in {rule.scope, "*"}:
+                single = self.rules.get(f"param {rule.host} {scope} {name}")
+                if single is not None and single.count("contradictions"):
+                    return True
+        return False
 
     def retract(self, rule: Rule) -> None:
         if rule.state != "retracted":
@@ -345,19 +379,43 @@ class UrlRuleLearner:
         return url
 
     # -- applying ----------------------------------------------------------------
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        """Every host in an alias group (of the host rules in use) -> the
+        group's hosts, the canonical one (the smallest) first."""
+        if self._aliases[0] != self.version:
+            parent: dict[str, str] = {}
+
+            def find(h):
+                while parent.get(h, h) != h:
+                    h = parent[h]
+                return h
+            for rule in self.rules.values():
+                if rule.kind == "host" and rule.state == "active":
+                    a, b = find(rule.host), find(rule.arg)
+                    if a != b:
+                        parent[max(a, b)] = min(a, b)
+            groups: dict[str, list[str]] = {}
+            for h in parent:
+                groups.setdefault(find(h), []).append(h)
+            for root, members in groups.items():
+                if root not in members:
+                    members.append(root)
+            self._aliases = (self.version, {h: tuple(sorted(members))
+                                            for members in groups.values() for h in members})
+        return self._aliases[1]
+
     def normalize(self, url: ParsedUrl) -> tuple[str, tuple]:
-        """``url`` rewritten by every rule in use on its host; the rules that
-        changed it."""
+        """``url`` rewritten by every rule in use on its host (and on the
+        hosts it is an alias of); the rules that changed it."""
         host, segments, query = url
         applied = []
-        rules = [r for r in self.by_host.get(host, {}).values() if r.state == "active"]
-        for rule in rules:
-            if rule.kind == "host" and rule.host == host:
-                host = rule.arg
-                applied.append(rule)
-                rules += [r for r in self.by_host.get(host, {}).values()
-                          if r.state == "active" and r.kind != "host"]
-                break
+        group = self.aliases().get(host, (host,))
+        rules = [r for h in group for r in self.by_host.get(h, {}).values()
+                 if r.state == "active"]
+        if group[0] != host:
+            host = group[0]
+            applied += [r for r in rules if r.kind == "host" and url.host in (r.host, r.arg)][:1]
+        rules = list({(r.kind, r.scope, r.arg): r for r in rules if r.kind != "host"}.values())
         path_params = {r.arg: r for r in rules if r.kind == "pathparam"}
         if path_params:
             new = []
@@ -378,8 +436,8 @@ class UrlRuleLearner:
                     segments = dropped
                     applied.append(rule)
         scope = template(segments)
-        params = {r.arg: r for r in rules
-                  if r.kind == "param" and r.scope in ("*", scope)}
+        params = {name: r for r in rules if r.kind == "param" and r.scope in ("*", scope)
+                  for name in r.arg.split(",")}
         if params:
             kept_query = []
             for kv in query:
@@ -411,10 +469,7 @@ class UrlRuleLearner:
         if parsed is None or not self.rules:
             return None
         key, applied = self.normalize(parsed)
-        hosts = [parsed.host]
-        target = _host_of(key)
-        if target and target != parsed.host:
-            hosts.append(target)
+        hosts = self.aliases().get(parsed.host, (parsed.host,))
         for host in hosts:
             entry = self._map(host).get(key)
             if entry is None:
@@ -521,14 +576,27 @@ class UrlRuleLearner:
         if first == url:
             return
         if self.cluster(first_cluster) == cluster:
-            self._support(rule, cluster)
+            self._support(rule, cluster, (parsed, parse_url(first)))
         else:
             rule.own["contradictions"] += 1
+            if rule.kind == "param" and "," not in rule.arg:
+                for other in list(self.by_host.get(rule.host, {}).values()):
+                    if other.kind == "param" and "," in other.arg and \
+                            rule.arg in other.arg.split(","):
+                        self.judge(other)
         self.judge(rule)
 
-    def _support(self, rule: Rule, cluster: str) -> None:
+    def _support(self, rule: Rule, cluster: str, pair=()) -> None:
         """A pair in ``cluster`` confirms ``rule``: support counts clusters,
         not pairs, so that the copies of one page alone never make a rule."""
+        if rule.kind == "param":
+            names = rule.arg.split(",")
+            for url in pair:
+                for name, value in (url.query if url is not None else ()):
+                    if name in names:
+                        values = rule.values.setdefault(name, set())
+                        if len(values) < 4:
+                            values.add(value)
         mark = zlib.crc32(cluster.encode("utf-8", "surrogatepass"))
         if mark not in rule.clusters:
             if len(rule.clusters) < self.keys_per_rule:
@@ -536,9 +604,9 @@ class UrlRuleLearner:
             rule.own["support"] += 1
 
     # -- fleet and files -------------------------------------------------------------
-    def merge_fleet(self, totals: dict[str, dict[str, int]], retracted=()) -> None:
-        """The fleet's counts per rule id (what every process pushed), and
-        the rules a process retracted."""
+    def merge_fleet(self, totals: dict[str, dict[str, int]], retracted=(), active=()) -> None:
+        """The fleet's counts per rule id (what every process pushed), the
+        rules a process retracted, and those a process put in use."""
         for rule_id, counts in totals.items():
             try:
                 rule = self.rule(rule_id)
@@ -546,6 +614,10 @@ class UrlRuleLearner:
                 continue
             for name in COUNTERS:
                 rule.fleet[name] = int(counts.get(name, 0))
+        for rule_id in active:
+            rule = self.rules.get(rule_id)
+            if rule is not None:
+                rule.fleet_active = True
         for rule_id in retracted:
             rule = self.rules.get(rule_id)
             if rule is not None:
