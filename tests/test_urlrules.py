@@ -229,3 +229,53 @@ def test_a_parameter_seen_with_one_value_only_is_not_any_value():
     crawl(learner, [(f"{H}/sec/1?page=2", None)])
     assert learner.rules[f"param {H} * page"].count("contradictions")
     assert f"param {H} * page,ref" not in {r.id for r in learner.active()}
+
+
+def test_simdup_rules_prints_them(tmp_path, capsys):
+    from scrapy_simdup.cli import main
+
+    learner = UrlRuleLearner(min_support=3)
+    crawl(learner, tracking_pairs(3))
+    crawl(learner, [(f"{H}/read?id={i}", None) for i in range(3)] +
+          [(f"{H}/read?id=9", f"{H}/read?id=0")])
+    learner.observe(f"{H}/story/s9", None)
+    hit = learner.lookup(f"{H}/story/s9?utm_source=z")
+    learner.skipped(hit)
+    save_rules(learner, tmp_path)
+    assert main(["rules", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 rules in use, 0 retracted" in out
+    assert f"query parameter 'utm_source' on {H}/story/*" in out
+    assert "'id'" not in out                                 # a candidate: only with --all
+    assert main(["rules", str(tmp_path), "--all", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)[0]["rules"]
+    assert {r["arg"] for r in listing} >= {"utm_source", "id"}
+    assert sum(r["counts"]["skipped"] for r in listing) == 1  # the one request saved
+    (tmp_path / RULES_FILE).write_text("[]")
+    assert main(["rules", str(tmp_path)]) == 2
+    assert "corrupt or unreadable file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("SIMDUP_URL_RULES", "maybe", "SIMDUP_URL_RULES must be a boolean"),
+    ("SIMDUP_URL_RULES_CHECK", 1.5, "SIMDUP_URL_RULES_CHECK must be <= 1.0"),
+    ("SIMDUP_URL_RULES_CHECK", "often", "SIMDUP_URL_RULES_CHECK must be a number"),
+    ("SIMDUP_URL_RULES_SUPPORT", 0, "SIMDUP_URL_RULES_SUPPORT must be >= 1"),
+    ("SIMDUP_PATTERN_BUDGET", -3, "SIMDUP_PATTERN_BUDGET must be >= 0"),
+    ("SIMDUP_PATTERN_BUDGET", "lots", "SIMDUP_PATTERN_BUDGET must be an integer"),
+])
+def test_bad_url_rule_settings_are_named(setting, value, message):
+    from scrapy_simdup.integration.config import SimdupConfig
+
+    with pytest.raises(ValueError, match=message):
+        SimdupConfig.from_settings({setting: value})
+
+
+def test_url_rule_settings_are_read():
+    from scrapy_simdup.integration.config import SimdupConfig
+
+    config = SimdupConfig.from_settings({"SIMDUP_URL_RULES": "true", "SIMDUP_URL_RULES_CHECK": "0.2",
+                                         "SIMDUP_URL_RULES_SUPPORT": 5, "SIMDUP_PATTERN_BUDGET": 0})
+    assert (config.url_rules, config.url_rules_check, config.url_rules_support,
+            config.pattern_budget) == (True, 0.2, 5, None)
+    assert SimdupConfig.from_settings({"SIMDUP_PATTERN_BUDGET": "40"}).pattern_budget == 40
