@@ -239,7 +239,7 @@ class Site:
     def article(self, n: int, host: str, variant: str, rng: random.Random) -> bytes:
         raw = self.articles[n]["raw"]
         if variant == "print":
-            block = f'<div class="print">Printed from Example News. <a href="/">Home</a></div>'
+            block = '<div class="print">Printed from Example News. <a href="/">Home</a></div>'
         else:
             related = rng.sample(range(len(self.articles)), 3)
             year, month = 2000 + n % 25, 1 + n % 12
@@ -258,10 +258,8 @@ class Site:
                 block = '<div class="mobile">Mobile edition</div>' + block
             if variant == "amp":
                 block = '<div class="amp">Accelerated page</div>' + block
-        match = None
-        for match in _BODY_END.finditer(raw):
-            pass
-        cut = match.start() if match else len(raw)
+        ends = [m.start() for m in _BODY_END.finditer(raw)]
+        cut = ends[-1] if ends else len(raw)
         return raw[:cut] + block.encode() + raw[cut:]
 
     def calendar(self, year: int, month: int, host: str) -> bytes:
@@ -538,7 +536,9 @@ def main() -> None:
         server.close()
     rows = measure(server.site, results)
     spot = sum(not a["source"].startswith(DIST.name) for a in articles)
-    lines = [f"bench_url_rules: {n} articles ({spot} from spotsigs-dev, {n - spot} distractors, "
+    lines = ["$ .venv/bin/python benchmarks/bench_url_rules.py" + "".join(
+        f" {a}" for a in sys.argv[1:]),
+             f"bench_url_rules: {n} articles ({spot} from spotsigs-dev, {n - spot} distractors, "
              f"seed {args.seed}), "
              f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}"]
     try:
@@ -562,6 +562,10 @@ def main() -> None:
                      f"{row['seconds']:>7.0f}")
     unique = next((r["unique"] for r in rows if "unique" in r), 0)
     lines += ["", f"unique pages (kept by the crawl without rules): {unique}"]
+    if any(r["config"] == "maybedont as is" and r.get("errors") for r in rows):
+        lines.append("maybedont as is: its pages that hit the Python 3.11 error were fetched and "
+                     "lost with the error, before the plugin could check them: its 'avoided' "
+                     "counts them, its requests do not")
     for row in rows:
         if row.get("lost examples"):
             lines.append(f"lost by {row['config']}: {', '.join(row['lost examples'])}")

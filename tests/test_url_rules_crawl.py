@@ -173,3 +173,14 @@ def test_a_trap_pattern_is_cut_at_its_budget(tmp_path, server):
                for line in result["log"])
     trap = [d for d in _skipped(result)]
     assert len(trap) == 20 and all(d["duplicate_of"] is None for d in trap)
+
+
+def test_in_tag_mode_a_trap_pattern_is_deprioritized_not_dropped(tmp_path, server):
+    days = [f"/page/a0v{d % 3}?day={d}" for d in range(30)]
+    result = _crawl(tmp_path, server, days, SIMDUP_URL_RULES=False, SIMDUP_PATTERN_BUDGET=10,
+                    SIMDUP_ACTION="tag")
+    stats = result["stats"]
+    assert stats["simdup/traps/patterns"] == 1
+    assert stats["simdup/traps/deprioritized"] == 20
+    assert not _skipped(result)
+    assert stats["downloader/request_count"] == 30        # every one fetched, the cut ones last
