@@ -26,7 +26,10 @@ plugin's add-on in drop mode:
 * ``maybedont``: no rules, ``maybedont.scrapy_middleware.AvoidDupContentMiddleware``
   (PyPI ``maybedont``, its defaults: p > 0.98, 5% exploration, 300 pages
   before it predicts) on every request, at priority 586 so that it sees
-  every response before the plugin drops the near-duplicates.
+  every response before the plugin drops the near-duplicates; with a shim
+  for Python 3.11 (``_shim_maybedont``);
+* ``maybedont p>0.9``: the same, bolder (``AVOID_DUP_CONTENT_THRESHOLD = 0.9``);
+* ``maybedont as is``: as released, without the shim.
 
 The spider marks its navigation pages (the front page and the section
 listings) ``dont_simdup``, as the README advises, so that every article
@@ -409,6 +412,7 @@ CONFIGS = {
     "rules": {"SIMDUP_URL_RULES": True},
     "rules + budget": {"SIMDUP_URL_RULES": True, "SIMDUP_PATTERN_BUDGET": 20},
     "maybedont": _MAYBEDONT,             # with the Python 3.11 shim (_shim_maybedont)
+    "maybedont p>0.9": {**_MAYBEDONT, "AVOID_DUP_CONTENT_THRESHOLD": 0.9},     # bolder
     "maybedont as is": _MAYBEDONT,       # as released: fails on Python >= 3.11
 }
 
@@ -416,7 +420,8 @@ CONFIGS = {
 def crawl(server: SiteServer, name: str, settings: dict, work: Path) -> dict:
     start = len(server.log)
     job = {"start": f"http://{server.site.hosts['www']}/", "settings": settings,
-           "maybedont": name.startswith("maybedont"), "maybedont_shim": name == "maybedont",
+           "maybedont": name.startswith("maybedont"),
+           "maybedont_shim": name.startswith("maybedont") and name != "maybedont as is",
            "result": str(work / f"{name}.json")}
     job_path = work / f"{name}.job.json"
     job_path.write_text(json.dumps(job))
