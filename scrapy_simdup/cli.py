@@ -19,6 +19,8 @@ from scrapy_simdup.merge.report import CLUSTER_DEFINITION, write_clusters, write
 from scrapy_simdup.merge.rescore import rescore
 from scrapy_simdup.merge.run import DEFAULT_CHUNK
 from scrapy_simdup.report import gather, write_report
+from scrapy_simdup.urlrules.learner import COUNTERS
+from scrapy_simdup.urlrules.persist import read_rules
 
 #: exit status when damaged batches were found: `stats` lists them, `merge
 #: --skip-damaged` merged the other batches and left them pending
@@ -215,7 +217,49 @@ def build_parser(prog: str = "simdup", dirs_required: bool = True) -> argparse.A
     stats.add_argument("--json", action="store_true", help="print JSON")
     _rescore_parser(sub, "rescore", report=False)
     _rescore_parser(sub, "report", report=True)
+
+    rules = sub.add_parser(
+        "rules", help="the URL rules a crawl learned (SIMDUP_URL_RULES)",
+        description="The URL rules saved in each DIR (url-rules.json): what each says, its "
+        "support (clusters of pages that confirmed it), contradictions, precision, checks "
+        "and the requests it saved (skipped before download), most requests saved first.")
+    rules.add_argument("dirs", nargs=nargs, metavar="DIR", help="a SIMDUP_DIR")
+    rules.add_argument("--all", action="store_true",
+                       help="candidates too (rules not in use: too little support, or "
+                       "contradicted)")
+    rules.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def run_rules(args, out=None) -> int:
+    out = out or sys.stdout
+    listing = []
+    for directory in args.dirs:
+        learner = read_rules(directory)     # a damaged file: CorruptFileError (exit 2)
+        rules = [r for r in learner.rules.values() if args.all or r.state != "candidate"]
+        rules.sort(key=lambda r: (r.state != "active", -r.count("skipped"), r.id))
+        listing.append((directory, rules))
+    if args.json:
+        out.write(json.dumps([{"dir": str(d), "rules": [
+            {**r.as_json(), "description": r.describe(), "precision": r.precision,
+             "counts": {name: r.count(name) for name in COUNTERS}} for r in rules]}
+            for d, rules in listing], indent=1) + "\n")
+        return 0
+    for directory, rules in listing:
+        out.write(f"{directory}: {sum(r.state == 'active' for r in rules)} rules in use, "
+                  f"{sum(r.state == 'retracted' for r in rules)} retracted\n")
+        if not rules:
+            out.write("  (none)\n")
+            continue
+        out.write(f"  {'state':<10} {'support':>7} {'contra':>6} {'precision':>9} "
+                  f"{'checks':>9} {'saved':>7}  rule\n")
+        for r in rules:
+            precision = r.precision
+            checks = f"{r.count('checks') - r.count('failed_checks')}/{r.count('checks')}"
+            out.write(f"  {r.state:<10} {r.count('support'):>7} {r.count('contradictions'):>6} "
+                      f"{'-' if precision is None else f'{precision:.3f}':>9} {checks:>9} "
+                      f"{r.count('skipped'):>7}  {r.describe()}\n")
+    return 0
 
 
 def _human_bytes(n: int) -> str:
@@ -422,7 +466,8 @@ def run_report(args, out=None) -> int:
     return EXIT_DAMAGED if any("damaged batch" in n for n in data.notes) else 0
 
 
-RUNS = {"merge": run_merge, "stats": run_stats, "rescore": run_rescore, "report": run_report}
+RUNS = {"merge": run_merge, "stats": run_stats, "rescore": run_rescore, "report": run_report,
+        "rules": run_rules}
 
 
 def main(argv=None, prog: str = "simdup") -> int:

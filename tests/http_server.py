@@ -6,13 +6,16 @@ Routes:
   /redirect/<name>   302 -> /page/<name>?utm_source=redirect
   /raw/<name>        ``raw[name] = (content_type, bytes)`` as is
   /links             an index page linking every /page/<name>
+  /item?id=<name>    the page ``pages[name]`` (a content parameter)
+  /flip/<name>?v=<n> ``pages[name]`` while n < 100, else another page (a
+                     parameter that starts to matter)
 """
 from __future__ import annotations
 
 import gzip
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -32,6 +35,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = urlsplit(self.path).path
+        query = parse_qs(urlsplit(self.path).query)
         parts = path.strip("/").split("/", 1)
         route, name = parts[0], parts[1] if len(parts) > 1 else ""
         pages, raw = self.server.pages, self.server.raw
@@ -44,6 +48,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif route == "raw" and name in raw:
             content_type, body = raw[name]
             self._send(200, body, content_type)
+        elif route == "item" and query.get("id", [""])[0] in pages:
+            self._send(200, pages[query["id"][0]])
+        elif route == "flip" and name in pages and query.get("v", ["0"])[0].isdigit():
+            n = int(query.get("v", ["0"])[0])
+            self._send(200, pages[name] if n < 100 else pages[sorted(pages)[n % len(pages)]])
         elif route == "links":
             links = "".join(f'<a href="/page/{n}">{n}</a>\n' for n in sorted(pages))
             self._send(200, f"<html><body>{links}</body></html>".encode())

@@ -1,7 +1,7 @@
 """The package's layers stay layers.
 
-``pyproject.toml`` declares them for import-linter: integration > cli > report > merge >
-index > fingerprint > storage > the compiled core, and only the integration
+``pyproject.toml`` declares them for import-linter: integration > cli > report > merge |
+urlrules (side by side) > index > fingerprint > storage > the compiled core, and only the integration
 imports Scrapy or Twisted. These tests run that contract on the source tree,
 show that it catches a violation, and check the compiled sources, which
 import-linter cannot read.
@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "scrapy_simdup"
-LOWER_LAYERS = ("merge", "index", "fingerprint", "storage")
+LOWER_LAYERS = ("merge", "urlrules", "index", "fingerprint", "storage")
 
 pytest.importorskip("importlinter")
 
@@ -64,6 +64,15 @@ def test_the_contract_fails_when_a_layer_imports_one_above_it(tmp_path):
     result = lint_imports(tree)
     assert result.returncode != 0
     assert "scrapy_simdup.storage is not allowed to import scrapy_simdup.index" in result.stdout
+
+
+def test_urlrules_and_merge_stay_side_by_side(tmp_path):
+    tree = copy_sources(tmp_path)
+    module = tree / "scrapy_simdup" / "urlrules" / "traps.py"
+    module.write_text(module.read_text() + "\nfrom scrapy_simdup.merge import report  # beside\n")
+    result = lint_imports(tree)
+    assert result.returncode != 0
+    assert "scrapy_simdup.urlrules is not allowed to import scrapy_simdup.merge" in result.stdout
 
 
 _SCRAPY_IMPORT = re.compile(r"^\s*(c?import\s+(scrapy|twisted)\b|from\s+(scrapy|twisted)\b)", re.M)

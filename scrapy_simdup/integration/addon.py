@@ -19,13 +19,17 @@ EXTENSION_PRIORITY = 500
 class Addon:
     """Enables the downloader middleware, the item pipeline and the log line.
 
-    Sets ``SIMDUP_ENABLED = True`` at add-on priority (a project or command
-    line setting ``SIMDUP_ENABLED = False`` still turns it off) and registers
-    the components unless the project already lists them (its priority wins).
+    Sets ``SIMDUP_ENABLED = True`` and ``SIMDUP_URL_RULES = True`` at add-on
+    priority (a project or command line setting ``False`` still turns them
+    off) and registers the components unless the project already lists them
+    (its priority wins).
     """
 
     def update_settings(self, settings) -> None:
         settings.set("SIMDUP_ENABLED", True, "addon")
+        # URL rules: on with the add-on, as measured by benchmarks/bench_url_rules.py
+        # (no unique page lost); off for the components enabled by hand
+        settings.set("SIMDUP_URL_RULES", True, "addon")
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", SimdupDownloaderMiddleware, MIDDLEWARE_PRIORITY)
         settings.setdefault_in_component_priority_dict(

@@ -307,6 +307,10 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_LOG_INTERVAL": 60.0,
     "SIMDUP_DEBUG": False,
     "SIMDUP_RESET": False,
+    "SIMDUP_URL_RULES": False,
+    "SIMDUP_URL_RULES_CHECK": 0.05,
+    "SIMDUP_URL_RULES_SUPPORT": 3,
+    "SIMDUP_PATTERN_BUDGET": None,
 }
 
 
@@ -347,6 +351,10 @@ class SimdupConfig:
     log_interval: float = 60.0            # seconds; 0 disables the periodic line
     debug: bool = False
     reset: bool = False                   # clear the saved / shared index at start-up
+    url_rules: bool = False               # learn URL rules and skip requests they match
+    url_rules_check: float = 0.05         # share of rule hits fetched anyway and checked
+    url_rules_support: int = 3            # confirmed pairs a rule needs before it is used
+    pattern_budget: int | None = None     # pages per URL pattern before a trap is cut
 
     @classmethod
     def from_crawler(cls, crawler) -> SimdupConfig:
@@ -476,6 +484,13 @@ class SimdupConfig:
             log_interval=_log_interval(get("SIMDUP_LOG_INTERVAL")),
             debug=_bool("SIMDUP_DEBUG", get("SIMDUP_DEBUG")),
             reset=_bool("SIMDUP_RESET", get("SIMDUP_RESET")),
+            url_rules=_bool("SIMDUP_URL_RULES", get("SIMDUP_URL_RULES")),
+            url_rules_check=_float("SIMDUP_URL_RULES_CHECK", get("SIMDUP_URL_RULES_CHECK"),
+                                   lo=0.0, hi=1.0),
+            url_rules_support=_int("SIMDUP_URL_RULES_SUPPORT", get("SIMDUP_URL_RULES_SUPPORT"),
+                                   lo=1, hi=_INT_SETTING_MAX),
+            pattern_budget=_int("SIMDUP_PATTERN_BUDGET", get("SIMDUP_PATTERN_BUDGET"), lo=0,
+                                hi=_INT_SETTING_MAX, optional=True) or None,   # 0: off
         )
         if config.enabled and feature_options:
             # the Fingerprinter checks the feature values: a bad one fails

@@ -48,6 +48,8 @@ class SimdupLogStats:
         self.fingerprint_seconds = {"pages": 0.0, "items": 0.0}
         self.lookup_seconds = {"pages": 0.0, "items": 0.0}
         self.lookups = {"pages": 0, "items": 0}
+        #: more parts of the close summary (the URL rules'): callables returning str or None
+        self.summaries: list = []
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
@@ -208,6 +210,7 @@ class SimdupLogStats:
                 + f", errors {get(prefix + 'errors', 0)}, index size {get(prefix + 'index_size', 0)}, "
                 f"{_fmt(mean_probes)} probes, {lookup_us:.0f} us per lookup, "
                 f"{fp_us:.0f} us per fingerprint")
+        parts += [part for part in (summary() for summary in self.summaries) if part]
         return "Simdup summary: " + "; ".join(parts)
 
 

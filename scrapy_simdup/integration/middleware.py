@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import logging
 
+from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
 
+from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.canonical import declared_canonical
 from scrapy_simdup.integration.component import SimdupComponent
+from scrapy_simdup.integration.urlrules import NearDuplicateRequest, UrlRules
 
-__all__ = ["SimdupDownloaderMiddleware", "NearDuplicateResponse"]
+__all__ = ["SimdupDownloaderMiddleware", "NearDuplicateResponse", "NearDuplicateRequest"]
 
 logger = logging.getLogger("scrapy_simdup")
 
@@ -52,6 +55,31 @@ class SimdupDownloaderMiddleware(SimdupComponent):
     kind = "pages"
     prefix = "simdup/"
 
+    def __init__(self, crawler, config, fingerprinter=None, backend=None) -> None:
+        super().__init__(crawler, config, fingerprinter, backend)
+        #: SIMDUP_URL_RULES / SIMDUP_PATTERN_BUDGET: requests skipped before download
+        self.url_rules = None
+        if (config.url_rules or config.pattern_budget) and not self.refused:
+            try:
+                self.url_rules = UrlRules(crawler, config)
+            except CorruptFileError as exc:     # SIMDUP_ON_ERROR = "stop"
+                logger.error("Simdup: the saved URL rules are damaged: %s; the crawl stops "
+                             "(SIMDUP_ON_ERROR=stop)", exc)
+                self.refused = "simdup_corrupt_index"
+                crawler.signals.connect(self._refuse, signal=signals.spider_opened)
+        if self.url_rules is not None:
+            self.logstats.summaries.append(self.url_rules.summary)
+
+    def process_request(self, request, spider=None):
+        if self.url_rules is None or self.refused:
+            return None
+        return self.url_rules.process_request(request)
+
+    async def _spider_closed(self, spider, reason) -> None:
+        if self.url_rules is not None:
+            await self.url_rules.close()    # rules saved while SIMDUP_DIR is still locked
+        await super()._spider_closed(spider, reason)
+
     async def process_response(self, request, response, spider=None):
         url = response.url
         if self.refused:     # the crawl is being stopped: no page goes through unchecked
@@ -75,6 +103,7 @@ class SimdupDownloaderMiddleware(SimdupComponent):
                                         f"({verdict.error}); SIMDUP_ON_ERROR=stop")
                 request.meta["simdup"] = dict(verdict.as_tag(), canonical=canonical)
                 return response
+        await self._observed(request, url, verdict)
         match = verdict.match
         show = True    # the match goes into meta["simdup"]
         if match is not None:
@@ -111,6 +140,11 @@ class SimdupDownloaderMiddleware(SimdupComponent):
         # duplicate, but for a start page)
         request.meta["simdup"] = dict(verdict.as_tag(with_match=show), canonical=canonical)
         return response
+
+    async def _observed(self, request, url, verdict):
+        """Tell the URL rules what the index found (before the page may be dropped)."""
+        if self.url_rules is not None and verdict.error is None and verdict.skipped is None:
+            await self.url_rules.observe(request, url, verdict)
 
 
 def _canonical(response) -> str | None:
