@@ -134,6 +134,10 @@ def test_rules_survive_a_restart_with_simdup_dir(tmp_path, server):
     # without the directory the second crawl learns from nothing
     fresh = _crawl(tmp_path, server, _tracking([5]), name="fresh")
     assert not _skipped(fresh)
+    # starting afresh forgets the rules too
+    reset = _crawl(tmp_path, server, _tracking([5]), name="reset", SIMDUP_DIR=directory,
+                   SIMDUP_RESET=True)
+    assert not _skipped(reset) and not reset["stats"].get("simdup/url_rules/restored")
 
 
 def test_a_damaged_rules_file_is_moved_aside(tmp_path, server):

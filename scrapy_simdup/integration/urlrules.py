@@ -19,7 +19,7 @@ from scrapy.exceptions import IgnoreRequest
 
 from scrapy_simdup.index.crawldir import namespace_dir
 from scrapy_simdup.urlrules import PatternBudget, RuleHit, UrlRuleLearner
-from scrapy_simdup.urlrules.persist import load_rules, save_rules
+from scrapy_simdup.urlrules.persist import forget_rules, load_rules, save_rules
 from scrapy_simdup.urlrules.shared import RuleShare
 
 __all__ = ["NearDuplicateRequest", "UrlRules"]
@@ -63,6 +63,9 @@ class UrlRules:
         self._synced_at = 0.0
         self._share_failed_at: float | None = None
         self._dirty = False
+        if config.reset and self.directory is not None and forget_rules(self.directory):
+            logger.info("Simdup: SIMDUP_RESET: forgot the URL rules saved in %s", self.directory,
+                        extra={"spider": crawler.spider})
         if self.learner is not None and self.directory is not None:
             # a damaged file: moved aside, or CorruptFileError with SIMDUP_ON_ERROR = "stop"
             restored, moved = load_rules(self.learner, self.directory, config.on_error)

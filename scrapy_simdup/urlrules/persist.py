@@ -9,6 +9,8 @@ starts learning afresh (or, with ``on_error="stop"``, the
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from pathlib import Path
 
 from scrapy_simdup.exceptions import CorruptFileError
@@ -16,7 +18,7 @@ from scrapy_simdup.index.crawldir import move_state_aside
 from scrapy_simdup.storage.atomic import atomic_write_json, read_json
 from scrapy_simdup.urlrules.learner import UrlRuleLearner
 
-__all__ = ["RULES_FILE", "load_rules", "save_rules", "read_rules"]
+__all__ = ["RULES_FILE", "load_rules", "save_rules", "read_rules", "forget_rules"]
 
 logger = logging.getLogger("scrapy_simdup")
 
@@ -53,6 +55,19 @@ def load_rules(learner: UrlRuleLearner, directory, on_error: str = "keep") -> tu
         learner.by_host.clear()
         return 0, True
     return len(learner.rules), False
+
+
+def forget_rules(directory) -> bool:
+    """Remove the rules saved in ``directory`` (``SIMDUP_RESET``); whether
+    there was a file."""
+    path = Path(directory) / RULES_FILE
+    if not os.path.lexists(path):
+        return False
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+    return True
 
 
 def save_rules(learner: UrlRuleLearner, directory) -> None:
