@@ -13,6 +13,16 @@ MAX_DISTANCE = 24
 # benchmarks/eval_quality.py (docs/algorithms.rst, "Choosing the defaults").
 DEFAULT_DISTANCE = 22
 DEFAULT_MIN_SIMILARITY = 0.15
+
+
+def pair_limit(distance: int) -> int:
+    """The largest sum of a candidate's two key distances at search radius
+    ``distance``. Both keys measure the same pair, so a candidate found
+    within ``distance`` on one key whose other key is far is far more often a
+    chance candidate than a near-duplicate (docs/algorithms.rst)."""
+    return 2 * distance + 4
+
+
 # Buckets probed per key and look-up by the verified index: the recall of
 # loose near-duplicates at a million pages (t = 17) is measured, not taken
 # from the volatility model, which is calibrated up to distance 16.

@@ -369,10 +369,11 @@ def hash_tails(list blobs, Py_ssize_t offset):
 
 def gap_matches(const uint64_t[::1] values, const uint64_t[::1] values2,
                 const uint8_t[:, ::1] sketches, Py_ssize_t first, const int64_t[::1] starts,
-                int distance, int needed):
+                int distance, int needed, int pair_limit=128):
     """The best earlier page of each row ``first + i`` among rows
     ``starts[i] .. first + i - 1``, checked exactly: within ``distance`` of
-    either key and at least ``needed`` equal sketch bins. Best: the most equal
+    either key, the two distances adding up to at most ``pair_limit``, and at
+    least ``needed`` equal sketch bins. Best: the most equal
     bins, then the smaller key distance, then the earlier row.
 
     Returns ``(rows, agree, dist)``: int64 (-1: none), uint8, uint8 arrays of
@@ -398,6 +399,8 @@ def gap_matches(const uint64_t[::1] values, const uint64_t[::1] values2,
             for r in range(lo, row):
                 d = simdup_popcount64(values[r] ^ values[row])
                 d2 = simdup_popcount64(values2[r] ^ values2[row])
+                if d + d2 > pair_limit:
+                    continue
                 if d2 < d:
                     d = d2
                 if d > distance:

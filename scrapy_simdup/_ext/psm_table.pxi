@@ -24,14 +24,16 @@ cdef class PSMCore:
     cdef long _maxk                  # probes per query, -1 = all
     cdef _Model _model
     # main table
-    cdef object _vals_arr, _ids_arr, _off_arr
+    cdef object _vals_arr, _ids_arr, _off_arr, _vals2_arr
     cdef const uint64_t *vals
+    cdef const uint64_t *vals2       # the partner key by position (paired tables)
     cdef const int64_t *ids
     cdef const uint32_t *off
     cdef Py_ssize_t n_main
     # buffer
-    cdef object _bvals_arr, _bids_arr, _bnext_arr, _bhead_arr
+    cdef object _bvals_arr, _bids_arr, _bnext_arr, _bhead_arr, _bvals2_arr
     cdef uint64_t *bvals
+    cdef uint64_t *bvals2
     cdef int64_t *bids
     cdef int32_t *bnext
     cdef int32_t *bhead
@@ -42,6 +44,11 @@ cdef class PSMCore:
     cdef const uint8_t *vsk
     cdef Py_ssize_t vsk_rows
     cdef int vneed
+    # a paired table (index/verified.py) keeps each page's other key beside
+    # its own, and a candidate also needs the two distances to add up to at
+    # most pair_limit: checked in the scan, before its sketch is read
+    cdef bint paired
+    cdef int _pair_limit
 
     def __cinit__(self, *args, **kwargs):
         self.n_main = 0
@@ -53,6 +60,10 @@ cdef class PSMCore:
         self.fixed_t = 0
         self.vsk = NULL
         self.vsk_rows = 0
+        self.paired = False
+        self._pair_limit = 128
+        self.vals2 = NULL
+        self.bvals2 = NULL
 
     # -- state --------------------------------------------------------
     def _core_init(self, int distance, int header_bits, _Model model):
@@ -65,11 +76,37 @@ cdef class PSMCore:
     def _set_model(self, _Model model):
         self._model = model
 
-    def _set_main(self, vals, ids, int t, offsets=None):
-        """Install a main table (values grouped by t-bit header)."""
+    def _set_paired(self, int pair_limit):
+        """Keep a partner key beside each key (``_add_arrays(values, ids,
+        values2)``); a candidate needs both distances to add up to at most
+        ``pair_limit``. Only on an empty table."""
+        if self.n_main or self.n_buf:
+            raise ValueError("a table is paired before anything is added")
+        self.paired = True
+        self._pair_limit = pair_limit
+        self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.int64), self.t,
+                       vals2=np.zeros(0, np.uint64))
+
+    @property
+    def pair_limit(self):
+        return self._pair_limit if self.paired else None
+
+    def _set_main(self, vals, ids, int t, offsets=None, vals2=None):
+        """Install a main table (values grouped by t-bit header; ``vals2``
+        the partner keys in the same order, for a paired table)."""
         cdef Py_ssize_t n = vals.shape[0]
         if offsets is None:
             offsets = _bucket_offsets(vals, t)
+        if self.paired != (vals2 is not None):
+            raise ValueError("partner keys go with a paired table only")
+        cdef const uint64_t[::1] v2v
+        self._vals2_arr = vals2
+        self.vals2 = NULL
+        if vals2 is not None:
+            if vals2.shape[0] != n:
+                raise ValueError("one partner key per key")
+            v2v = vals2
+            self.vals2 = &v2v[0] if n else NULL
         self._vals_arr = vals
         self._ids_arr = ids
         self._off_arr = offsets
@@ -87,7 +124,9 @@ cdef class PSMCore:
         self.n_buf = 0
         self.buf_cap = 0
         self._bvals_arr = self._bids_arr = self._bnext_arr = self._bhead_arr = None
+        self._bvals2_arr = None
         self.bvals = NULL
+        self.bvals2 = NULL
         self.bids = NULL
         self.bnext = NULL
         self.bhead = NULL
@@ -132,7 +171,8 @@ cdef class PSMCore:
         """Bytes held by the table's arrays (values, ids, offsets, buffer)."""
         total = 0
         for a in (self._vals_arr, self._ids_arr, self._off_arr, self._bvals_arr,
-                  self._bids_arr, self._bnext_arr, self._bhead_arr):
+                  self._bids_arr, self._bnext_arr, self._bhead_arr, self._vals2_arr,
+                  self._bvals2_arr):
             if a is not None:
                 total += a.nbytes
         return total
@@ -148,15 +188,20 @@ cdef class PSMCore:
         return self._vals_arr, self._ids_arr, self._off_arr
 
     # -- insert -------------------------------------------------------
-    def _add_arrays(self, const uint64_t[::1] values, const int64_t[::1] ids):
+    def _add_arrays(self, const uint64_t[::1] values, const int64_t[::1] ids,
+                    const uint64_t[::1] values2=None):
         cdef Py_ssize_t m = values.shape[0], i
         cdef Py_ssize_t total = self.n_main + self.n_buf + m
         if total >= 4294967295:
             raise ValueError("PSMIndex holds at most 2**32 - 1 fingerprints")
+        if self.paired != (values2 is not None) or (
+                values2 is not None and values2.shape[0] != m):
+            raise ValueError("a paired table takes one partner key per key, others none")
         if m == 0:
             return
         if self.n_buf + m > self.buffer_limit():
-            self._merge(np.asarray(values), np.asarray(ids))
+            self._merge(np.asarray(values), np.asarray(ids),
+                        np.asarray(values2) if values2 is not None else None)
             return
         if self.n_buf + m > self.buf_cap:
             self._grow_buffer(self.n_buf + m)
@@ -167,6 +212,8 @@ cdef class PSMCore:
             v = values[i]
             b = <int32_t>(v >> shift) if self.tb > 0 else 0
             self.bvals[self.n_buf] = v
+            if self.paired:
+                self.bvals2[self.n_buf] = values2[i]
             self.bids[self.n_buf] = ids[i]
             self.bnext[self.n_buf] = self.bhead[b]
             self.bhead[b] = <int32_t>self.n_buf
@@ -183,14 +230,21 @@ cdef class PSMCore:
         bv = np.empty(cap, np.uint64)
         bi = np.empty(cap, np.int64)
         bn = np.empty(cap, np.int32)
+        bv2 = np.empty(cap if self.paired else 0, np.uint64)
         if self.n_buf:
             bv[:self.n_buf] = self._bvals_arr[:self.n_buf]
+            if self.paired:
+                bv2[:self.n_buf] = self._bvals2_arr[:self.n_buf]
             bi[:self.n_buf] = self._bids_arr[:self.n_buf]
             bn[:self.n_buf] = self._bnext_arr[:self.n_buf]
         if self._bhead_arr is None:
             self._bhead_arr = np.full(1 << self.tb, -1, np.int32)
         self._bvals_arr, self._bids_arr, self._bnext_arr = bv, bi, bn
         cdef uint64_t[::1] bvv = bv
+        cdef uint64_t[::1] bv2v = bv2
+        if self.paired:
+            self._bvals2_arr = bv2
+            self.bvals2 = &bv2v[0]
         cdef int64_t[::1] biv = bi
         cdef int32_t[::1] bnv = bn
         cdef int32_t[::1] bhv = self._bhead_arr
@@ -200,23 +254,28 @@ cdef class PSMCore:
         self.bhead = &bhv[0]
         self.buf_cap = cap
 
-    def _merge(self, extra_vals=None, extra_ids=None):
+    def _merge(self, extra_vals=None, extra_ids=None, extra_vals2=None):
         """Merge main + buffer (+ extra) into a new main table."""
         parts_v = [self._vals_arr]
         parts_i = [self._ids_arr]
+        parts_v2 = [self._vals2_arr]
         if self.n_buf:
             parts_v.append(self._bvals_arr[:self.n_buf])
             parts_i.append(self._bids_arr[:self.n_buf])
+            parts_v2.append(self._bvals2_arr[:self.n_buf] if self.paired else None)
         if extra_vals is not None:
             parts_v.append(extra_vals)
             parts_i.append(extra_ids)
+            parts_v2.append(extra_vals2)
         n = sum(p.shape[0] for p in parts_v)
         t = self.fixed_t if self.fixed_t > 0 else auto_header_bits(n)
         vals = np.empty(n, np.uint64)
         ids = np.empty(n, np.int64)
+        vals2 = np.empty(n, np.uint64) if self.paired else None
         offsets = np.zeros((1 << t) + 1, np.uint32)
-        _counting_sort(parts_v, parts_i, t, vals, ids, offsets)
-        self._set_main(vals, ids, t, offsets)
+        _counting_sort(parts_v, parts_i, t, vals, ids, offsets,
+                       parts_v2 if self.paired else None, vals2)
+        self._set_main(vals, ids, t, offsets, vals2)
         self._on_rebuild()
 
     def _on_rebuild(self):
@@ -225,9 +284,10 @@ cdef class PSMCore:
     # -- query --------------------------------------------------------
     cdef int _search(self, uint64_t x, const double *W, bint first, long maxk,
                      int64_t qi, resvec *res, vosh_node *heap,
-                     long heapcap) noexcept nogil:
-        """Probe buckets in VOSH order. Returns the number of matches found,
-        -1 for a bad W, -2 for out of memory."""
+                     long heapcap, uint64_t x2=0) noexcept nogil:
+        """Probe buckets in VOSH order (``x2``: the partner key of a paired
+        table's query). Returns the number of matches found, -1 for a bad W,
+        -2 for out of memory."""
         cdef double lw[MAX_T]
         cdef uint64_t mk[MAX_T]
         cdef vosh_gen g
@@ -245,6 +305,9 @@ cdef class PSMCore:
         cdef uint64_t v, hdr
         cdef const uint32_t *off = self.off
         cdef const uint64_t *vals = self.vals
+        cdef const uint64_t *vals2 = self.vals2
+        cdef bint paired = self.paired
+        cdef int plim = self._pair_limit
         cdef int keep = t if maxk >= t else <int>maxk
         if prepare(&self._model.m, W, t, keep, lw, mk) < 0:
             return -1
@@ -271,6 +334,8 @@ cdef class PSMCore:
                 for j in range(lo[i], hi[i]):
                     d = simdup_popcount64(vals[j] ^ x)
                     if d <= h:
+                        if paired and d + simdup_popcount64(vals2[j] ^ x2) > plim:
+                            continue
                         if res_push(res, qi, self.ids[j], d) < 0:
                             return -2
                         found += 1
@@ -283,7 +348,8 @@ cdef class PSMCore:
                         v = self.bvals[c]
                         if (v >> shift) == hdr:
                             d = simdup_popcount64(v ^ x)
-                            if d <= h:
+                            if d <= h and not (paired and d + simdup_popcount64(
+                                    self.bvals2[c] ^ x2) > plim):
                                 if res_push(res, qi, self.bids[c], d) < 0:
                                     return -2
                                 found += 1
@@ -407,11 +473,14 @@ cdef class PSMCore:
         self.vsk_rows = rows
         self.vneed = needed
 
-    def _query_verified(self, value, W, const uint8_t[::1] sketch, long own_bucket_only=0):
+    def _query_verified(self, value, W, const uint8_t[::1] sketch, long own_bucket_only=0,
+                        value2=0):
         """PSM-A of one value keeping only the candidates whose sketch agrees
         in the needed bins: ``(ids int64[k], distances int8[k])``.
-        ``own_bucket_only``: probe the value's own bucket alone."""
+        ``own_bucket_only``: probe the value's own bucket alone. ``value2``:
+        the query's partner key (paired tables)."""
         cdef uint64_t x = value
+        cdef uint64_t x2 = value2
         cdef const double *wp = NULL
         cdef const double[::1] wv
         if sketch.shape[0] != SIMDUP_SKETCH_BINS:
@@ -434,7 +503,7 @@ cdef class PSMCore:
         cdef const uint8_t *qsk = &sketch[0]
         try:
             with nogil:
-                rc = self._search(x, wp, False, maxk, 0, &res, heap, heapcap)
+                rc = self._search(x, wp, False, maxk, 0, &res, heap, heapcap, x2)
                 if rc >= 0:
                     # the candidates' sketches are scattered: load them a few
                     # candidates ahead of the comparison
@@ -638,10 +707,13 @@ def _bucket_offsets(const uint64_t[::1] vals, int t):
 
 
 def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, int64_t[::1] ids,
-                   uint32_t[::1] offsets):
-    """Stable counting sort of the concatenated parts by t-bit header."""
+                   uint32_t[::1] offsets, parts_v2=None, uint64_t[::1] vals2=None):
+    """Stable counting sort of the concatenated parts by t-bit header (the
+    partner keys ``parts_v2``, when given, follow their keys into ``vals2``)."""
     cdef int shift = 64 - t
     cdef const uint64_t[::1] pv
+    cdef const uint64_t[::1] pv2
+    cdef bint paired = parts_v2 is not None
     cdef const int64_t[::1] pi
     cdef Py_ssize_t i, n
     cdef uint64_t b, nb = (<uint64_t>1) << t
@@ -661,6 +733,8 @@ def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, int64_t[::1] ids
     for k in range(len(parts_v)):
         pv = parts_v[k]
         pi = parts_i[k]
+        if paired:
+            pv2 = parts_v2[k]
         n = pv.shape[0]
         with nogil:
             for i in range(n):
@@ -669,3 +743,5 @@ def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, int64_t[::1] ids
                 cur[b] = pos + 1
                 vals[pos] = pv[i]
                 ids[pos] = pi[i]
+                if paired:
+                    vals2[pos] = pv2[i]

@@ -229,7 +229,7 @@ class Replica:
         self.index.add(v1, v2, np.ascontiguousarray(recs["sketch"]))
         gap_rows, agree, dist = hashing.gap_matches(
             self._values.array, self._values2.array, self.index.sketches, first, starts,
-            self.index.distance, self.index.needed)
+            self.index.distance, self.index.needed, self.index.pair_limit)
         matched = (recs["flags"] & MATCHED) != 0
         kept = ~matched & (gap_rows < 0)
         self._kept.extend(kept)

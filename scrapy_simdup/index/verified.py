@@ -30,6 +30,7 @@ from scrapy_simdup._limits import (
     DEFAULT_MIN_SIMILARITY,
     DEFAULT_PROBES_PER_KEY,
     MAX_CALIBRATED_DISTANCE,
+    pair_limit,
 )
 from scrapy_simdup.fingerprint.sketch import (
     SKETCH_BYTES,
@@ -123,9 +124,12 @@ class VerifiedIndex:
             max_probes = None
         elif max_probes is None:
             recall = 1.0      # every flip set
+        self.pair_limit = pair_limit(self.distance)
         self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
                                      recall=recall, header_bits=header_bits, model=model)
                             for _ in range(2))
+        for table in self.tables:
+            table._set_paired(self.pair_limit)
         self._n = 0
         self._probes = 0
         self._sketches = np.zeros((0, SKETCH_BYTES), np.uint8)
@@ -228,8 +232,8 @@ class VerifiedIndex:
 
     def _store(self, v1, v2, sketches, rows) -> None:
         """Append checked pages (room reserved) to both tables and the sketches."""
-        self.tables[0]._add_arrays(v1, rows)
-        self.tables[1]._add_arrays(v2, rows)
+        self.tables[0]._add_arrays(v1, rows, v2)
+        self.tables[1]._add_arrays(v2, rows, v1)
         self._sketches[self._n: self._n + rows.shape[0]] = sketches
         self._n += rows.shape[0]
         for table in self.tables:
@@ -250,8 +254,8 @@ class VerifiedIndex:
             if exact is not None:
                 return exact
         self._probes += 2 * _probe_budget(self.header_bits, self.distance, self.max_probes)
-        rows1, dist1 = self.tables[0]._query_verified(value, W, q)
-        rows2, dist2 = self.tables[1]._query_verified(value2, W2, q)
+        rows1, dist1 = self.tables[0]._query_verified(value, W, q, 0, value2)
+        rows2, dist2 = self.tables[1]._query_verified(value2, W2, q, 0, value)
         rows = np.concatenate((rows1, rows2))
         dist = np.concatenate((dist1, dist2)).astype(np.int16)
         ids = rows if self._ids is None else self._ids[rows]
@@ -278,8 +282,8 @@ class VerifiedIndex:
         else None. Crawls meet many (URL variants of one page)."""
         self._probes += 2
         best = None
-        for table, v in zip(self.tables, (value, value2)):
-            found, dist = table._query_verified(v, None, q, 1)
+        for table, v, partner in zip(self.tables, (value, value2), (value2, value)):
+            found, dist = table._query_verified(v, None, q, 1, partner)
             found = found[dist == 0]
             if found.shape[0]:
                 agree = hashing.sketch_matches(q, self._sketches, found)
@@ -306,10 +310,11 @@ class VerifiedIndex:
         q = _as_sketches(page.sketch, 1)[0]
         if not 0 <= row < self._n:
             raise IndexError(f"row {row} is not stored")
-        dist = min((int(stored[0]) ^ _as_value(page.value)).bit_count(),
-                   (int(stored[1]) ^ _as_value(page.value2)).bit_count())
+        d1 = (int(stored[0]) ^ _as_value(page.value)).bit_count()
+        d2 = (int(stored[1]) ^ _as_value(page.value2)).bit_count()
+        dist = min(d1, d2)
         agree = int(hashing.sketch_matches(q, self._sketches, np.array([row], np.int64))[0])
-        if dist > self.distance or agree < self.needed:
+        if dist > self.distance or d1 + d2 > self.pair_limit or agree < self.needed:
             return None
         rid = row if self._ids is None else int(self._ids[row])
         return VerifiedMatch(rid, similarity(agree), dist)

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scrapy_simdup._limits import pair_limit
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.merge.collection import PAIR_DTYPE
 from scrapy_simdup.merge.matchers import ExactBatchMatcher, IndexChunkMatcher, PSMBatchMatcher
@@ -73,6 +74,7 @@ class Side(NamedTuple):
     key: str
     order: np.ndarray
     matcher: object
+    pair_limit: int = 128       # the largest sum of a pair's two key distances
 
 
 @dataclass(frozen=True)
@@ -115,22 +117,26 @@ class SideSpec:
         else:
             matcher = PSMBatchMatcher(sorted_q, records[cq], sketch, self.distance,
                                       self.probes, self.first, self.t, self.needed, rows=order)
-        return Side(key, order, matcher)
+        return Side(key, order, matcher, pair_limit(self.distance))
 
 
 def pairs_of(q, qa: np.ndarray, ids: np.ndarray, value: np.ndarray, value2: np.ndarray,
-             agree: np.ndarray) -> np.ndarray:
+             agree: np.ndarray, limit: int = 128) -> np.ndarray:
     """:data:`PAIR_DTYPE` records of the pairs (element ``qa`` of ``Q``, the
-    record it matched: its ``ids``, ``value`` and ``value2``): ``id`` is
-    ``qa`` (the caller adds ``Q``'s first collection id), the distance the
-    smaller of the two keys' Hamming distances. ``q``: ``Q``'s ``value`` and
-    ``value2`` in arrival order (a record array or a dict)."""
-    pairs = np.empty(len(qa), dtype=PAIR_DTYPE)
-    pairs["id"] = qa
-    pairs["duplicate_of"] = ids
-    pairs["distance"] = np.minimum(np.bitwise_count(q["value"][qa] ^ value),
-                                   np.bitwise_count(q["value2"][qa] ^ value2))
-    pairs["matches"] = agree
+    record it matched: its ``ids``, ``value`` and ``value2``) whose two key
+    distances add up to at most ``limit`` (the online index's rule,
+    ``_limits.pair_limit``): ``id`` is ``qa`` (the caller adds ``Q``'s first
+    collection id), the distance the smaller of the two keys' Hamming
+    distances. ``q``: ``Q``'s ``value`` and ``value2`` in arrival order (a
+    record array or a dict)."""
+    d1 = np.bitwise_count(q["value"][qa] ^ value)
+    d2 = np.bitwise_count(q["value2"][qa] ^ value2)
+    keep = d1.astype(np.int64) + d2 <= limit
+    pairs = np.empty(int(keep.sum()), dtype=PAIR_DTYPE)
+    pairs["id"] = qa[keep]
+    pairs["duplicate_of"] = ids[keep]
+    pairs["distance"] = np.minimum(d1, d2)[keep]
+    pairs["matches"] = agree[keep]
     return pairs
 
 
@@ -157,10 +163,10 @@ def match_chunk(sides, chunks, q, active: np.ndarray | None, psm_f: bool,
         run = side.matcher.scan if keep_table else side.matcher.match
         qi, yi, _dd, agree = run(np.ascontiguousarray(chunk[side.key]), sketches, side_active)
         qa = side.order[qi]
-        if psm_f and active is not None:
-            active[qa] = 0
         out.append(pairs_of(q, qa, chunk["id"][yi], chunk["value"][yi], chunk["value2"][yi],
-                            agree))
+                            agree, side.pair_limit))
+        if psm_f and active is not None:
+            active[out[-1]["id"]] = 0
     return out
 
 
@@ -179,4 +185,4 @@ def match_self(side: Side, q, active: np.ndarray | None = None,
     qa, ya = side.order[qi], side.order[yi]
     earlier = ya < qa       # (every element also matches itself)
     qa, ya = qa[earlier], ya[earlier]
-    return pairs_of(q, qa, ya, q["value"][ya], q["value2"][ya], agree[earlier])
+    return pairs_of(q, qa, ya, q["value"][ya], q["value2"][ya], agree[earlier], side.pair_limit)
