@@ -13,14 +13,18 @@ MAX_DISTANCE = 24
 # benchmarks/eval_quality.py (docs/algorithms.rst, "Choosing the defaults").
 DEFAULT_DISTANCE = 22
 DEFAULT_MIN_SIMILARITY = 0.15
+# the other key's distance a candidate may have beyond the radius's rest
+PAIR_SLACK = 26
 
 
 def pair_limit(distance: int) -> int:
     """The largest sum of a candidate's two key distances at search radius
-    ``distance``. Both keys measure the same pair, so a candidate found
-    within ``distance`` on one key whose other key is far is far more often a
-    chance candidate than a near-duplicate (docs/algorithms.rst)."""
-    return 2 * distance + 4
+    ``distance``. Both keys measure the same pair of pages, so a candidate
+    found on one key must be near on the other too: within 26 bits (an
+    unrelated page's key is 32 +- 4 bits away) plus what the first key left
+    of the radius. At a wide radius this rejects most chance candidates
+    before their sketch is read (docs/algorithms.rst)."""
+    return distance + PAIR_SLACK
 
 
 # Buckets probed per key and look-up by the verified index: the recall of

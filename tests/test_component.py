@@ -119,6 +119,9 @@ def _key(rng) -> int:
     return int(rng.integers(0, 2**63, dtype=np.int64)) * 2 + 1
 
 
+MIX = 0x9E3779B97F4A7C15
+
+
 def test_a_page_is_a_revisit_even_when_another_stored_page_is_found_first():
     """The look-up returns the best match (the most agreeing sketch bins): the
     page's own entry is looked up by key, and is found when it verifies."""
@@ -140,13 +143,14 @@ def test_a_page_is_a_revisit_even_when_another_stored_page_is_found_first():
         sketch_a2 = sketch_c.copy()
         sketch_a2[:agree_with_a] = sketch_a[:agree_with_a]
         backend = MemoryBackend(VerifiedIndex())
+        # the second key moves with the first (the pair rule reads both)
         assert asyncio.run(backend.check_and_add(
-            Page(a, rng.normal(size=64), _key(rng), rng.normal(size=64), sketch_a.tobytes()),
+            Page(a, rng.normal(size=64), a ^ MIX, rng.normal(size=64), sketch_a.tobytes()),
             "A")) is None
         assert asyncio.run(backend.check_and_add(
-            Page(c, rng.normal(size=64), _key(rng), rng.normal(size=64), sketch_c.tobytes()),
+            Page(c, rng.normal(size=64), c ^ MIX, rng.normal(size=64), sketch_c.tobytes()),
             "C")) is None
-        a2_page = Page(a2, rng.normal(size=64), _key(rng), rng.normal(size=64),
+        a2_page = Page(a2, rng.normal(size=64), a2 ^ MIX, rng.normal(size=64),
                        sketch_a2.tobytes())
         best = backend.index.query(a2_page.value, a2_page.value2, a2_page.sketch)
         assert best is not None and backend.keys[best.id] == "C"

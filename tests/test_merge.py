@@ -59,15 +59,18 @@ def corpus():
 
 def reference_pairs(pages, h, min_similarity=0.15):
     """``{(i, j)}``, ``j < i``: the pages ``j`` a page ``i`` matches by the
-    rule (either key within ``h`` bits, at least ``matches_needed`` equal
-    sketch bytes), by brute force in NumPy."""
+    rule (either key within ``h`` bits, the two distances adding up to at most
+    ``h + 26``, at least ``matches_needed`` equal sketch bytes), by brute
+    force in NumPy."""
     v1 = np.array([p.value for p in pages], dtype=np.uint64)
     v2 = np.array([p.value2 for p in pages], dtype=np.uint64)
     sk = np.frombuffer(b"".join(p.sketch for p in pages), dtype=np.uint8).reshape(-1, 32)
     need = matches_needed(min_similarity)
     out = set()
     for i in range(len(pages)):
-        near = (np.bitwise_count(v1[:i] ^ v1[i]) <= h) | (np.bitwise_count(v2[:i] ^ v2[i]) <= h)
+        d1 = np.bitwise_count(v1[:i] ^ v1[i]).astype(int)
+        d2 = np.bitwise_count(v2[:i] ^ v2[i]).astype(int)
+        near = ((d1 <= h) | (d2 <= h)) & (d1 + d2 <= h + 26)
         agree = (sk[:i] == sk[i]).sum(axis=1)
         out.update((i, int(j)) for j in np.flatnonzero(near & (agree >= need)))
     return out

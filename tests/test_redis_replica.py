@@ -41,10 +41,12 @@ def _agree(a, b):
 
 
 def _match(page, row, v1, v2, sk, distance, needed):
-    """(agree, distance) of ``page`` against stored row ``row`` if it passes the rule."""
-    d = min(_pop(v1[row] ^ page.value), _pop(v2[row] ^ page.value2))
+    """(agree, distance) of ``page`` against stored row ``row`` if it passes
+    the rule (the two distances add up to at most ``distance + 26``)."""
+    d1, d2 = _pop(v1[row] ^ page.value), _pop(v2[row] ^ page.value2)
+    d = min(d1, d2)
     a = _agree(sk[row], page.sketch)
-    return (a, d) if d <= distance and a >= needed else None
+    return (a, d) if d <= distance and d1 + d2 <= distance + 26 and a >= needed else None
 
 
 def _best(page, rows, v1, v2, sk, distance, needed):
@@ -144,7 +146,8 @@ def test_gap_matches_is_the_brute_force(data):
     first = data.draw(st.integers(0, n))
     starts = np.array([data.draw(st.integers(-3, first + i)) for i in range(n - first)],
                       np.int64)
-    rows, agree, dist = hashing.gap_matches(v1, v2, sk, first, starts, distance, needed)
+    rows, agree, dist = hashing.gap_matches(v1, v2, sk, first, starts, distance, needed,
+                                            distance + 26)
     assert rows.dtype == np.int64 and agree.dtype == np.uint8 and dist.dtype == np.uint8
     sketches = [p.sketch for p in pages]
     for i in range(n - first):

@@ -30,8 +30,8 @@ from scrapy_simdup._limits import (
     DEFAULT_MIN_SIMILARITY,
     DEFAULT_PROBES_PER_KEY,
     MAX_CALIBRATED_DISTANCE,
-    pair_limit,
 )
+from scrapy_simdup._limits import pair_limit as _pair_limit
 from scrapy_simdup.fingerprint.sketch import (
     SKETCH_BYTES,
     check_min_similarity,
@@ -107,13 +107,16 @@ class VerifiedIndex:
     size ``t`` (default: ``floor(log2 n) - 2``, growing). ``model``: a
     :class:`VolatilityModel` (default: the shipped one). ``recall``: instead of
     ``max_probes``, the budget the model gives for that recall at the current
-    header size (calibrated for ``distance`` <= 16).
+    header size (calibrated for ``distance`` <= 16). ``pair_limit``: the
+    largest sum of a candidate's two key distances (default ``distance +
+    26``; 128 turns the pair rule off).
     """
 
     def __init__(self, distance: int = DEFAULT_DISTANCE,
                  min_similarity: float = DEFAULT_MIN_SIMILARITY,
                  max_probes: int | None = DEFAULT_PROBES_PER_KEY,
-                 header_bits: int | None = None, model=None, recall: float | None = None):
+                 header_bits: int | None = None, model=None, recall: float | None = None,
+                 pair_limit: int | None = None):
         self.distance = _check_distance(distance)
         self.min_similarity = check_min_similarity(min_similarity)
         self.needed = matches_needed(self.min_similarity)
@@ -124,7 +127,9 @@ class VerifiedIndex:
             max_probes = None
         elif max_probes is None:
             recall = 1.0      # every flip set
-        self.pair_limit = pair_limit(self.distance)
+        self.pair_limit = _pair_limit(self.distance) if pair_limit is None else int(pair_limit)
+        if not 0 <= self.pair_limit <= 128:
+            raise ValueError(f"pair_limit must be in 0..128, got {pair_limit!r}")
         self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
                                      recall=recall, header_bits=header_bits, model=model)
                             for _ in range(2))

@@ -161,12 +161,20 @@ def match_chunk(sides, chunks, q, active: np.ndarray | None, psm_f: bool,
         sketches = chunk["sketch"] if isinstance(side.matcher, PSMBatchMatcher) \
             else np.ascontiguousarray(chunk["sketch"])
         run = side.matcher.scan if keep_table else side.matcher.match
-        qi, yi, _dd, agree = run(np.ascontiguousarray(chunk[side.key]), sketches, side_active)
+        # PSM-F: every verified pair of the chunk, then the first that passes
+        # the pair rule (an element stopped at a pair the rule drops would
+        # miss the chunk's other pairs)
+        qi, yi, _dd, agree = run(np.ascontiguousarray(chunk[side.key]), sketches, side_active,
+                                 **({"first": False} if psm_f else {}))
         qa = side.order[qi]
-        out.append(pairs_of(q, qa, chunk["id"][yi], chunk["value"][yi], chunk["value2"][yi],
-                            agree, side.pair_limit))
-        if psm_f and active is not None:
-            active[out[-1]["id"]] = 0
+        pairs = pairs_of(q, qa, chunk["id"][yi], chunk["value"][yi], chunk["value2"][yi],
+                         agree, side.pair_limit)
+        if psm_f:
+            _, once = np.unique(pairs["id"], return_index=True)
+            pairs = pairs[np.sort(once)]
+            if active is not None:
+                active[pairs["id"]] = 0
+        out.append(pairs)
     return out
 
 

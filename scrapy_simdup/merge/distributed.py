@@ -173,6 +173,7 @@ def _build_task(job: dict, keys: list) -> list:
         _keep(job, n, (side, q))
         plain, _ = side.matcher.shared_parts()
         out.append({"n": n, "key": side.key, "cls": type(side.matcher), "plain": plain,
+                    "pair_limit": side.pair_limit,
                     "files": _publish(side, q, n, directory) if directory else None})
     return out
 
@@ -201,7 +202,8 @@ def _side(job: dict, info: dict) -> tuple[Side, dict]:
         arrays = {name: np.load(file, mmap_mode="c") for name, file in info["files"].items()}
         order = arrays.pop("order")
         q = {"value": arrays.pop("q-value"), "value2": arrays.pop("q-value2")}
-        side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays))
+        side = Side(info["key"], order, info["cls"].from_shared(info["plain"], arrays),
+                    info["pair_limit"])
         return _keep(job, n, (side, q))
     finally:
         with _worker_lock:

@@ -58,12 +58,15 @@ def needed(min_similarity: float) -> int:
 
 def verified_matches(query, stored, distance: int, min_similarity: float):
     """Every stored page (index into ``stored``) that is a verified match of
-    ``query``, best first. Pages are ``(value, value2, sketch)`` tuples."""
+    ``query``, best first: within ``distance`` on either key, the two
+    distances adding up to at most ``distance + 26``, enough equal bins.
+    Pages are ``(value, value2, sketch)`` tuples."""
     need = needed(min_similarity)
     found = []
     for row, (v1, v2, sk) in enumerate(stored):
-        d = min(bin(v1 ^ query[0]).count("1"), bin(v2 ^ query[1]).count("1"))
+        d1, d2 = bin(v1 ^ query[0]).count("1"), bin(v2 ^ query[1]).count("1")
+        d = min(d1, d2)
         m = matches(query[2], sk)
-        if d <= distance and m >= need:
+        if d <= distance and d1 + d2 <= distance + 26 and m >= need:
             found.append((-m, d, row))
     return [row for _, _, row in sorted(found)]
