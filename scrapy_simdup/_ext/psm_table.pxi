@@ -329,7 +329,10 @@ cdef class PSMCore:
             for i in range(nb):
                 lo[i] = off[hq[i]]
                 hi[i] = off[hq[i] + 1]
-                __builtin_prefetch(&vals[lo[i]])
+                # every cache line of the bucket, not only its first: a large
+                # bucket is scanned at the memory's bandwidth, not its latency
+                for j in range(lo[i], hi[i], 8):
+                    __builtin_prefetch(&vals[j])
             for i in range(nb):
                 for j in range(lo[i], hi[i]):
                     d = simdup_popcount64(vals[j] ^ x)
