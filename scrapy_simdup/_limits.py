@@ -12,7 +12,7 @@ MAX_DISTANCE = 24
 # (SIMDUP_MIN_SIMILARITY), chosen on spotsigs-dev + distractors by
 # benchmarks/eval_quality.py (docs/algorithms.rst, "Choosing the defaults").
 DEFAULT_DISTANCE = 22
-DEFAULT_MIN_SIMILARITY = 0.15
+DEFAULT_MIN_SIMILARITY = 0.18     # 6 equal bins of 32: bench_chance.py
 # the other key's distance a candidate may have beyond the radius's rest
 PAIR_SLACK = 26
 
@@ -34,6 +34,10 @@ DEFAULT_PROBES_PER_KEY = 2048
 # The shipped volatility model gives probe budgets for a target recall up to
 # this distance (SIMDUP_RECALL); wider radii take a budget (SIMDUP_MAX_PROBES).
 MAX_CALIBRATED_DISTANCE = 16
+# The most buckets per key a target recall (SIMDUP_RECALL) may spend at the
+# verified index's radius: the look-up's time budget, about 10 ms at ten
+# million pages. A target that needs more is not held, and the crawl says so.
+MAX_RECALL_PROBES = 16384
 # Target recall of the probe budget when neither recall nor max_probes is
 # given to the crawl's index: probing every flip set of up to 8 header bits
 # is ~10^5 probes per look-up at a million pages.

@@ -78,6 +78,9 @@ class IndexBackend(abc.ABC):
 
     #: cumulative buckets probed by lookups, or None if unknown
     probes: int | None = None
+    #: the share of near-duplicates a look-up finds at the index's current size
+    #: and budget (``VerifiedIndex.expected_recall``), or None
+    expected_recall: float | None = None
 
     @abc.abstractmethod
     async def check_and_add(self, page, key: str) -> Match | None:
@@ -167,6 +170,10 @@ class MemoryBackend(IndexBackend):
             if entry is not None:
                 return stored_key, entry
         return None, None
+
+    @property
+    def expected_recall(self) -> float | None:  # type: ignore[override]
+        return self.index.expected_recall
 
     @property
     def probes(self) -> int | None:  # type: ignore[override]

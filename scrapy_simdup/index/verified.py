@@ -30,6 +30,7 @@ from scrapy_simdup._limits import (
     DEFAULT_MIN_SIMILARITY,
     DEFAULT_PROBES_PER_KEY,
     MAX_CALIBRATED_DISTANCE,
+    MAX_RECALL_PROBES,
 )
 from scrapy_simdup._limits import pair_limit as _pair_limit
 from scrapy_simdup.fingerprint.sketch import (
@@ -39,6 +40,7 @@ from scrapy_simdup.fingerprint.sketch import (
     similarity,
 )
 from scrapy_simdup.index.memory import PSMIndex, _as_ids, _as_values, _check_distance
+from scrapy_simdup.index.volatility import VolatilityModel
 
 __all__ = ["VerifiedIndex", "VerifiedMatch"]
 
@@ -120,19 +122,36 @@ class VerifiedIndex:
         self.distance = _check_distance(distance)
         self.min_similarity = check_min_similarity(min_similarity)
         self.needed = matches_needed(self.min_similarity)
+        model = VolatilityModel.default() if model is None else model
+        if not isinstance(model, VolatilityModel):
+            raise TypeError(f"model must be a VolatilityModel, got {type(model).__name__}")
+        self.model = model
+        # recall= on a calibrated radius: the budget is re-chosen as the header
+        # grows (_rebudget), up to MAX_RECALL_PROBES per key
+        self.recall: float | None = None
+        self.recall_held = True
+        table_recall = None
         if recall is not None:
-            if self.distance > MAX_CALIBRATED_DISTANCE:
-                raise ValueError(f"recall is calibrated for distance <= {MAX_CALIBRATED_DISTANCE}, "
-                                 f"got distance {self.distance}: give max_probes instead")
-            max_probes = None
+            if isinstance(recall, bool) or not isinstance(recall, (int, float)) \
+                    or not 0.0 < float(recall) <= 1.0:
+                raise ValueError(f"recall must be in (0, 1], got {recall!r}")
+            if model.expected_recall(self.distance, 8, MAX_RECALL_PROBES) is not None:
+                self.recall = float(recall)
+                max_probes = MAX_RECALL_PROBES      # until the first _rebudget
+            elif self.distance <= MAX_CALIBRATED_DISTANCE:
+                table_recall, max_probes = recall, None     # each key's own model
+            else:
+                raise ValueError(f"recall is not calibrated at distance {self.distance}: "
+                                 "give max_probes instead")
         elif max_probes is None:
-            recall = 1.0      # every flip set
+            table_recall = 1.0      # every flip set
         self.pair_limit = _pair_limit(self.distance) if pair_limit is None else int(pair_limit)
         if not 0 <= self.pair_limit <= 128:
             raise ValueError(f"pair_limit must be in 0..128, got {pair_limit!r}")
         self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
-                                     recall=recall, header_bits=header_bits, model=model)
+                                     recall=table_recall, header_bits=header_bits, model=model)
                             for _ in range(2))
+        self._budget_t = -1
         for table in self.tables:
             table._set_paired(self.pair_limit)
         self._n = 0
@@ -141,6 +160,7 @@ class VerifiedIndex:
         self._ids: np.ndarray | None = None      # None while every id equals its row
         for table in self.tables:
             table._set_sketches(self._sketches, 0, self.needed)
+        self._rebudget()
 
     # -- state ------------------------------------------------------------
     def __len__(self) -> int:
@@ -153,6 +173,28 @@ class VerifiedIndex:
     @property
     def max_probes(self):
         return self.tables[0].max_probes
+
+    @property
+    def expected_recall(self) -> float | None:
+        """The share of the near-duplicates an exhaustive search would find
+        that a look-up finds at the current size and budget, from the
+        calibration of the shipped model (``benchmarks/calibrate_recall.py``,
+        real near-duplicate pages); None where it is not calibrated (another
+        radius, or fewer than 16 probes per key)."""
+        return self.model.expected_recall(self.distance, self.header_bits, self.max_probes)
+
+    def _rebudget(self) -> None:
+        """With ``recall=``: the fewest probes per key that reach it at the
+        current header size, at most ``MAX_RECALL_PROBES`` (``recall_held``
+        says whether that is enough)."""
+        t = self.header_bits
+        if self.recall is None or t == self._budget_t:
+            return
+        self._budget_t = t
+        k = self.model.probes_for_expected_recall(self.distance, t, self.recall)
+        self.recall_held = k is not None and k <= MAX_RECALL_PROBES
+        for table in self.tables:
+            table.max_probes = k if self.recall_held else MAX_RECALL_PROBES
 
     @property
     def sketches(self) -> np.ndarray:
@@ -243,6 +285,7 @@ class VerifiedIndex:
         self._n += rows.shape[0]
         for table in self.tables:
             table._set_sketches(self._sketches, self._n, self.needed)
+        self._rebudget()
 
     # -- query ------------------------------------------------------------
     def query(self, value: int, value2: int, sketch: bytes, W=None, W2=None,

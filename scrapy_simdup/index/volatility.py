@@ -50,6 +50,8 @@ from scrapy_simdup._ext import psm
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "data", "volatility_default.json")
 RECALL_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0)
+# probes per key at which the verified index's recall is tabulated
+VERIFIED_PROBE_LEVELS = tuple(16 << i for i in range(13))      # 16 .. 65536
 # flip probability assumed for every header bit when a query has no weights
 UNIFORM_P = 0.1
 _P_MIN = 1e-300
@@ -74,7 +76,8 @@ class VolatilityModel:
     """
 
     def __init__(self, grid_max: float, survival, tail_rate: float,
-                 probes: dict | None = None, meta: dict | None = None):
+                 probes: dict | None = None, meta: dict | None = None,
+                 verified_recall: dict | None = None):
         survival = np.asarray(survival, dtype=np.float64)
         if survival.ndim != 1 or survival.shape[0] < 2:
             raise ValueError("survival must be a 1-D table of at least 2 points")
@@ -91,6 +94,13 @@ class VolatilityModel:
         self.probes = {int(d): {int(t): [int(k) for k in ks] for t, ks in tab.items()}
                        for d, tab in (probes or {}).items()}
         self.meta = dict(meta or {})
+        # verified_recall[distance][t] = recall at each VERIFIED_PROBE_LEVELS
+        self.verified_recall = {
+            int(d): {int(t): [float(r) for r in row] for t, row in tab.items()}
+            for d, tab in (verified_recall or {}).items()}
+        for tab in self.verified_recall.values():
+            if any(len(row) != len(VERIFIED_PROBE_LEVELS) for row in tab.values()):
+                raise ValueError("a verified_recall row needs one value per probe level")
         K = self.survival.shape[0]
         self.dc = self.grid_max / (K - 1)
         p = np.clip(0.5 * self.survival, _P_MIN, _P_MAX)
@@ -133,6 +143,45 @@ class VolatilityModel:
             if level >= recall - 1e-12:
                 # k < 0: the level was not reached within the calibration's cap
                 return None if level >= 1.0 or k < 0 else int(k)
+        return None
+
+    def expected_recall(self, distance: int, header_bits: int, probes) -> float | None:
+        """The share of near-duplicate pages the verified index finds with
+        ``probes`` buckets per key (None: every flip set) and a
+        ``header_bits``-bit header, out of those an exhaustive search finds
+        (``benchmarks/calibrate_recall.py``); None where it is not calibrated."""
+        tab = self.verified_recall.get(int(distance))
+        if not tab:
+            return None
+        if probes is None:
+            return 1.0
+        ts = sorted(tab)
+        t = int(header_bits)
+        if t > ts[-1]:
+            return None
+        row = tab[max(t, ts[0])] if t in tab or t < ts[0] else tab[min(x for x in ts if x >= t)]
+        k = int(probes)
+        if k < VERIFIED_PROBE_LEVELS[0]:
+            return None
+        if k >= VERIFIED_PROBE_LEVELS[-1]:
+            return row[-1]
+        # between two levels: linear in log2(probes)
+        i = max(j for j, lvl in enumerate(VERIFIED_PROBE_LEVELS) if lvl <= k)
+        lo, hi = VERIFIED_PROBE_LEVELS[i], VERIFIED_PROBE_LEVELS[i + 1]
+        f = (math.log2(k) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+        return row[i] + f * (row[i + 1] - row[i])
+
+    def probes_for_expected_recall(self, distance: int, header_bits: int,
+                                   recall: float) -> int | None:
+        """The fewest probes per key (a tabulated level) at which
+        :meth:`expected_recall` reaches ``recall``; None when no level does
+        (or the setting is not calibrated)."""
+        for k in VERIFIED_PROBE_LEVELS:
+            got = self.expected_recall(distance, header_bits, k)
+            if got is None:
+                return None
+            if got >= recall - 1e-12:
+                return k
         return None
 
     # -- fitting ---------------------------------------------------------
@@ -199,6 +248,9 @@ class VolatilityModel:
             "recall_levels": list(RECALL_LEVELS),
             "probes": {str(d): {str(t): ks for t, ks in tab.items()}
                        for d, tab in self.probes.items()},
+            "verified_probe_levels": list(VERIFIED_PROBE_LEVELS),
+            "verified_recall": {str(d): {str(t): row for t, row in tab.items()}
+                                for d, tab in self.verified_recall.items()},
             "meta": self.meta,
         }
 
@@ -207,8 +259,12 @@ class VolatilityModel:
         try:
             if list(data.get("recall_levels", RECALL_LEVELS)) != list(RECALL_LEVELS):
                 raise ValueError("recall_levels differ from this version's")
+            if list(data.get("verified_probe_levels", VERIFIED_PROBE_LEVELS)) \
+                    != list(VERIFIED_PROBE_LEVELS):
+                raise ValueError("verified_probe_levels differ from this version's")
             return cls(data["grid_max"], data["survival"], data["tail_rate"],
-                       probes=data.get("probes"), meta=data.get("meta"))
+                       probes=data.get("probes"), meta=data.get("meta"),
+                       verified_recall=data.get("verified_recall"))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a volatility model: {exc!r}") from None
 

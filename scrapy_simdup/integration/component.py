@@ -14,6 +14,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_simdup._limits import MAX_RECALL_PROBES
 from scrapy_simdup.exceptions import CorruptFileError, SkippedPage
 from scrapy_simdup.index.backend import Match, MemoryBackend
 from scrapy_simdup.index.crawldir import lock_crawl_directory, namespace_dir, prepare_directory
@@ -114,7 +115,27 @@ class SimdupComponent:
         self._skipped_exc = SkippedPage
         self._stopping = False
         self._logged_first_drop = False
+        self._recall_warned = False
+        self._record_recall()
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
+
+    def _record_recall(self) -> None:
+        """``<prefix>expected_recall``: the share of near-duplicates a look-up
+        finds at the index's size and budget; one WARNING when SIMDUP_RECALL
+        can no longer be held within the look-up's time budget."""
+        recall = self.backend.expected_recall
+        if recall is None:
+            return
+        self.stats.set_value(self.prefix + "expected_recall", round(recall, 3))
+        target = self.config.recall
+        if target is not None and recall < target - 0.0005 and not self._recall_warned:
+            self._recall_warned = True
+            logger.warning("Simdup: SIMDUP_RECALL = %g cannot be held at %s pages within "
+                           "%s probes per key (the look-up's time budget): expected recall "
+                           "%.3f. A smaller SIMDUP_DISTANCE, or a crawl split by site, needs "
+                           "fewer probes", target, f"{len(self.backend):,}",
+                           f"{MAX_RECALL_PROBES:,}", recall,
+                           extra={"spider": self.crawler.spider})
 
     def _open(self, config, crawler, fingerprinter, backend) -> None:
         if config.dir:
@@ -222,6 +243,7 @@ class SimdupComponent:
         probes = self.backend.probes
         if probes is not None:
             stats.set_value(self.prefix + "probes", probes)
+        self._record_recall()
         if match is None and self.fingerprinter.idf is not None:
             # weighting "idf": learn from kept pages, before the writer may
             # snapshot the index with this page in it

@@ -26,12 +26,14 @@ from scrapy_simdup._limits import (
     MAX_CALIBRATED_DISTANCE,
     MAX_DISTANCE,
     MAX_PROBES,
+    MAX_RECALL_PROBES,
     MAX_REPLICA_PAGES,
     MIN_BATCH_SIZE,
     MIN_PROBES,
 )
 from scrapy_simdup.exceptions import ParameterError
 from scrapy_simdup.fingerprint.fingerprinter import Fingerprinter
+from scrapy_simdup.index.volatility import VolatilityModel
 
 __all__ = ["SimdupConfig", "SETTINGS_DEFAULTS"]
 
@@ -329,7 +331,7 @@ class SimdupConfig:
     action: str = "drop"                  # "drop" | "tag"
     distance: int = DEFAULT_DISTANCE      # search radius h of each 64-bit key
     min_similarity: float = DEFAULT_MIN_SIMILARITY   # verification: estimated Jaccard
-    recall: float | None = None           # PSM target recall in (0, 1] (distance <= 16)
+    recall: float | None = None           # PSM target recall in (0, 1] (calibrated radii)
     max_probes: int | None = None         # PSM probe budget per key (flip sets per query)
     search: str = "psm"                   # "psm" | "exact" (every flip set)
     #: keyword arguments for Fingerprinter (only the settings the user set)
@@ -391,10 +393,10 @@ class SimdupConfig:
             raise ValueError("SIMDUP_RECALL and SIMDUP_MAX_PROBES are exclusive: set only one "
                              "of them (a target recall, or a probe budget per lookup)")
         distance = _int("SIMDUP_DISTANCE", get("SIMDUP_DISTANCE"), lo=0, hi=MAX_DISTANCE)
-        if recall is not None and distance > MAX_CALIBRATED_DISTANCE:
-            raise ValueError(f"SIMDUP_RECALL is calibrated for SIMDUP_DISTANCE <= "
-                             f"{MAX_CALIBRATED_DISTANCE} (got {distance}): set a probe budget "
-                             f"per key with SIMDUP_MAX_PROBES instead")
+        if recall is not None and distance > MAX_CALIBRATED_DISTANCE and \
+                VolatilityModel.default().expected_recall(distance, 8, MAX_RECALL_PROBES) is None:
+            raise ValueError(f"SIMDUP_RECALL is not calibrated at SIMDUP_DISTANCE = {distance}: "
+                             f"set a probe budget per key with SIMDUP_MAX_PROBES instead")
 
         feature_options = {}
         for name, kwarg in FEATURE_SETTINGS.items():

@@ -119,6 +119,9 @@ class SimdupLogStats:
             search = f"PSM, recall {config.recall:g}"
         else:
             search = f"PSM, {DEFAULT_PROBES_PER_KEY} probes per key"
+        recall = get("simdup/expected_recall")
+        if recall is not None and config.search != "exact":
+            search += f", expected recall {recall:.3f} at this size"
         things = " and ".join(k for k in ("pages", "items") if k in self.kinds)
         verify = f" and similarity >= {config.min_similarity:g}" if config.min_similarity else ""
         line = (f"Simdup: {config.action} near-duplicate {things} within {config.distance} "
@@ -175,6 +178,10 @@ class SimdupLogStats:
             message += (f", {duplicates} duplicates ({_share(duplicates, checked)}), "
                         f"index {get('simdup/index_size', 0)}, "
                         f"{_fmt(mean_probes)} probes and {lookup_us:.0f} us per lookup")
+            recall = get("simdup/expected_recall")
+            if recall is not None:
+                message += f", expected recall {recall:.3f}"
+
         items = get("simdup/items/checked", 0)
         if items:
             item_dups = get("simdup/items/duplicates", 0)

@@ -146,6 +146,10 @@ class RedisBackend(IndexBackend):
     def probes(self) -> int:
         return self.replica.index.probes
 
+    @property
+    def expected_recall(self) -> float | None:  # type: ignore[override]
+        return self.replica.index.expected_recall
+
     def __len__(self) -> int:
         return len(self.replica)
 
