@@ -42,7 +42,7 @@ def test_console_script_merge_and_stats(crawl, tmp_path):
     assert not any(r["revisit"] for r in rows)
     groups = [json.loads(line) for line in clusters.read_text().splitlines()]
     assert len(groups) == 20 and all(g["size"] == 3 for g in groups)
-    assert "distance 22, min similarity 0.15" in out.stdout     # the defaults
+    assert "distance 22, min similarity 0.18" in out.stdout     # the defaults
     stats = _run(_simdup() + ["stats", str(crawl), "--json"])
     assert stats.returncode == 0, stats.stderr
     info = json.loads(stats.stdout)

@@ -430,7 +430,7 @@ def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
 
 @pytest.mark.parametrize("settings, expected", [
     ({}, "Simdup: drop near-duplicate pages within 22 bits of either key and similarity >= "
-         "0.15 (PSM, 2048 probes per key), memory index, no SIMDUP_DIR (nothing is kept after "
+         "0.18 (PSM, 2048 probes per key), memory index, no SIMDUP_DIR (nothing is kept after "
          "the crawl); revisits kept, start requests not dropped"),
     ({"SIMDUP_ACTION": "tag", "SIMDUP_SEARCH": "exact", "SIMDUP_DISTANCE": 4,
       "SIMDUP_MIN_SIMILARITY": 0},
@@ -438,7 +438,7 @@ def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
      "index, no SIMDUP_DIR (nothing is kept after the crawl); revisits kept"),
     ({"SIMDUP_INDEX": "redis://user:secret@h:6379/0", "SIMDUP_MAX_PROBES": 20,
       "SIMDUP_DIR": "/data/x", "SIMDUP_ON_REVISIT": "drop", "SIMDUP_DROP_START_REQUESTS": True},
-     "Simdup: drop near-duplicate pages within 22 bits of either key and similarity >= 0.15 "
+     "Simdup: drop near-duplicate pages within 22 bits of either key and similarity >= 0.18 "
      "(PSM, 20 probes per key), Redis index redis://***@h:6379/0 key 'simdup:news', "
      "SIMDUP_DIR=/data/x (batch files); revisits dropped, start requests dropped like other "
      "pages"),
@@ -461,8 +461,8 @@ def test_the_start_up_line_says_what_was_restored(tmp_path):
     SimdupPipeline.from_crawler(crawler)
     assert middleware.logstats.setup("news").startswith(
         f"Simdup: drop near-duplicate pages and items within 22 bits of either key and "
-        f"similarity >= 0.15 (PSM, 2048 probes per key), memory index, SIMDUP_DIR={d}: "
-        f"restored 1,234 fingerprints and 0 items; ")
+        f"similarity >= 0.18 (PSM, 2048 probes per key, expected recall 1.000 at this size), "
+        f"memory index, SIMDUP_DIR={d}: restored 1,234 fingerprints and 0 items; ")
 
 
 def test_summary_counts_in_words_and_leaves_items_without_text_out():

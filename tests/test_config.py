@@ -26,7 +26,7 @@ def test_defaults():
     config = SimdupConfig.from_settings(Settings())
     assert config == SimdupConfig()
     assert config.enabled is False and config.action == "drop" and config.distance == 22
-    assert config.min_similarity == 0.15
+    assert config.min_similarity == 0.18
     assert config.search == "psm" and config.index == "memory" and config.dir is None
     assert config.batch_size == 100_000 and config.on_error == "keep"
     assert config.redis_key == "simdup:%(spider)s" and config.redis_params == {}
@@ -205,10 +205,14 @@ def test_search_settings_that_cannot_apply(caplog):
     assert "SIMDUP_RECALL has no effect with SIMDUP_SEARCH = 'exact'" in caplog.text
 
 
-def test_recall_is_calibrated_up_to_distance_16():
-    with pytest.raises(ValueError, match="SIMDUP_RECALL is calibrated for SIMDUP_DISTANCE <= 16 "
-                                         r"\(got 22\): set a probe budget"):
-        SimdupConfig.from_settings(Settings({"SIMDUP_RECALL": 0.9}))
+def test_recall_is_calibrated_at_the_default_distance():
+    """SIMDUP_RECALL works at the default radius: the index picks the fewest
+    probes per key whose stated recall reaches it, and re-picks them as its
+    header grows."""
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_RECALL": 0.97}))
+    index = make_backend(config, None).index
+    assert index.recall == 0.97 and index.recall_held
+    assert index.expected_recall >= 0.97
     config = SimdupConfig.from_settings(Settings({"SIMDUP_RECALL": 0.9, "SIMDUP_DISTANCE": 12}))
     assert make_backend(config, None).index.max_probes >= 1
 

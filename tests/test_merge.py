@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scrapy_simdup._limits import DEFAULT_MIN_SIMILARITY
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.sketch import matches_needed
 from scrapy_simdup.merge import merge, stats
@@ -57,7 +58,7 @@ def corpus():
     return out
 
 
-def reference_pairs(pages, h, min_similarity=0.15):
+def reference_pairs(pages, h, min_similarity=DEFAULT_MIN_SIMILARITY):
     """``{(i, j)}``, ``j < i``: the pages ``j`` a page ``i`` matches by the
     rule (either key within ``h`` bits, the two distances adding up to at most
     ``h + 26``, at least ``matches_needed`` equal sketch bytes), by brute

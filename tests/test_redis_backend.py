@@ -39,14 +39,14 @@ def _prefix(name="t"):
     return f"{name}:{time.monotonic_ns()}"
 
 
-def _index(distance=22, min_similarity=0.15):
+def _index(distance=22, min_similarity=0.18):
     # every flip set of the 8 header bits: exhaustive, as the tests need
     return VerifiedIndex(distance=distance, min_similarity=min_similarity, max_probes=None,
                          header_bits=8)
 
 
 def _open(url, prefix, follow=0, **kw):
-    index = _index(kw.pop("distance", 22), kw.pop("min_similarity", 0.15))
+    index = _index(kw.pop("distance", 22), kw.pop("min_similarity", 0.18))
     return RedisBackend.open(url, prefix, index, follow_interval=follow, **kw)
 
 
@@ -159,7 +159,7 @@ def test_the_index_is_a_meta_hash_and_a_log_of_page_records(redis_server):
         meta = {k.decode(): v.decode() for k, v in client.hgetall(prefix + ":meta").items()}
         assert meta.pop("epoch") and meta == {
             "layout": LAYOUT, "fingerprint": "recipe-A", "distance": "22",
-            "min_similarity": "0.15", "n": "5"}
+            "min_similarity": "0.18", "n": "5"}
         entries = client.xrange(prefix + ":log")
         assert [e[0] for e in entries] == [b"1-0", b"2-0", b"3-0", b"4-0", b"5-0"]
         blobs = [e[1][b"r"] for e in entries]
@@ -447,7 +447,7 @@ def test_an_index_of_other_settings_is_refused(redis_server):
     for kw, parameter, message in [
             (dict(fingerprint="recipe-B"), "fingerprint", "made with 'recipe-A'.*'recipe-B'"),
             (dict(distance=16), "distance", "within distance 22, this process 16"),
-            (dict(min_similarity=0.3), "min_similarity", "at similarity 0.15, this process at 0.3")]:
+            (dict(min_similarity=0.3), "min_similarity", "at similarity 0.18, this process at 0.3")]:
         with pytest.raises(ParameterError, match=message) as err:
             _open(redis_server.url, prefix, **{"fingerprint": "recipe-A", **kw})
         assert err.value.parameter == parameter and "SIMDUP_" not in str(err.value)

@@ -207,7 +207,7 @@ def test_a_reseed_whose_writer_died_is_taken_over(redis_server):
                                         "parent": old_epoch, "reseed_n": 10,
                                         "reseeding": time.time() + 30,
                                         "fingerprint": "", "distance": 22,
-                                        "min_similarity": "0.15"})
+                                        "min_similarity": "0.18"})
         client.xadd("rd:log", {"r": a.replica.export(0, 1)[0]}, id="1-0")
         client.xadd("rd:log", {"r": a.replica.export(1, 2)[0]}, id="2-0")
         with pytest.raises(IndexUnavailableError, match="being re-seeded"):

@@ -8,7 +8,13 @@ import random
 import numpy as np
 import pytest
 
-from scrapy_simdup import Fingerprinter, SkippedPage, VerifiedIndex, fingerprint_features
+from scrapy_simdup import (
+    Fingerprinter,
+    SkippedPage,
+    VerifiedIndex,
+    VolatilityModel,
+    fingerprint_features,
+)
 from scrapy_simdup._ext import hashing
 from scrapy_simdup.fingerprint.features import fmix64
 from scrapy_simdup.fingerprint.sketch import (
@@ -173,7 +179,9 @@ def test_memory_per_page_is_at_most_80_bytes():
 
 @pytest.mark.parametrize("kwargs, word", [
     (dict(distance=25), "distance"), (dict(min_similarity=-0.1), "min_similarity"),
-    (dict(min_similarity=2), "min_similarity"), (dict(recall=0.9), "recall"),
+    (dict(min_similarity=2), "min_similarity"), (dict(recall=1.5), "recall"),
+    # a radius the model has no recall calibration for
+    (dict(distance=20, recall=0.9, model=VolatilityModel.laplace(1.0)), "recall"),
 ])
 def test_bad_arguments(kwargs, word):
     with pytest.raises(ValueError, match=word):
