@@ -145,6 +145,8 @@ def main(argv=None):
               f"{[tab.get(t, [None] * 9)[3] for t in (16, 20, 24, 28)]} ({n} pairs)")
     model.save(args.out)
     print(f"wrote {args.out} in {time.time() - t0:.0f}s: {model!r}")
+    print("the verified index's recall table depends on this probe order: run "
+          "benchmarks/calibrate_recall.py next")
 
 
 if __name__ == "__main__":
