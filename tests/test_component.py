@@ -164,7 +164,7 @@ def _restored(backend) -> MemoryBackend:
     values, values2, sketches, ids = backend.index.arrays()
     keys = [backend.keys[int(i)] for i in ids]
     # what the snapshot records of each page: kept, or stored as a near-duplicate
-    kept = [backend._entry_of_key[k][3] for k in keys]
+    kept = [backend._entry(k)[1][3] for k in keys]
     again = MemoryBackend(VerifiedIndex())
     again.load(values, values2, sketches, keys, kept)
     return again

@@ -71,6 +71,18 @@ cdef class KeyMap:
             return None
         return <int64_t>self._rows[s]
 
+    def put(self, uint64_t key, int64_t row):
+        """Put ``key -> row`` (the row it had before is replaced)."""
+        if row < 0 or row > MAX_ROW:
+            raise OverflowError(f"a row must be in 0..{MAX_ROW}, got {row}")
+        if 4 * (self._count + 1) > 3 * self._keys.shape[0]:
+            self._grow()
+        cdef Py_ssize_t s = self._slot(key)
+        if self._rows[s] == EMPTY:
+            self._count += 1
+            self._keys[s] = key
+        self._rows[s] = <uint32_t>row
+
     def put_many(self, const uint64_t[::1] keys, const int64_t[::1] rows):
         """Put ``keys[i] -> rows[i]`` in order (a later row of a key wins)."""
         cdef Py_ssize_t n = keys.shape[0], i, s

@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scrapy_simdup.index.columns import Column, KeyColumn
 from scrapy_simdup.storage.batchfile import escape_url
 
 __all__ = ["Match", "Page", "IndexBackend", "MemoryBackend", "StatCallback"]
@@ -121,11 +122,14 @@ class MemoryBackend(IndexBackend):
     matched against the other pages again, never against itself.
     """
 
-    def __init__(self, index, keys: dict[int, str] | None = None) -> None:
+    def __init__(self, index) -> None:
         self.index = index
-        self.keys: dict[int, str] = {} if keys is None else keys
-        # key -> (id, value, value2, kept): the page stored under a key
-        self._entry_of_key: dict[str, tuple[int, int, int, bool]] = {}
+        # by row: the key stored (and from a key its newest row), the two
+        # keys and whether the page was kept; compact, for long crawls
+        self.keys = KeyColumn()
+        self._values = Column(np.uint64)
+        self._values2 = Column(np.uint64)
+        self._kept = Column(np.uint8)
         # what was stored since the last take_stored(), when logging
         self._stored_log: list | None = None
 
@@ -157,18 +161,37 @@ class MemoryBackend(IndexBackend):
         if not len(keys):
             return
         ids = self.index.add(values, values2, sketches)
-        kept = [True] * len(keys) if kept is None else [bool(k) for k in kept]
-        for i, v1, v2, key, was_kept in zip(np.asarray(ids).tolist(), np.asarray(values).tolist(),
-                                            np.asarray(values2).tolist(), keys, kept):
-            self.keys[int(i)] = key
-            self._entry_of_key[key] = (int(i), int(v1), int(v2), was_kept)
+        kept = np.ones(len(keys), np.uint8) if kept is None else \
+            np.asarray(kept, dtype=bool).astype(np.uint8)
+        for i, key in zip(np.asarray(ids).tolist(), keys):
+            self._put(int(i), key)
+        first = int(ids[0])
+        self._fill(first, values, values2, kept)
+
+    def _fill(self, first: int, values, values2, kept) -> None:
+        """The rows ``first..`` of the per-row columns (rows before it that
+        were added to the index directly get zeros)."""
+        for column, data in ((self._values, values), (self._values2, values2),
+                             (self._kept, kept)):
+            if column.n < first:
+                column.extend(np.zeros(first - column.n, column.array.dtype))
+            if len(data) == 1:      # a crawl's page
+                column.append(data[0])
+            else:
+                column.extend(np.asarray(data))
+
+    def _put(self, row: int, key: str) -> None:
+        self.keys[row] = key
+
 
     def _entry(self, key: str):
-        """``(stored key, entry)`` of ``key`` as given or as a snapshot keeps it."""
+        """``(stored key, (row, value, value2, kept))`` of the page stored under
+        ``key`` as given or as a snapshot keeps it, or ``(None, None)``."""
         for stored_key in (key, _escaped(key)):
-            entry = self._entry_of_key.get(stored_key) if stored_key is not None else None
-            if entry is not None:
-                return stored_key, entry
+            row = self.keys.row_of(stored_key) if stored_key is not None else None
+            if row is not None and row < self._kept.n:
+                return stored_key, (row, self._values[row], self._values2[row],
+                                    bool(self._kept[row]))
         return None, None
 
     @property
@@ -193,13 +216,19 @@ class MemoryBackend(IndexBackend):
         if store:
             kept = best is None
             row = self.index.add_fingerprint(page)
-            self.keys[row] = key
-            self._entry_of_key[key] = (row, int(page.value), int(page.value2), kept)
+            self._put(row, key)
+            self._fill(row, [int(page.value)], [int(page.value2)], [kept])
             if self._stored_log is not None:
                 self._stored_log.append((int(page.value), int(page.value2), page.sketch, key, kept))
         if best is not None:
             return Match(self.keys.get(best.id, f"#{best.id}"), best.distance, best.similarity)
         return None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the index, the keys and the per-row columns."""
+        return self.index.nbytes + self.keys.nbytes + sum(
+            c.nbytes for c in (self._values, self._values2, self._kept))
 
     async def check_and_add(self, page, key: str) -> Match | None:
         return self._check_and_add(page, key)

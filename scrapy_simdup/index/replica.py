@@ -28,6 +28,7 @@ import numpy as np
 from scrapy_simdup._ext import hashing, keymap
 from scrapy_simdup._limits import MAX_REPLICA_PAGES
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, similarity
+from scrapy_simdup.index.columns import Column
 from scrapy_simdup.index.verified import VerifiedIndex, VerifiedMatch
 
 __all__ = ["RECORD", "RECORD_BYTES", "MATCHED", "HASHED", "KeyMap", "Replica", "Applied",
@@ -93,32 +94,6 @@ class Applied(NamedTuple):
         return VerifiedMatch(row, similarity(int(self.gap_agree[i])), int(self.gap_dist[i]))
 
 
-class _Column:
-    """A growable 1-d array (amortised doubling)."""
-
-    def __init__(self, dtype) -> None:
-        self._a = np.zeros(64, dtype)
-        self.n = 0
-
-    def extend(self, values) -> None:
-        need = self.n + len(values)
-        if need > self._a.shape[0]:
-            grown = np.zeros(max(need, 2 * self._a.shape[0]), self._a.dtype)
-            grown[: self.n] = self._a[: self.n]
-            self._a = grown
-        self._a[self.n: need] = values
-        self.n = need
-
-    @property
-    def array(self) -> np.ndarray:
-        """The stored values (a view: valid until the next extend)."""
-        return self._a[: self.n]
-
-    @property
-    def nbytes(self) -> int:
-        return self._a.nbytes
-
-
 class Replica:
     """The pages of a log in a :class:`VerifiedIndex`, in log order.
 
@@ -130,10 +105,10 @@ class Replica:
         if len(index):
             raise ValueError("a replica starts from an empty index")
         self.index = index
-        self._values = _Column(np.uint64)
-        self._values2 = _Column(np.uint64)
-        self._kept = _Column(np.bool_)
-        self._hashes = _Column(np.uint64)         # each row's URL hash (a re-seed)
+        self._values = Column(np.uint64)
+        self._values2 = Column(np.uint64)
+        self._kept = Column(np.bool_)
+        self._hashes = Column(np.uint64)         # each row's URL hash (a re-seed)
         self.keys = KeyMap()
         self._recent: list = [None] * RECENT_KEYS   # row % RECENT_KEYS -> (row, URL bytes)
 

@@ -17,6 +17,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy_simdup._limits import MAX_RECALL_PROBES
 from scrapy_simdup.exceptions import CorruptFileError, SkippedPage
 from scrapy_simdup.index.backend import Match, MemoryBackend
+from scrapy_simdup.index.columns import KeySet
 from scrapy_simdup.index.crawldir import lock_crawl_directory, namespace_dir, prepare_directory
 from scrapy_simdup.index.redis.log import IndexResetError
 from scrapy_simdup.integration import logstats
@@ -91,7 +92,7 @@ class SimdupComponent:
         #: corrupt saved index with SIMDUP_ON_ERROR = "stop", Redis unreachable)
         self.refused: str | None = None
         #: keys checked in this crawl: a second match under one of them is a copy, not a revisit
-        self._checked_keys: set[str] = set()
+        self._checked_keys = KeySet()
         try:
             self._open(config, crawler, fingerprinter, backend)
         except (CorruptFileError, ConnectionError) as exc:
