@@ -10,7 +10,7 @@ ADDONS = {"scrapy_simdup.Addon": 0}
 # "Settings"). All but SIMDUP_LOG_INTERVAL are the defaults.
 SIMDUP_ACTION = "drop"        # or "tag": pass duplicates on with response.meta["simdup"]
 SIMDUP_DISTANCE = 22          # search radius of each 64-bit key (candidates)
-SIMDUP_MIN_SIMILARITY = 0.15  # estimated Jaccard a candidate needs to be a near-duplicate
+SIMDUP_MIN_SIMILARITY = 0.18  # estimated Jaccard a candidate needs to be a near-duplicate
 SIMDUP_SEARCH = "psm"         # Probabilistic Simhash Matching ("exact": every flip set)
 SIMDUP_LOG_INTERVAL = 10.0    # the periodic "Simdup: ..." line, seconds (default 60)
 
