@@ -13,7 +13,7 @@ import pytest
 from scrapy_simdup.exceptions import IndexUnavailableError
 from scrapy_simdup.index.backend import Page
 from scrapy_simdup.index.redis.backend import RedisBackend
-from scrapy_simdup.index.redis.log import APPEND, IndexResetError, RedisLog
+from scrapy_simdup.index.redis.log import APPEND, LAYOUT, IndexResetError, RedisLog
 from scrapy_simdup.index.replica import RECENT_KEYS, pack_entry
 from scrapy_simdup.index.verified import VerifiedIndex
 
@@ -203,7 +203,7 @@ def test_a_reseed_whose_writer_died_is_taken_over(redis_server):
         old_epoch = client.hget("rd:meta", "epoch")
         # what a writer that died after its first chunk leaves
         client.delete("rd:meta", "rd:log")
-        client.hset("rd:meta", mapping={"layout": "log-1", "epoch": "dead", "n": 2,
+        client.hset("rd:meta", mapping={"layout": LAYOUT, "epoch": "dead", "n": 2,
                                         "parent": old_epoch, "reseed_n": 10,
                                         "reseeding": time.time() + 30,
                                         "fingerprint": "", "distance": 22,

@@ -4,7 +4,8 @@ A page is stored as its two 64-bit keys and its sketch
 (:mod:`scrapy_simdup.fingerprint.sketch`). A look-up searches one PSM table
 per key at radius ``distance`` (the VOSH probe order of the shipped volatility
 model, at most ``max_probes`` buckets per key), and every stored page found
-within ``distance`` of either key is a *candidate*. A candidate is a *match*
+within ``distance`` of either key whose two key distances add up to at most
+``pair_limit`` is a *candidate*. A candidate is a *match*
 when its sketch agrees with the query's in at least
 ``matches_needed(min_similarity)`` bins; the best match is the one with the
 most agreeing bins (then the smaller key distance, then the earlier page).
@@ -13,9 +14,10 @@ The radius is wide (22 by default, where a plain 64-bit key would flag one
 unrelated page in about 120) because the verification, not the radius, keeps
 chance matches out: docs/algorithms.rst gives the numbers.
 
-Memory: each key table keeps the key and the row (16 bytes), and the sketch
-takes ``SKETCH_BYTES``: 64 bytes a page at the defaults, plus 8 when the
-caller gives its own ids.
+Memory: each key table keeps the key, the other key (for the pair rule,
+checked in the scan before a sketch is read) and the row (24 bytes), and the
+sketch takes ``SKETCH_BYTES``: 80 bytes a page at the defaults, plus 8 when
+the caller gives its own ids.
 """
 from __future__ import annotations
 
@@ -108,8 +110,11 @@ class VerifiedIndex:
     every flip set of up to 8 header bits). ``header_bits``: fix the header
     size ``t`` (default: ``floor(log2 n) - 2``, growing). ``model``: a
     :class:`VolatilityModel` (default: the shipped one). ``recall``: instead of
-    ``max_probes``, the budget the model gives for that recall at the current
-    header size (calibrated for ``distance`` <= 16). ``pair_limit``: the
+    ``max_probes``, the fewest probes per key whose calibrated recall reaches
+    it at the current header size, re-chosen as the header grows, at most
+    ``MAX_RECALL_PROBES`` (``recall_held`` says whether that sufficed;
+    calibrated at ``distance`` 12..24, below that each key's model decides).
+    ``pair_limit``: the
     largest sum of a candidate's two key distances (default ``distance +
     26``; 128 turns the pair rule off).
     """

@@ -36,7 +36,7 @@ from scrapy_simdup.fingerprint.sketch import check_min_similarity
 __all__ = ["RedisLog", "Entries", "LAYOUT", "IndexResetError", "safe_url", "stored_size",
            "reseed_abandoned", "RESEED_LEASE"]
 
-LAYOUT = "log-1"
+LAYOUT = "log-2"
 
 #: KEYS: meta, log. ARGV: layout, epoch, fingerprint, distance, min_similarity.
 #: Creates the index if there is none; returns what P:meta holds.
