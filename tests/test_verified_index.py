@@ -181,6 +181,7 @@ def test_memory_per_page_is_at_most_80_bytes():
 @pytest.mark.parametrize("kwargs, word", [
     (dict(distance=25), "distance"), (dict(min_similarity=-0.1), "min_similarity"),
     (dict(min_similarity=2), "min_similarity"), (dict(recall=1.5), "recall"),
+    (dict(pair_limit=129), "pair_limit"), (dict(pair_limit="48"), "pair_limit"),
     # a radius the model has no recall calibration for
     (dict(distance=20, recall=0.9, model=VolatilityModel.laplace(1.0)), "recall"),
 ])

@@ -150,9 +150,12 @@ class VerifiedIndex:
                                  "give max_probes instead")
         elif max_probes is None:
             table_recall = 1.0      # every flip set
-        self.pair_limit = _pair_limit(self.distance) if pair_limit is None else int(pair_limit)
-        if not 0 <= self.pair_limit <= 128:
-            raise ValueError(f"pair_limit must be in 0..128, got {pair_limit!r}")
+        if pair_limit is None:
+            pair_limit = _pair_limit(self.distance)
+        elif isinstance(pair_limit, bool) or not isinstance(pair_limit, (int, np.integer)) \
+                or not 0 <= pair_limit <= 128:
+            raise ValueError(f"pair_limit must be an int in 0..128, got {pair_limit!r}")
+        self.pair_limit = int(pair_limit)
         self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
                                      recall=table_recall, header_bits=header_bits, model=model)
                             for _ in range(2))

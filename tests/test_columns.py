@@ -1,0 +1,62 @@
+"""The compact per-page columns of a backend against plain-Python references."""
+import random
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scrapy_simdup.index.columns import Column, KeyColumn, KeySet
+
+KEYS = st.text(min_size=0, max_size=30) | st.sampled_from(
+    ["http://a/", "http://a/?x=\udcff", "https://\u00e9t\u00e9.example/\U0001f600", ""])
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 3), KEYS), max_size=60))
+def test_key_column_is_a_dict_of_rows_and_newest_rows(ops):
+    column, rows, newest = KeyColumn(), {}, {}
+    for jump, key in ops:
+        row = len(column) + (jump if jump < 3 else -min(len(column), 1))  # next, later, or earlier
+        row = max(row, 0)
+        column[row] = key
+        for r in range(len(rows), row):
+            rows.setdefault(r, None)
+        old = rows.get(row)
+        rows[row] = key
+        if old is not None and newest.get(old) == row:
+            del newest[old]
+        newest[key] = row
+        assert len(column) == max(rows) + 1
+    for row, key in rows.items():
+        assert column.get(row) == key
+    for key, row in newest.items():
+        assert column.row_of(key) == row
+    assert list(column.values()) == [k for _, k in sorted(rows.items()) if k is not None]
+    assert column.get(len(column) + 5, "none") == "none"
+
+
+def test_key_column_at_scale_and_missing_keys():
+    column = KeyColumn()
+    urls = [f"https://site{i % 97}.example/{i}/\u00e9" for i in range(50_000)]
+    for row, url in enumerate(urls):
+        column[row] = url
+    rng = random.Random(3)
+    for row in rng.sample(range(len(urls)), 500):
+        assert column[row] == urls[row] and column.row_of(urls[row]) == row
+    assert column.row_of("https://nowhere.example/") is None
+    column[len(urls)] = urls[7]                 # a key stored again: its newest row
+    assert column.row_of(urls[7]) == len(urls)
+    # URL bytes, 8 bytes of offset and the hash table: no Python object per key
+    assert column.nbytes < 50_000 * (len(urls[-1].encode()) + 8 + 48)
+
+
+def test_key_set_and_column():
+    seen = KeySet()
+    for i in range(10_000):
+        seen.add(f"k{i}")
+    assert "k5" in seen and "k10000" not in seen and len(seen) == 10_000
+    c = Column(np.uint64)
+    for i in range(1000):
+        c.append(i * 3)
+    c.extend(np.arange(5, dtype=np.uint64))
+    assert c.n == 1005 and c[999] == 2997 and c.array[-1] == 4
