@@ -480,3 +480,28 @@ def test_summary_counts_in_words_and_leaves_items_without_text_out():
     assert "items" not in summary
     stats.set_value("simdup/items/skipped/unreadable_field", 1)
     assert "items: none checked, skipped 5 (no_text 4, unreadable_field 1)" in logstats.summary()
+
+
+def test_a_target_recall_that_cannot_be_held_is_said_once_naming_the_setting(caplog):
+    """SIMDUP_RECALL = 1.0 with an index of 2**18 pages (a 16-bit header,
+    where no budget up to the look-up's reaches 1.0): one WARNING at start-up
+    naming the setting, the recall it gets in the start-up line and the stats."""
+    crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_RECALL": 1.0})
+    config = SimdupConfig.from_settings(crawler.settings)
+    index = VerifiedIndex(recall=1.0)
+    rng = np.random.default_rng(2)
+    n = 1 << 18
+    index.add(rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
+              rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
+              rng.integers(0, 256, (n, SKETCH_BYTES)).astype(np.uint8))
+    assert not index.recall_held
+    with caplog.at_level(logging.WARNING, logger="scrapy_simdup"):
+        middleware = SimdupDownloaderMiddleware(crawler, config, backend=MemoryBackend(index))
+        for seed in range(3):
+            request, response = _response(f"http://a/{seed}", seed)
+            asyncio.run(middleware.process_response(request, response))
+    warnings = [r.getMessage() for r in caplog.records if "SIMDUP_RECALL" in r.getMessage()]
+    assert len(warnings) == 1 and "cannot be held" in warnings[0]
+    stated = crawler.stats.get_value("simdup/expected_recall")
+    assert 0.9 < stated < 1.0
+    assert f"expected recall {stated:.3f} at this size" in middleware.logstats.setup("news")
