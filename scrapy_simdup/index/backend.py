@@ -164,9 +164,8 @@ class MemoryBackend(IndexBackend):
         kept = np.ones(len(keys), np.uint8) if kept is None else \
             np.asarray(kept, dtype=bool).astype(np.uint8)
         for i, key in zip(np.asarray(ids).tolist(), keys):
-            self._put(int(i), key)
-        first = int(ids[0])
-        self._fill(first, values, values2, kept)
+            self.keys[i] = key
+        self._fill(int(ids[0]), values, values2, kept)
 
     def _fill(self, first: int, values, values2, kept) -> None:
         """The rows ``first..`` of the per-row columns (rows before it that
@@ -179,10 +178,6 @@ class MemoryBackend(IndexBackend):
                 column.append(data[0])
             else:
                 column.extend(np.asarray(data))
-
-    def _put(self, row: int, key: str) -> None:
-        self.keys[row] = key
-
 
     def _entry(self, key: str):
         """``(stored key, (row, value, value2, kept))`` of the page stored under
@@ -216,7 +211,7 @@ class MemoryBackend(IndexBackend):
         if store:
             kept = best is None
             row = self.index.add_fingerprint(page)
-            self._put(row, key)
+            self.keys[row] = key
             self._fill(row, [int(page.value)], [int(page.value2)], [kept])
             if self._stored_log is not None:
                 self._stored_log.append((int(page.value), int(page.value2), page.sketch, key, kept))

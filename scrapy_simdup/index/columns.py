@@ -85,8 +85,8 @@ class KeyColumn:
     def __init__(self) -> None:
         self._data = bytearray()
         self._ends = Column(np.int64)
+        self._has_key = Column(np.uint8)
         self._rows = keymap.KeyMap()
-        self._missing: set[int] = set()
         self._moved: dict[int, str] = {}    # rows given another key later (rare)
 
     def __len__(self) -> int:
@@ -94,12 +94,12 @@ class KeyColumn:
 
     @property
     def nbytes(self) -> int:
-        return len(self._data) + self._ends.nbytes + self._rows.nbytes
+        return len(self._data) + self._ends.nbytes + self._has_key.nbytes + self._rows.nbytes
 
     def _key(self, row: int) -> str | None:
         if row in self._moved:
             return self._moved[row]
-        if row in self._missing or not 0 <= row < self._ends.n:
+        if not 0 <= row < self._ends.n or not self._has_key.array[row]:
             return None
         ends = self._ends.array
         start = int(ends[row - 1]) if row else 0
@@ -123,11 +123,12 @@ class KeyColumn:
         if row < n:
             self._moved[row] = key
         else:
-            for pad in range(n, row):
-                self._missing.add(pad)
-                self._ends.append(len(self._data))
+            if row > n:         # rows without a key
+                self._ends.extend(np.full(row - n, len(self._data), np.int64))
+                self._has_key.extend(np.zeros(row - n, np.uint8))
             self._data += key.encode("utf-8", "surrogatepass")
             self._ends.append(len(self._data))
+            self._has_key.append(1)
         self._rows.put(_key_hash(key), row)
 
     def row_of(self, key: str) -> int | None:
