@@ -160,6 +160,7 @@ class VerifiedIndex:
                                      recall=table_recall, header_bits=header_bits, model=model)
                             for _ in range(2))
         self._budget_t = -1
+        self._stated = None
         for table in self.tables:
             table._set_paired(self.pair_limit)
         self._n = 0
@@ -189,7 +190,10 @@ class VerifiedIndex:
         calibration of the shipped model (``benchmarks/calibrate_recall.py``,
         real near-duplicate pages); None where it is not calibrated (another
         radius, or fewer than 16 probes per key)."""
-        return self.model.expected_recall(self.distance, self.header_bits, self.max_probes)
+        key = (self.header_bits, self.max_probes)
+        if self._stated is None or self._stated[0] != key:     # read once per header
+            self._stated = (key, self.model.expected_recall(self.distance, *key))
+        return self._stated[1]
 
     def _rebudget(self) -> None:
         """With ``recall=``: the fewest probes per key that reach it at the
