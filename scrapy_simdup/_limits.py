@@ -27,10 +27,12 @@ def pair_limit(distance: int) -> int:
     return distance + PAIR_SLACK
 
 
-# Buckets probed per key and look-up by the verified index: the recall of
-# loose near-duplicates at a million pages (t = 17) is measured, not taken
-# from the volatility model, which is calibrated up to distance 16.
-DEFAULT_PROBES_PER_KEY = 2048
+# Buckets probed per key and look-up by the verified index, whose header is
+# floor(log2 n) - VERIFIED_HEADER_DROP bits (buckets of 128-256 pages): at
+# the radius of loose near-duplicates a few large buckets find more of them
+# in less time than many small ones (docs/algorithms.rst, "Stated recall").
+DEFAULT_PROBES_PER_KEY = 512
+VERIFIED_HEADER_DROP = 7
 # The shipped volatility model gives probe budgets for a target recall up to
 # this distance (SIMDUP_RECALL); wider radii take a budget (SIMDUP_MAX_PROBES).
 MAX_CALIBRATED_DISTANCE = 16

@@ -430,7 +430,7 @@ def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
 
 @pytest.mark.parametrize("settings, expected", [
     ({}, "Simdup: drop near-duplicate pages within 22 bits of either key and similarity >= "
-         "0.18 (PSM, 2048 probes per key), memory index, no SIMDUP_DIR (nothing is kept after "
+         "0.18 (PSM, 512 probes per key), memory index, no SIMDUP_DIR (nothing is kept after "
          "the crawl); revisits kept, start requests not dropped"),
     ({"SIMDUP_ACTION": "tag", "SIMDUP_SEARCH": "exact", "SIMDUP_DISTANCE": 4,
       "SIMDUP_MIN_SIMILARITY": 0},
@@ -461,7 +461,7 @@ def test_the_start_up_line_says_what_was_restored(tmp_path):
     SimdupPipeline.from_crawler(crawler)
     assert middleware.logstats.setup("news").startswith(
         f"Simdup: drop near-duplicate pages and items within 22 bits of either key and "
-        f"similarity >= 0.18 (PSM, 2048 probes per key, expected recall 1.000 at this size), "
+        f"similarity >= 0.18 (PSM, 512 probes per key, expected recall 1.000 at this size), "
         f"memory index, SIMDUP_DIR={d}: restored 1,234 fingerprints and 0 items; ")
 
 
@@ -483,17 +483,13 @@ def test_summary_counts_in_words_and_leaves_items_without_text_out():
 
 
 def test_a_target_recall_that_cannot_be_held_is_said_once_naming_the_setting(caplog):
-    """SIMDUP_RECALL = 1.0 with an index of 2**18 pages (a 16-bit header,
-    where no budget up to the look-up's reaches 1.0): one WARNING at start-up
-    naming the setting, the recall it gets in the start-up line and the stats."""
+    """SIMDUP_RECALL = 1.0 with the 20-bit header of an index of a hundred
+    million pages, where no budget up to the look-up's reaches 1.0: one
+    WARNING at start-up naming the setting, the recall it gets in the start-up
+    line and the stats."""
     crawler = make_crawler({"SIMDUP_ENABLED": True, "SIMDUP_RECALL": 1.0})
     config = SimdupConfig.from_settings(crawler.settings)
-    index = VerifiedIndex(recall=1.0)
-    rng = np.random.default_rng(2)
-    n = 1 << 18
-    index.add(rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
-              rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
-              rng.integers(0, 256, (n, SKETCH_BYTES)).astype(np.uint8))
+    index = VerifiedIndex(recall=1.0, header_bits=20)
     assert not index.recall_held
     with caplog.at_level(logging.WARNING, logger="scrapy_simdup"):
         middleware = SimdupDownloaderMiddleware(crawler, config, backend=MemoryBackend(index))

@@ -286,7 +286,7 @@ def test_a_target_recall_picks_the_probes_and_says_when_it_cannot_be_held():
     growing = VerifiedIndex(recall=0.97)
     before = growing.max_probes
     rng = np.random.default_rng(1)
-    n = 1 << 16
+    n = 1 << 20
     growing.add(rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
                 rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
                 rng.integers(0, 256, (n, SKETCH_BYTES)).astype(np.uint8))

@@ -1,15 +1,18 @@
 # The bucketed table PSMCore (inserts, merges, PSM-F and PSM-A queries) and its helpers.
 
-cdef inline int auto_header_bits(Py_ssize_t n) noexcept nogil:
-    """t = floor(log2 n) - 2, within [4, 30]: 4..8 fingerprints per bucket
-    on average (one or two cache lines), offsets cost at most 1 byte per
-    fingerprint. The paper's t = log2 n gives smaller buckets but needs more
-    probes for the same recall; a probe costs a cache miss whatever its size,
-    so slightly larger buckets are faster overall (bench_index.py)."""
+cdef inline int auto_header_bits(Py_ssize_t n, int drop=2) noexcept nogil:
+    """t = floor(log2 n) - drop, within [4, 30]. ``drop`` 2: 4..8
+    fingerprints per bucket on average (one or two cache lines), offsets cost
+    at most 1 byte per fingerprint. The paper's t = log2 n gives smaller
+    buckets but needs more probes for the same recall; a probe costs a cache
+    miss whatever its size, so slightly larger buckets are faster overall
+    (bench_index.py). The verified index's wide radius drops more
+    (``_set_header_drop``): loose pairs flip a third of the header bits, and
+    fewer header bits need far fewer probes than the larger buckets cost."""
     cdef int t = 0
     while (<Py_ssize_t>1 << (t + 1)) <= n:
         t += 1
-    t -= 2
+    t -= drop
     if t < 4:
         t = 4
     if t > 30:
@@ -49,6 +52,7 @@ cdef class PSMCore:
     # most pair_limit: checked in the scan, before its sketch is read
     cdef bint paired
     cdef int _pair_limit
+    cdef int header_drop             # t = floor(log2 n) - header_drop
 
     def __cinit__(self, *args, **kwargs):
         self.n_main = 0
@@ -62,6 +66,7 @@ cdef class PSMCore:
         self.vsk_rows = 0
         self.paired = False
         self._pair_limit = 128
+        self.header_drop = 2
         self.vals2 = NULL
         self.bvals2 = NULL
 
@@ -75,6 +80,20 @@ cdef class PSMCore:
 
     def _set_model(self, _Model model):
         self._model = model
+
+    def _set_header_drop(self, int drop):
+        """Headers of ``floor(log2 n) - drop`` bits (2 by default), and a
+        write buffer of at most 4 pages per header, so that its chains stay
+        short with large buckets. Only on an empty table."""
+        if self.n_main or self.n_buf:
+            raise ValueError("a table's header policy is set before anything is added")
+        if not 2 <= drop <= 12:
+            raise ValueError(f"drop must be in 2..12, got {drop}")
+        self.header_drop = drop
+        if self.fixed_t == 0:
+            self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.int64),
+                           auto_header_bits(0, drop),
+                           vals2=np.zeros(0, np.uint64) if self.paired else None)
 
     def _set_paired(self, int pair_limit):
         """Keep a partner key beside each key (``_add_arrays(values, ids,
@@ -135,6 +154,8 @@ cdef class PSMCore:
 
     cpdef Py_ssize_t buffer_limit(self):
         lim = self.n_main // 4
+        if self.header_drop > 2 and lim > (<Py_ssize_t>4 << self.t):
+            lim = <Py_ssize_t>4 << self.t       # chains of at most 4 per header
         return lim if lim > 256 else 256
 
     @property
@@ -268,7 +289,7 @@ cdef class PSMCore:
             parts_i.append(extra_ids)
             parts_v2.append(extra_vals2)
         n = sum(p.shape[0] for p in parts_v)
-        t = self.fixed_t if self.fixed_t > 0 else auto_header_bits(n)
+        t = self.fixed_t if self.fixed_t > 0 else auto_header_bits(n, self.header_drop)
         vals = np.empty(n, np.uint64)
         ids = np.empty(n, np.int64)
         vals2 = np.empty(n, np.uint64) if self.paired else None

@@ -33,6 +33,7 @@ from scrapy_simdup._limits import (
     DEFAULT_PROBES_PER_KEY,
     MAX_CALIBRATED_DISTANCE,
     MAX_RECALL_PROBES,
+    VERIFIED_HEADER_DROP,
 )
 from scrapy_simdup._limits import pair_limit as _pair_limit
 from scrapy_simdup.fingerprint.sketch import (
@@ -108,7 +109,7 @@ class VerifiedIndex:
     ``min_similarity``: estimated Jaccard similarity a candidate needs (0: the
     keys alone decide). ``max_probes``: buckets probed per key and look-up (None:
     every flip set of up to 8 header bits). ``header_bits``: fix the header
-    size ``t`` (default: ``floor(log2 n) - 2``, growing). ``model``: a
+    size ``t`` (default: ``floor(log2 n) - 7``, growing). ``model``: a
     :class:`VolatilityModel` (default: the shipped one). ``recall``: instead of
     ``max_probes``, the fewest probes per key whose calibrated recall reaches
     it at the current header size, re-chosen as the header grows, at most
@@ -162,6 +163,7 @@ class VerifiedIndex:
         self._budget_t = -1
         self._stated = None
         for table in self.tables:
+            table._set_header_drop(VERIFIED_HEADER_DROP)
             table._set_paired(self.pair_limit)
         self._n = 0
         self._probes = 0
