@@ -83,7 +83,7 @@ cdef class PSMCore:
 
     def _set_header_drop(self, int drop):
         """Headers of ``floor(log2 n) - drop`` bits (2 by default), and a
-        write buffer of at most 4 pages per header, so that its chains stay
+        write buffer of at most 2 pages per header, so that its chains stay
         short with large buckets. Only on an empty table."""
         if self.n_main or self.n_buf:
             raise ValueError("a table's header policy is set before anything is added")
@@ -154,8 +154,10 @@ cdef class PSMCore:
 
     cpdef Py_ssize_t buffer_limit(self):
         lim = self.n_main // 4
-        if self.header_drop > 2 and lim > (<Py_ssize_t>4 << self.t):
-            lim = <Py_ssize_t>4 << self.t       # chains of at most 4 per header
+        if self.header_drop > 2 and lim > (<Py_ssize_t>2 << self.t):
+            # large buckets: chains of at most 2 per header (a chain is walked
+            # one dependent load at a time, a bucket scanned at bandwidth)
+            lim = <Py_ssize_t>2 << self.t
         return lim if lim > 256 else 256
 
     @property
