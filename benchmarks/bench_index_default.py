@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_index_default.py [--n 1e6,1e7] [--plain]
 
 Part 1, the crawl's index (``VerifiedIndex()`` defaults: two keys, radius 22,
-the pair rule, 2,048 probes per key, sketch verification at 6 equal bins of
+the pair rule, 512 probes per key on headers of log2(n) - 7 bits, sketch
+verification at 6 equal bins of
 32), filled with ``n - 2,498`` unrelated background pages (random keys and
 sketches, which is what unrelated pages look like to both: their key
 distances follow Binomial(64, 1/2)) and then the real labelled pages

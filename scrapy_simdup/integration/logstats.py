@@ -105,7 +105,7 @@ class SimdupLogStats:
     # -- formatting ------------------------------------------------------------
     def setup(self, spider_name: str | None = None) -> str:
         """The effective setup, e.g. ``Simdup: drop near-duplicate pages
-        within 22 bits of either key and similarity >= 0.15 (PSM, 2048 probes
+        within 22 bits of either key and similarity >= 0.18 (PSM, 512 probes
         per key), memory index, SIMDUP_DIR=/x: restored 1,234 fingerprints;
         revisits kept, start requests not dropped``. The restored counts are
         read from the stats the components set when they opened the index."""
