@@ -21,7 +21,7 @@ protocol of spotsigs-dev/README.md and ``eval_real.py``). Rows:
   positions as keys; a flag is a returned ``Match``, and the page it names is
   ``Match.duplicate_of`` (the earlier page it resembles most: the one a crawl
   reports);
-  ``ours, header_bits=17``: the same with the header of a million-page index,
+  ``ours, header_bits=12``: the same with the header of a million-page index,
   so the probe budget is spent as it would be at a million pages;
   ``ours' rule, every candidate``: the same rule and the same naming checked
   against every earlier page in NumPy (what the probe budget loses; the notes
@@ -55,7 +55,7 @@ that pass, distractor-distractor pairs left out. For MinHashLSH the rule is
 a collision in any band. Bytes per page in the index:
 
 * ours: ``VerifiedIndex.nbytes`` / stored pages (two key tables of 16 bytes,
-  the 32-byte sketch, the bucket offsets: at header_bits=17 those of a
+  the 32-byte sketch, the bucket offsets: at header_bits=12 those of a
   million-page index, spread here over a few thousand pages); the backend's
   key map (Python) left out;
 * key alone: 16 (``PSMIndex`` value + row);
@@ -91,7 +91,7 @@ number depends on what the crawl holds, not on N; no target applies.
 
 Sweep: the table that chose the defaults, radius 18..24 x min_similarity
 0.10..0.25, every page stored as in the main table: every candidate checked
-(NumPy) and the backend at header_bits=17, with its probes per look-up and the
+(NumPy) and the backend at header_bits=12, with its probes per look-up and the
 projected chance matches at 10^6 pages for other sites.
 
 Exit status: 0 when the targets hold at the defaults (page P >= 0.99 and
@@ -134,7 +134,12 @@ from _real import (
 )
 
 from scrapy_simdup import Fingerprinter, SkippedPage
-from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY, DEFAULT_PROBES_PER_KEY
+from scrapy_simdup._limits import (
+    DEFAULT_DISTANCE,
+    DEFAULT_MIN_SIMILARITY,
+    DEFAULT_PROBES_PER_KEY,
+    VERIFIED_HEADER_DROP,
+)
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, chance_pass, matches_needed
 from scrapy_simdup.fingerprint.tokens import tokenize
 from scrapy_simdup.index.backend import MemoryBackend, Page
@@ -148,7 +153,7 @@ SWEEP_R = (18, 20, 22, 24)
 SWEEP_S = (0.10, 0.15, 0.20, 0.25)
 SCALE_N = (10**5, 10**6, 10**7)
 SCALE_BUDGET = 0.01
-MILLION_T = 17          # floor(log2(10**6)) - 2: the header of a million-page index
+MILLION_T = 19 - VERIFIED_HEADER_DROP     # floor(log2(10**6)) - 7: a million-page index's header
 DUP_J = 0.5             # exact Jaccard of a likely duplicate
 NUM_PERM = 128
 
