@@ -181,7 +181,6 @@ class SimdupLogStats:
             recall = get("simdup/expected_recall")
             if recall is not None:
                 message += f", expected recall {recall:.3f}"
-
         items = get("simdup/items/checked", 0)
         if items:
             item_dups = get("simdup/items/duplicates", 0)
