@@ -49,6 +49,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from scrapy_simdup import Fingerprinter
+from scrapy_simdup._limits import (
+    DEFAULT_DISTANCE,
+    DEFAULT_MIN_SIMILARITY,
+    DEFAULT_PROBES_PER_KEY,
+)
 from scrapy_simdup.index.backend import MemoryBackend, Page
 from scrapy_simdup.index.redis.backend import RedisBackend
 from scrapy_simdup.index.redis.log import APPEND, RedisLog
@@ -286,7 +291,8 @@ def main():
     srv = Server()
     import redis as _r
     print(f"# python benchmarks/bench_redis.py {' '.join(sys.argv[1:])}")
-    print(f"# default settings (distance 22, min_similarity 0.15, 2048 probes per key); "
+    print(f"# default settings (distance {DEFAULT_DISTANCE}, min_similarity "
+          f"{DEFAULT_MIN_SIMILARITY}, {DEFAULT_PROBES_PER_KEY} probes per key); "
           f"{n_spot} spotsigs-dev + {len(pages) - n_spot} distractors-dragnet pages; "
           f"{CONCURRENCY} checks in flight per process; cores {os.cpu_count()}")
     print(f"# redis-server {srv.client.info('server')['redis_version']}, "

@@ -156,10 +156,11 @@ class VolatilityModel:
         if probes is None:
             return 1.0
         ts = sorted(tab)
-        t = int(header_bits)
-        if t > ts[-1]:
+        if int(header_bits) > ts[-1]:
             return None
-        row = tab[max(t, ts[0])] if t in tab or t < ts[0] else tab[min(x for x in ts if x >= t)]
+        # a smaller header than calibrated finds at least as much; a gap takes
+        # the next larger header's row
+        row = tab[min(x for x in ts if x >= int(header_bits))]
         k = int(probes)
         if k < VERIFIED_PROBE_LEVELS[0]:
             return None
