@@ -52,6 +52,12 @@ def test_an_encoded_page():
     assert declared_canonical(body, URL, "utf-16-le") == "http://site.example/ü"
     assert declared_canonical(b"<head><link rel=canonical href=/a>", URL, "no-such-codec") == \
         "http://site.example/a"
+    # a single-byte and a multi-byte legacy encoding: the head is found in the bytes
+    for codec in ("cp1251", "shift_jis"):
+        page = ('<HEAD><link rel="stylesheet" href="/s.css"><link rel="canonical" '
+                'href="/новости-ニュース"></HEAD><BODY><link rel=canonical href=/b>')
+        assert declared_canonical(page.encode(codec, "ignore"), URL, codec) == \
+            "http://site.example/" + "/новости-ニュース".encode(codec, "ignore").decode(codec)[1:]
 
 
 def _text(seed: int) -> str:

@@ -23,6 +23,7 @@ MAX_URL = 4096
 
 _TAG = re.compile(r"<(link|base)\b([^>]*)>", re.IGNORECASE)
 _END_OF_HEAD = re.compile(r"</head\b|<body\b", re.IGNORECASE)
+_END_OF_HEAD_BYTES = re.compile(rb"</head\b|<body\b", re.IGNORECASE)
 _ATTR = re.compile(r"""([^\s"'>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+)))?""")
 _LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,]*)*)")
 _PARAM = re.compile(r"""\s*;\s*([^\s=;,]+)\s*=\s*(?:"([^"]*)"|([^\s;,]*))""")
@@ -56,10 +57,16 @@ def _resolve(href: str, base: str) -> str | None:
 
 def _decode(head: bytes, encoding: str | None) -> str:
     try:
-        codecs.lookup(encoding or "utf-8")
+        name = codecs.lookup(encoding or "utf-8").name
     except LookupError:
-        encoding = "utf-8"
-    return head.decode(encoding or "utf-8", "replace")
+        name = "utf-8"
+    if not name.startswith(("utf-16", "utf-32")):
+        # ASCII-compatible: the head ends at the same tag in the bytes, and
+        # only the head is decoded (a page's body is most of its bytes)
+        end = _END_OF_HEAD_BYTES.search(head)
+        if end is not None:
+            head = head[:end.end()]
+    return head.decode(name, "replace")
 
 
 def declared_canonical(body: bytes | str, url: str, encoding: str | None = None,
@@ -73,8 +80,11 @@ def declared_canonical(body: bytes | str, url: str, encoding: str | None = None,
     base = url
     found = None
     for m in _TAG.finditer(text):
+        is_base = m.group(1).lower() == "base"
+        if not is_base and (found is not None or "canonical" not in m.group(2).lower()):
+            continue        # most <link>s are stylesheets and icons
         attrs = _attributes(m.group(2))
-        if m.group(1).lower() == "base":
+        if is_base:
             if "href" in attrs and base is url:     # the first <base href> counts
                 base = _resolve(attrs["href"], url) or url
         elif found is None and _is_canonical(attrs.get("rel", "")) and "href" in attrs:
