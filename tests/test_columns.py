@@ -2,19 +2,21 @@
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapy_simdup.index.columns import Column, KeyColumn, KeySet
+from scrapy_simdup.index.columns import ChunkedColumn, Column, KeyColumn, KeySet
 
 KEYS = st.text(min_size=0, max_size=30) | st.sampled_from(
     ["http://a/", "http://a/?x=\udcff", "https://\u00e9t\u00e9.example/\U0001f600", ""])
 
 
 @settings(max_examples=100, deadline=None)
-@given(ops=st.lists(st.tuples(st.integers(0, 3), KEYS), max_size=60))
-def test_key_column_is_a_dict_of_rows_and_newest_rows(ops):
-    column, rows, newest = KeyColumn(), {}, {}
+@given(ops=st.lists(st.tuples(st.integers(0, 3), KEYS), max_size=60),
+       block_rows=st.sampled_from([1, 2, 4, 64]))
+def test_key_column_is_a_dict_of_rows_and_newest_rows(ops, block_rows):
+    column, rows, newest = KeyColumn(block_rows), {}, {}
     for jump, key in ops:
         row = len(column) + (jump if jump < 3 else -min(len(column), 1))  # next, later, or earlier
         row = max(row, 0)
@@ -46,8 +48,46 @@ def test_key_column_at_scale_and_missing_keys():
     assert column.row_of("https://nowhere.example/") is None
     column[len(urls)] = urls[7]                 # a key stored again: its newest row
     assert column.row_of(urls[7]) == len(urls)
-    # URL bytes, 8 bytes of offset and the hash table: no Python object per key
-    assert column.nbytes < 50_000 * (len(urls[-1].encode()) + 8 + 48)
+    # compressed URL bytes, 2 bytes of length and the hash table: no Python object per key
+    assert column.nbytes < 50_000 * (len(urls[-1].encode()) // 2 + 2 + 48)
+
+
+def test_key_column_keys_of_any_length():
+    column = KeyColumn(block_rows=2)
+    keys = ["a" * 0xFFFD, "b" * 0xFFFE, "", "\u00e9" * 70_000, "c", "d" * 0xFFFF]
+    for row, key in enumerate(keys):
+        column[row] = key
+    column[len(keys) + 3] = "after a gap"
+    assert [column.get(r) for r in range(len(keys))] == keys
+    assert column.get(len(keys) + 1) is None and column[len(keys) + 3] == "after a gap"
+    assert all(column.row_of(k) == r for r, k in enumerate(keys))
+    with pytest.raises(ValueError, match="block_rows"):
+        KeyColumn(block_rows=3)
+
+
+@settings(max_examples=50, deadline=None)
+@given(parts=st.lists(st.lists(st.integers(0, 2**16 - 1), max_size=40), max_size=8))
+def test_chunked_column_is_a_list(parts):
+    column, reference = ChunkedColumn(np.uint16, chunk=16), []
+    for values in parts:
+        if len(values) == 1:
+            column.append(values[0])
+        else:
+            column.extend(values)
+        reference += values
+    assert column.n == len(reference) and column.array.tolist() == reference
+    assert [column[i] for i in range(column.n)] == reference
+    if reference:
+        column[len(reference) - 1] = 7
+        assert column[len(reference) - 1] == 7
+        first = (len(reference) - 1) // 16 * 16
+        assert column.within_chunk(first, len(reference)).tolist() == \
+            reference[first:-1] + [7]
+    with pytest.raises(IndexError):
+        column[len(reference)]
+    with pytest.raises(IndexError):
+        column.within_chunk(0, 17)
+    assert column.nbytes == -(-len(reference) // 16) * 16 * 2
 
 
 def test_key_set_and_column():

@@ -24,6 +24,9 @@ or the item id). It exposes::
     same_key(stored, key)      whether ``stored`` (a ``Match.duplicate_of``) is
                                ``key`` as the backend stores it: the page met
                                again (a revisit), not another page
+    note_checked(key)          this process looked a page up under ``key``
+    checked_here(key)          whether it did (a second match under one key in
+                               one crawl is a copy, not a revisit)
     __len__() / size           number of fingerprints stored
     probes                     cumulative number of buckets probed (int), or
                                None when the backend cannot tell
@@ -42,7 +45,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scrapy_simdup.index.columns import Column, KeyColumn
+from scrapy_simdup.index.columns import ChunkedColumn, KeyColumn, KeySet
 from scrapy_simdup.storage.batchfile import escape_url
 
 __all__ = ["Match", "Page", "IndexBackend", "MemoryBackend", "StatCallback"]
@@ -82,6 +85,8 @@ class IndexBackend(abc.ABC):
     #: the share of near-duplicates a look-up finds at the index's current size
     #: and budget (``VerifiedIndex.expected_recall``), or None
     expected_recall: float | None = None
+    #: the keys of note_checked (a backend with its own record overrides both)
+    _checked: KeySet | None = None
 
     @abc.abstractmethod
     async def check_and_add(self, page, key: str) -> Match | None:
@@ -94,6 +99,16 @@ class IndexBackend(abc.ABC):
         """Whether ``stored``, the key of a match, is ``key`` as this backend
         stores and returns keys."""
         return stored == key
+
+    def note_checked(self, key: str) -> None:
+        """Remember that this process looked a page up under ``key``."""
+        if self._checked is None:
+            self._checked = KeySet()
+        self._checked.add(key)
+
+    def checked_here(self, key: str) -> bool:
+        """Whether :meth:`note_checked` was told ``key``."""
+        return self._checked is not None and key in self._checked
 
     @abc.abstractmethod
     def __len__(self) -> int:
@@ -125,11 +140,11 @@ class MemoryBackend(IndexBackend):
     def __init__(self, index) -> None:
         self.index = index
         # by row: the key stored (and from a key its newest row), the two
-        # keys and whether the page was kept; compact, for long crawls
+        # keys, and _KEPT / _CHECKED; compact, for long crawls
         self.keys = KeyColumn()
-        self._values = Column(np.uint64)
-        self._values2 = Column(np.uint64)
-        self._kept = Column(np.uint8)
+        self._values = ChunkedColumn(np.uint64)
+        self._values2 = ChunkedColumn(np.uint64)
+        self._flags = ChunkedColumn(np.uint8)
         # what was stored since the last take_stored(), when logging
         self._stored_log: list | None = None
 
@@ -161,19 +176,19 @@ class MemoryBackend(IndexBackend):
         if not len(keys):
             return
         ids = self.index.add(values, values2, sketches)
-        kept = np.ones(len(keys), np.uint8) if kept is None else \
-            np.asarray(kept, dtype=bool).astype(np.uint8)
+        flags = np.full(len(keys), _KEPT, np.uint8) if kept is None else \
+            np.asarray(kept, dtype=bool).astype(np.uint8) * _KEPT
         for i, key in zip(np.asarray(ids).tolist(), keys):
             self.keys[i] = key
-        self._fill(int(ids[0]), values, values2, kept)
+        self._fill(int(ids[0]), values, values2, flags)
 
-    def _fill(self, first: int, values, values2, kept) -> None:
+    def _fill(self, first: int, values, values2, flags) -> None:
         """The rows ``first..`` of the per-row columns (rows before it that
         were added to the index directly get zeros)."""
         for column, data in ((self._values, values), (self._values2, values2),
-                             (self._kept, kept)):
+                             (self._flags, flags)):
             if column.n < first:
-                column.extend(np.zeros(first - column.n, column.array.dtype))
+                column.extend(np.zeros(first - column.n, column.dtype))
             if len(data) == 1:      # a crawl's page
                 column.append(data[0])
             else:
@@ -184,10 +199,23 @@ class MemoryBackend(IndexBackend):
         ``key`` as given or as a snapshot keeps it, or ``(None, None)``."""
         for stored_key in (key, _escaped(key)):
             row = self.keys.row_of(stored_key) if stored_key is not None else None
-            if row is not None and row < self._kept.n:
+            if row is not None and row < self._flags.n:
                 return stored_key, (row, self._values[row], self._values2[row],
-                                    bool(self._kept[row]))
+                                    bool(self._flags[row] & _KEPT))
         return None, None
+
+    def note_checked(self, key: str) -> None:
+        _, entry = self._entry(key)
+        if entry is None:           # (not stored: never after a check)
+            super().note_checked(key)
+        else:
+            self._flags[entry[0]] = self._flags[entry[0]] | _CHECKED
+
+    def checked_here(self, key: str) -> bool:
+        _, entry = self._entry(key)
+        if entry is None:
+            return super().checked_here(key)
+        return bool(self._flags[entry[0]] & _CHECKED)
 
     @property
     def expected_recall(self) -> float | None:  # type: ignore[override]
@@ -212,7 +240,7 @@ class MemoryBackend(IndexBackend):
             kept = best is None
             row = self.index.add_fingerprint(page)
             self.keys[row] = key
-            self._fill(row, [int(page.value)], [int(page.value2)], [kept])
+            self._fill(row, [int(page.value)], [int(page.value2)], [_KEPT if kept else 0])
             if self._stored_log is not None:
                 self._stored_log.append((int(page.value), int(page.value2), page.sketch, key, kept))
         if best is not None:
@@ -223,7 +251,7 @@ class MemoryBackend(IndexBackend):
     def nbytes(self) -> int:
         """Bytes held: the index, the keys and the per-row columns."""
         return self.index.nbytes + self.keys.nbytes + sum(
-            c.nbytes for c in (self._values, self._values2, self._kept))
+            c.nbytes for c in (self._values, self._values2, self._flags))
 
     async def check_and_add(self, page, key: str) -> Match | None:
         return self._check_and_add(page, key)
@@ -237,6 +265,12 @@ class MemoryBackend(IndexBackend):
 
     def __len__(self) -> int:
         return len(self.index)
+
+
+#: the per-row flags of a MemoryBackend: the page was kept (matched nothing);
+#: this process checked a page under its key
+_KEPT = 1
+_CHECKED = 2
 
 
 def _escaped(key: str) -> str | None:

@@ -6,11 +6,26 @@ hundred bytes a page; these keep it to the data plus a few bytes.
 """
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from scrapy_simdup._ext import keymap
 
-__all__ = ["Column", "KeyColumn", "KeySet"]
+__all__ = ["ChunkedColumn", "Column", "KeyColumn", "KeySet"]
+
+#: rows per chunk of a :class:`ChunkedColumn`
+CHUNK_ROWS = 1 << 14
+#: keys per compressed block of a :class:`KeyColumn` (it divides CHUNK_ROWS,
+#: so a block's lengths are one slice of a chunk)
+BLOCK_ROWS = 64
+#: a row's length entry: no key, or a key too long for 16 bits (kept apart)
+_NO_KEY = 0xFFFF
+_LONG = 0xFFFE
+#: zlib looks back this far: the part of the first block it can use
+_ZDICT_BYTES = 32 * 1024
+#: what a Python bytes object and its list slot cost besides the data
+_BLOCK_OVERHEAD = 33 + 8
 
 
 class Column:
@@ -35,6 +50,10 @@ class Column:
         return self._a[: self.n]
 
     @property
+    def dtype(self) -> np.dtype:
+        return self._a.dtype
+
+    @property
     def nbytes(self) -> int:
         return self._a.nbytes
 
@@ -50,6 +69,74 @@ class Column:
         if not 0 <= i < self.n:
             raise IndexError(i)
         return self._a[i].item()
+
+
+class ChunkedColumn:
+    """A growable 1-d array kept in fixed-size chunks: growing copies
+    nothing and leaves no freed arrays behind, and the slack is at most one
+    chunk. Not contiguous (no view of all values): for per-row state read a
+    row at a time."""
+
+    def __init__(self, dtype, chunk: int = CHUNK_ROWS) -> None:
+        if chunk <= 0 or chunk & (chunk - 1):
+            raise ValueError(f"chunk must be a power of two, got {chunk}")
+        self._dtype = np.dtype(dtype)
+        self._chunk = chunk
+        self._shift = chunk.bit_length() - 1
+        self._chunks: list[np.ndarray] = []
+        self.n = 0
+
+    def _room(self) -> np.ndarray:
+        """The chunk the next value goes in (a new one when the last is full)."""
+        if self.n == len(self._chunks) << self._shift:
+            self._chunks.append(np.zeros(self._chunk, self._dtype))
+        return self._chunks[-1]
+
+    def append(self, value) -> None:
+        self._room()[self.n & (self._chunk - 1)] = value
+        self.n += 1
+
+    def extend(self, values) -> None:
+        values = np.asarray(values, self._dtype)
+        done = 0
+        while done < values.shape[0]:
+            chunk, at = self._room(), self.n & (self._chunk - 1)
+            take = min(self._chunk - at, values.shape[0] - done)
+            chunk[at: at + take] = values[done: done + take]
+            done += take
+            self.n += take
+
+    def __getitem__(self, i: int):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self._chunks[i >> self._shift][i & (self._chunk - 1)].item()
+
+    def __setitem__(self, i: int, value) -> None:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        self._chunks[i >> self._shift][i & (self._chunk - 1)] = value
+
+    def within_chunk(self, start: int, stop: int) -> np.ndarray:
+        """Values ``start..stop-1`` as a view; they must lie in one chunk."""
+        if not 0 <= start <= stop <= self.n or (start >> self._shift) != ((stop - 1) >> self._shift):
+            raise IndexError(f"{start}..{stop} is not within one chunk")
+        at = start & (self._chunk - 1)
+        return self._chunks[start >> self._shift][at: at + stop - start]
+
+    @property
+    def array(self) -> np.ndarray:
+        """The stored values (a copy)."""
+        if not self._chunks:
+            return np.zeros(0, self._dtype)
+        return np.concatenate(self._chunks)[: self.n]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._chunks) * self._chunk * self._dtype.itemsize
 
 
 def _key_hash(key: str) -> int:
@@ -76,34 +163,62 @@ class KeySet:
 
 
 class KeyColumn:
-    """The key (a string) of each row: the keys' UTF-8 in one buffer and where
-    each ends, and a compiled table from a key's hash to the newest row stored
-    under it (checked against the key, so a hash collision is a miss, not a
-    wrong row). Rows without a key (pages added to the index directly) read
-    as missing."""
+    """The key (a string) of each row, and from a key its newest row.
 
-    def __init__(self) -> None:
-        self._data = bytearray()
-        self._ends = Column(np.int64)
-        self._has_key = Column(np.uint8)
+    Keys are stored as UTF-8, 64 rows to a block, and each row keeps its
+    key's length. The first full block stays as it is and is the preset
+    dictionary of zlib for every later one (the URLs of one crawl share most
+    of their bytes: hosts, paths, the words of their slugs). A compiled table maps a key's hash
+    to its newest row, checked against the key, so a hash collision is a
+    miss, not a wrong row. Rows without a key (pages added to the index
+    directly) read as missing."""
+
+    def __init__(self, block_rows: int = BLOCK_ROWS) -> None:
+        if block_rows <= 0 or CHUNK_ROWS % block_rows:
+            raise ValueError(f"block_rows must divide {CHUNK_ROWS}, got {block_rows}")
+        self._block_rows = block_rows
+        self._blocks: list[bytes] = []          # full: the first raw, then compressed
+        self._packed = 0                        # their bytes
+        self._open = bytearray()                # the keys of the block being filled
+        self._lengths = ChunkedColumn(np.uint16)   # a key's bytes, or _NO_KEY / _LONG
+        self._long: dict[int, int] = {}         # rows whose key has _LONG bytes or more
         self._rows = keymap.KeyMap()
-        self._moved: dict[int, str] = {}    # rows given another key later (rare)
+        self._moved: dict[int, str] = {}        # rows given another key later (rare)
+        self._cached = (-1, b"")                # the last block decompressed
 
     def __len__(self) -> int:
-        return self._ends.n
+        return self._lengths.n
 
     @property
     def nbytes(self) -> int:
-        return len(self._data) + self._ends.nbytes + self._has_key.nbytes + self._rows.nbytes
+        return (self._packed + len(self._blocks) * _BLOCK_OVERHEAD + len(self._open)
+                + self._lengths.nbytes + self._rows.nbytes)
+
+    def _block(self, b: int) -> bytes:
+        if b == len(self._blocks):
+            return bytes(self._open)
+        if b == 0:
+            return self._blocks[0]
+        if self._cached[0] != b:
+            inflate = zlib.decompressobj(zdict=self._blocks[0][-_ZDICT_BYTES:])
+            self._cached = (b, inflate.decompress(self._blocks[b]) + inflate.flush())
+        return self._cached[1]
 
     def _key(self, row: int) -> str | None:
         if row in self._moved:
             return self._moved[row]
-        if not 0 <= row < self._ends.n or not self._has_key.array[row]:
+        if not 0 <= row < self._lengths.n:
             return None
-        ends = self._ends.array
-        start = int(ends[row - 1]) if row else 0
-        return self._data[start:int(ends[row])].decode("utf-8", "surrogatepass")
+        first = row - row % self._block_rows
+        lengths = self._lengths.within_chunk(first, row + 1).astype(np.int64)
+        if lengths[-1] == _NO_KEY:
+            return None
+        lengths[lengths == _NO_KEY] = 0
+        for i in np.flatnonzero(lengths == _LONG).tolist():
+            lengths[i] = self._long[first + i]
+        start = int(lengths[:-1].sum())
+        data = self._block(row // self._block_rows)
+        return data[start:start + int(lengths[-1])].decode("utf-8", "surrogatepass")
 
     def __getitem__(self, row: int) -> str:
         key = self._key(int(row))
@@ -115,20 +230,35 @@ class KeyColumn:
         key = self._key(int(row))
         return default if key is None else key
 
+    def _append(self, data: bytes | None) -> None:
+        row = self._lengths.n
+        if data is None:
+            self._lengths.append(_NO_KEY)
+        else:
+            if len(data) >= _LONG:
+                self._long[row] = len(data)
+            self._lengths.append(min(len(data), _LONG))
+            self._open += data
+        if (row + 1) % self._block_rows == 0:
+            if self._blocks:
+                deflate = zlib.compressobj(zdict=self._blocks[0][-_ZDICT_BYTES:])
+                block = deflate.compress(self._open) + deflate.flush()
+            else:
+                block = bytes(self._open)
+            self._blocks.append(block)
+            self._packed += len(block)
+            self._open = bytearray()
+
     def __setitem__(self, row: int, key: str) -> None:
         """Store ``key`` for ``row``: the next row, or a later one (rows in
         between have none), or an earlier one (it takes the new key)."""
         row = int(row)
-        n = self._ends.n
-        if row < n:
+        if row < self._lengths.n:
             self._moved[row] = key
         else:
-            if row > n:         # rows without a key
-                self._ends.extend(np.full(row - n, len(self._data), np.int64))
-                self._has_key.extend(np.zeros(row - n, np.uint8))
-            self._data += key.encode("utf-8", "surrogatepass")
-            self._ends.append(len(self._data))
-            self._has_key.append(1)
+            while self._lengths.n < row:
+                self._append(None)
+            self._append(key.encode("utf-8", "surrogatepass"))
         self._rows.put(_key_hash(key), row)
 
     def row_of(self, key: str) -> int | None:
@@ -139,7 +269,7 @@ class KeyColumn:
         return row
 
     def values(self):
-        for row in range(self._ends.n):
+        for row in range(self._lengths.n):
             key = self._key(row)
             if key is not None:
                 yield key

@@ -17,7 +17,6 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy_simdup._limits import MAX_RECALL_PROBES
 from scrapy_simdup.exceptions import CorruptFileError, SkippedPage
 from scrapy_simdup.index.backend import Match, MemoryBackend
-from scrapy_simdup.index.columns import KeySet
 from scrapy_simdup.index.crawldir import lock_crawl_directory, namespace_dir, prepare_directory
 from scrapy_simdup.index.redis.log import IndexResetError
 from scrapy_simdup.integration import logstats
@@ -91,8 +90,6 @@ class SimdupComponent:
         #: the crawl's close reason when the component refuses to work (a
         #: corrupt saved index with SIMDUP_ON_ERROR = "stop", Redis unreachable)
         self.refused: str | None = None
-        #: keys checked in this crawl: a second match under one of them is a copy, not a revisit
-        self._checked_keys = KeySet()
         try:
             self._open(config, crawler, fingerprinter, backend)
         except (CorruptFileError, ConnectionError) as exc:
@@ -231,10 +228,11 @@ class SimdupComponent:
         t2 = time.perf_counter()
         # the page met again (a re-crawl with SIMDUP_DIR, another process of a
         # shared index), not a copy; the same key twice in this crawl is a copy
-        revisit = (match is not None and own_key and key not in self._checked_keys
-                   and self.backend.same_key(match.duplicate_of, key))
+        # (a key checked before in this crawl: a copy under it, not a revisit)
+        revisit = (match is not None and own_key and self.backend.same_key(match.duplicate_of, key)
+                   and not self.backend.checked_here(key))
         if own_key:
-            self._checked_keys.add(key)
+            self.backend.note_checked(key)
         self.logstats.record(self.kind, t1 - t0, t2 - t1)
         stats = self.stats
         stats.inc_value(self.prefix + "checked")
