@@ -66,6 +66,15 @@ def _distance(text: str) -> int:
     return _int_in(text, 0, MAX_DISTANCE, "a distance")
 
 
+def _probes_phrase(summary) -> str:
+    """", K probes on T header bits, expected recall R" of a PSM merge."""
+    if summary.probes is None:
+        return ""
+    recall = summary.expected_recall
+    return (f", {summary.probes} probes on {summary.header_bits} header bits"
+            + (f", expected recall {recall:.3f}" if recall is not None else ""))
+
+
 def _probes(text: str) -> int:
     return _int_in(text, 0, MAX_MERGE_PROBES, "a probe count")
 
@@ -314,7 +323,7 @@ def run_merge(args, out=None) -> int:
         return code
     out.write(f"simdup merge ({summary.method}, distance {summary.distance}, "
               f"min similarity {summary.min_similarity:g}"
-              + (f", {summary.probes} probes" if summary.probes is not None else "")
+              + _probes_phrase(summary)
               + (f", {summary.cluster}" if summary.cluster else "") + ")\n")
     out.write(f"  batches merged:      {summary.batches:,}\n")
     out.write(f"  fingerprints merged: {summary.fingerprints:,}\n")
@@ -418,6 +427,7 @@ def run_rescore(args, out=None) -> int:
                                      res.urls.urls(res.pairs["duplicate_of"])) if u == v)
     info = {"method": summary.method, "distance": summary.distance,
             "min_similarity": summary.min_similarity, "probes": summary.probes,
+            "header_bits": summary.header_bits, "expected_recall": summary.expected_recall,
             "batches": summary.batches, "fingerprints": summary.fingerprints,
             "pairs": summary.pairs, "duplicates": summary.duplicates, "revisits": revisits,
             "pairs_written": written, "clusters": n_clusters,
@@ -428,7 +438,7 @@ def run_rescore(args, out=None) -> int:
         return code
     out.write(f"simdup rescore ({summary.method}, distance {summary.distance}, min similarity "
               f"{summary.min_similarity:g}"
-              + (f", {summary.probes} probes" if summary.probes is not None else "")
+              + _probes_phrase(summary)
               + "; the collection is not touched)\n")
     out.write(f"  batches:        {summary.batches:,} ({summary.fingerprints:,} fingerprints)\n")
     out.write(f"  pairs:          {summary.pairs:,} ({summary.duplicates:,} fingerprints with an "

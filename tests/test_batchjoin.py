@@ -288,6 +288,69 @@ def test_gathered_sweeps_find_every_pair_within_the_distance(level):
         batchjoin.join_kernel()
 
 
+@pytest.mark.parametrize("level", JOIN_KERNELS)
+def test_the_pair_rule_in_the_join_is_brute_force_on_both_keys(level):
+    """With both sides' other keys, a pair is found when it is within h on the
+    key and its two distances add up to at most the limit: against brute
+    force, for every kernel, bucket length and limit, gathered or not, with
+    and without sketches."""
+    rng = np.random.default_rng(300 + level)
+    assert batchjoin.join_kernel(level) == level
+    try:
+        for trial in range(200):
+            n = int(rng.integers(0, 60))
+            ny = int(rng.integers(1, 20))
+            ys = np.sort(rng.integers(0, 2**64, ny, dtype=np.uint64))
+            yp = rng.integers(0, 2**64, ny, dtype=np.uint64)
+            q = rng.integers(0, 2**64, n, dtype=np.uint64)
+            qp = rng.integers(0, 2**64, n, dtype=np.uint64)
+            for j in np.flatnonzero(rng.random(n) < 0.6):   # near a chunk page on both keys
+                c = int(rng.integers(ny))
+                v, w = int(ys[c]), int(yp[c])
+                for bit in rng.choice(64, size=int(rng.integers(0, 30)), replace=False):
+                    v ^= 1 << int(bit)
+                for bit in rng.choice(64, size=int(rng.integers(0, 40)), replace=False):
+                    w ^= 1 << int(bit)
+                q[j], qp[j] = v, w
+            h = int(rng.choice([3, 16, 22, 28]))
+            limit = int(rng.choice([h, 40, 48, 60, 128]))
+            coff = np.array([0, ny], dtype=np.int64)
+            poff = np.array([0, n], dtype=np.int64)
+            idx = rng.permutation(n).astype(np.uint32)
+            low = (q[idx.astype(np.int64)] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            q_sk = rng.integers(0, 4, (n, 32), dtype=np.uint8)
+            c_sk = rng.integers(0, 4, (ny, 32), dtype=np.uint8)
+
+            def dist(a, b):
+                return bin(int(a) ^ int(b)).count("1")
+            within = {(i, j) for i in range(n) for j in range(ny)
+                      if dist(q[i], ys[j]) <= h and dist(q[i], ys[j]) + dist(qp[i], yp[j]) <= limit}
+            agree = {(i, j): int((q_sk[i] == c_sk[j]).sum()) for i, j in within}
+            for gather in (0, 1):
+                qi, yi, _ = batchjoin.join_chunk(ys, coff, poff, low, idx, q, h,
+                                                  np.ones(n, np.uint8), False, gather=gather,
+                                                  q_partner=qp, chunk_partner=yp,
+                                                  pair_limit=limit)
+                assert set(zip(qi.tolist(), yi.tolist())) == within, (trial, gather)
+                qi, yi, _, aa = batchjoin.join_chunk(
+                    ys, coff, poff, low, idx, q, h, np.ones(n, np.uint8), False, q_sk, c_sk,
+                    9, gather=gather, q_partner=qp, chunk_partner=yp, pair_limit=limit)
+                assert {(i, j): a for i, j, a in zip(qi.tolist(), yi.tolist(), aa.tolist())} \
+                    == {k: a for k, a in agree.items() if a >= 9}, (trial, gather)
+        with pytest.raises(ValueError, match="both q_partner and chunk_partner"):
+            batchjoin.join_chunk(ys, coff, poff, low, idx, q, h, np.ones(n, np.uint8), False,
+                                 q_partner=qp)
+        with pytest.raises(ValueError, match="pair_limit"):
+            batchjoin.join_chunk(ys, coff, poff, low, idx, q, h, np.ones(n, np.uint8), False,
+                                 q_partner=qp, chunk_partner=yp, pair_limit=129)
+        with pytest.raises(ValueError, match="differs in length"):
+            batchjoin.join_chunk(ys, coff, poff, low, idx, q, h, np.ones(n, np.uint8), False,
+                                 q_partner=qp[:-1] if n else np.zeros(1, np.uint64),
+                                 chunk_partner=yp)
+    finally:
+        batchjoin.join_kernel()
+
+
 @settings(max_examples=100)
 @given(st.integers(1, 12), st.integers(1, 3), st.integers(1, 40), st.integers(0, 2**32 - 1))
 def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):

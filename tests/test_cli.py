@@ -43,6 +43,8 @@ def test_console_script_merge_and_stats(crawl, tmp_path):
     groups = [json.loads(line) for line in clusters.read_text().splitlines()]
     assert len(groups) == 20 and all(g["size"] == 3 for g in groups)
     assert "distance 22, min similarity 0.18" in out.stdout     # the defaults
+    # a small merge probes every flip set of its short header, and says what it expects
+    assert "15 probes on 4 header bits, expected recall 1.000" in out.stdout
     stats = _run(_simdup() + ["stats", str(crawl), "--json"])
     assert stats.returncode == 0, stats.stderr
     info = json.loads(stats.stdout)

@@ -495,6 +495,33 @@ def test_header_bits_follow_the_join_kernel():
         batchjoin.join_kernel()
 
 
+def test_the_default_rule_takes_its_probes_from_the_recall_calibration():
+    """At the verified rule's radius a merge uses buckets of about 128 pages
+    and the fewest probes whose calibrated recall reaches the target (0.95
+    by default), and states that recall; a target the calibration cannot
+    promise within the probe table's bound points to --exact."""
+    from scrapy_simdup.merge.probes import (
+        DEFAULT_WIDE_MERGE_RECALL,
+        MAX_MERGE_PROBES,
+        expected_recall,
+        header_bits,
+        merge_probes,
+    )
+
+    assert header_bits(2**20, 22) == 13 and header_bits(2**20, 3) <= 17
+    for t in (8, 13, 16, 19):
+        for target in (None, 0.9, 0.97):
+            want = DEFAULT_WIDE_MERGE_RECALL if target is None else target
+            k = merge_probes(22, t, target)
+            assert expected_recall(22, t, k) >= want
+            assert k == 15 or expected_recall(22, t, k - 1) < want      # the fewest
+    assert merge_probes(22, 4) == 15            # every flip set of a short header
+    assert expected_recall(22, 13, 34) is not None and expected_recall(3, 13, 34) is None
+    with pytest.raises(ValueError, match="--exact"):
+        merge_probes(22, 19, 0.9999)
+    assert merge_probes(22, 16, 0.99) <= MAX_MERGE_PROBES
+
+
 def test_probe_runs_change_the_speed_not_the_pairs(corpus, tmp_path, monkeypatch):
     """At h >= 6 the probe table is split in runs by flipped header bits, with
     a tighter low-bit filter per run: the same pairs as one run per bucket."""

@@ -25,6 +25,12 @@
  * blocks, slots and masks) over full 64-bit values: at a wide radius the low
  * bits pass almost every entry, so the join gathers a bucket's full values
  * once and sweeps them for the exact distance instead.
+ *
+ * simdup_next_pair64(y, yp, ny, v, vp, i, n, h, limit, masks) sweeps the
+ * gathered values with the pair rule too (the other keys yp and vp: the two
+ * distances add up to at most limit), in blocks of 16 whatever the kernel
+ * (AVX-512, else scalar): at a wide radius most pairs within h on one key
+ * fail the rule, and each candidate costs far more than a comparison.
  */
 #ifndef SIMDUP_JOINSCAN_H
 #define SIMDUP_JOINSCAN_H
@@ -85,6 +91,31 @@ static int64_t simdup_next_block64_scalar(const uint64_t *y, int ny, const uint6
             m3 |= (uint32_t)((uint32_t)simdup_popcount64(x ^ y3) <= h) << l;
         }
         if (simdup_keep_slots(masks, ny, m0, m1, m2, m3)) return i;
+    }
+    return n;
+}
+
+/* The 64-bit sweep with the pair rule: an entry is a candidate for y[s]
+ * when popcount(v ^ y[s]) <= h and, with the entry's and y[s]'s other keys
+ * (vp, yp), popcount(v ^ y[s]) + popcount(vp ^ yp[s]) <= limit. */
+static int64_t simdup_next_pair64_scalar(const uint64_t *y, const uint64_t *yp, int ny,
+                                         const uint64_t *v, const uint64_t *vp, int64_t i,
+                                         int64_t n, uint32_t h, uint32_t limit,
+                                         uint32_t *masks) {
+    for (; i < n; i += 16) {
+        int w = n - i < 16 ? (int)(n - i) : 16;
+        uint32_t any = 0;
+        for (int s = 0; s < ny; s++) {
+            uint32_t m = 0;
+            for (int l = 0; l < w; l++) {
+                uint32_t d = (uint32_t)simdup_popcount64(v[i + l] ^ y[s]);
+                m |= (uint32_t)(d <= h && d + (uint32_t)simdup_popcount64(vp[i + l] ^ yp[s])
+                                <= limit) << l;
+            }
+            masks[s] = m;
+            any |= m;
+        }
+        if (any) return i;
     }
     return n;
 }
@@ -209,6 +240,56 @@ static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint6
     return n;
 }
 
+__attribute__((target("avx512f,avx512vpopcntdq")))
+static int64_t simdup_next_pair64_avx512(const uint64_t *y, const uint64_t *yp, int ny,
+                                         const uint64_t *v, const uint64_t *vp, int64_t i,
+                                         int64_t n, uint32_t h, uint32_t limit,
+                                         uint32_t *masks) {
+    /* blocks of 16 (two vectors of eight lanes), up to eight chunk values */
+    const __m512i vh = _mm512_set1_epi64((long long)h);
+    const __m512i vl = _mm512_set1_epi64((long long)limit);
+    __m512i vy[8], vyp[8];
+    for (int s = 0; s < ny; s++) {
+        vy[s] = _mm512_set1_epi64((long long)y[s]);
+        vyp[s] = _mm512_set1_epi64((long long)yp[s]);
+    }
+    __mmask8 live0 = 0xFF, live1 = 0xFF;
+    for (; i < n; i += 16) {
+        __m512i v0, v1, p0, p1;
+        if (n - i >= 16) {
+            v0 = _mm512_loadu_si512((const void *)(v + i));
+            v1 = _mm512_loadu_si512((const void *)(v + i + 8));
+            p0 = _mm512_loadu_si512((const void *)(vp + i));
+            p1 = _mm512_loadu_si512((const void *)(vp + i + 8));
+        } else {
+            int rest = (int)(n - i);
+            live0 = (__mmask8)(rest >= 8 ? 0xFF : (1u << rest) - 1u);
+            live1 = (__mmask8)(rest > 8 ? (1u << (rest - 8)) - 1u : 0);
+            v0 = _mm512_maskz_loadu_epi64(live0, (const void *)(v + i));
+            v1 = _mm512_maskz_loadu_epi64(live1, (const void *)(v + i + 8));
+            p0 = _mm512_maskz_loadu_epi64(live0, (const void *)(vp + i));
+            p1 = _mm512_maskz_loadu_epi64(live1, (const void *)(vp + i + 8));
+        }
+        uint32_t any = 0;
+        for (int s = 0; s < ny; s++) {
+            __m512i c0 = _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s]));
+            __m512i c1 = _mm512_popcnt_epi64(_mm512_xor_si512(v1, vy[s]));
+            __mmask8 k0 = _mm512_mask_cmple_epu64_mask(live0, c0, vh);
+            __mmask8 k1 = _mm512_mask_cmple_epu64_mask(live1, c1, vh);
+            if (k0 | k1) {
+                __m512i t0 = _mm512_add_epi64(c0, _mm512_popcnt_epi64(_mm512_xor_si512(p0, vyp[s])));
+                __m512i t1 = _mm512_add_epi64(c1, _mm512_popcnt_epi64(_mm512_xor_si512(p1, vyp[s])));
+                k0 = _mm512_mask_cmple_epu64_mask(k0, t0, vl);
+                k1 = _mm512_mask_cmple_epu64_mask(k1, t1, vl);
+            }
+            masks[s] = (uint32_t)k0 | ((uint32_t)k1 << 8);
+            any |= masks[s];
+        }
+        if (any) return i;
+    }
+    return n;
+}
+
 /* popcount of each 64-bit lane of v, compared with h: a lane mask (4 bits) */
 __attribute__((target("avx2")))
 static inline int simdup_avx2_within64(__m256i v, __m256i vh1) {
@@ -248,6 +329,11 @@ typedef int64_t (*simdup_block64_fn)(const uint64_t *, int, const uint64_t *, in
                                      uint32_t, uint32_t *);
 static simdup_block64_fn simdup_next_block64 = simdup_next_block64_scalar;
 
+typedef int64_t (*simdup_pair64_fn)(const uint64_t *, const uint64_t *, int, const uint64_t *,
+                                    const uint64_t *, int64_t, int64_t, uint32_t, uint32_t,
+                                    uint32_t *);
+static simdup_pair64_fn simdup_next_pair64 = simdup_next_pair64_scalar;
+
 typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int64_t, int64_t,
                                    uint32_t, uint32_t *);
 
@@ -276,12 +362,14 @@ static int simdup_join_select(int level) {
     if (level < 0 || level > best) level = best;
     simdup_next_block = simdup_next_block_scalar;
     simdup_next_block64 = simdup_next_block64_scalar;
+    simdup_next_pair64 = simdup_next_pair64_scalar;
     simdup_block_width = 32;
     simdup_block_slots = 4;
 #ifdef SIMDUP_JOIN_X86
     if (level == 2) {
         simdup_next_block = simdup_next_block_avx512;
         simdup_next_block64 = simdup_next_block64_avx512;
+        simdup_next_pair64 = simdup_next_pair64_avx512;
         simdup_block_width = 16;
         simdup_block_slots = 8;
     } else if (level == 1) {

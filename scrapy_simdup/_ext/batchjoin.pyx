@@ -29,7 +29,8 @@ from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch, ctz32
 from scrapy_simdup._ext.joinscan cimport (simdup_block64_fn, simdup_block_fn,
                                           simdup_block_slots, simdup_block_width,
                                           simdup_join_level, simdup_join_select,
-                                          simdup_next_block, simdup_next_block64)
+                                          simdup_next_block, simdup_next_block64,
+                                          simdup_next_pair64, simdup_pair64_fn)
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
 from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
 from scrapy_simdup._ext.topflips cimport (TOPFLIPS_MAX_CAND, TOPFLIPS_MAX_H, TOPFLIPS_MAX_T,

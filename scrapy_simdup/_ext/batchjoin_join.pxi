@@ -204,6 +204,8 @@ def sweep_candidates(const uint64_t[::1] ys, const uint64_t[::1] values, int h, 
 # for a whole batch overlaps the cache misses instead of paying them in turn
 cdef enum:
     CAND_BATCH = 64
+    # the block of the paired sweep (simdup_next_pair64), whatever the kernel
+    PAIR_WIDTH = 16
 
 
 cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
@@ -211,11 +213,14 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
                            const uint64_t[::1] chunk, uint8_t[::1] active, int h,
                            bint first_only, const uint8_t *qsk, const uint8_t *ysk,
                            int64_t qstride, int64_t ystride, int needed,
+                           const uint64_t *qp, const uint64_t *yp, int pair_limit,
                            PairBuf *buf) noexcept nogil:
     """Check candidates ``(probe entry ce[c], chunk entry cj[c])`` in order;
-    matches go to ``buf``. With sketches (``qsk`` not NULL), a pair within
-    ``h`` is a match when at least ``needed`` bins agree. Returns 0, 1 (out
-    of memory) or 2 (bad element)."""
+    matches go to ``buf``. With partner keys (``qp`` not NULL), a pair within
+    ``h`` whose two key distances add up to more than ``pair_limit`` is
+    dropped before its sketches are read. With sketches (``qsk`` not NULL),
+    a pair within ``h`` is a match when at least ``needed`` bins agree.
+    Returns 0, 1 (out of memory) or 2 (bad element)."""
     cdef int agree = 0
     cdef uint32_t qs[CAND_BATCH]
     cdef int64_t c, n_active = active.shape[0]
@@ -228,6 +233,8 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
         if qs[c] < n_active:
             __builtin_prefetch(&q_values[qs[c]])
             __builtin_prefetch(&active[qs[c]])
+            if qp != NULL:
+                __builtin_prefetch(&qp[qs[c]])
     for c in range(nc):
         qi = qs[c]
         if qi >= n_active:
@@ -236,6 +243,8 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
             continue
         dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
         if dist <= h:
+            if qp != NULL and dist + simdup_popcount64(qp[qi] ^ yp[cj[c]]) > pair_limit:
+                continue
             if qsk != NULL:
                 agree = simdup_sketch_matches(qsk + <int64_t>qi * qstride, ysk + cj[c] * ystride)
                 if agree < needed:
@@ -251,7 +260,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                const int64_t[::1] probe_offsets, const uint32_t[::1] low,
                const uint32_t[::1] idx, const uint64_t[::1] q_values, int h,
                uint8_t[::1] active, bint first_only, q_sketch=None, chunk_sketch=None,
-               int needed=0, gather=None):
+               int needed=0, gather=None, q_partner=None, chunk_partner=None,
+               int pair_limit=128):
     """Match a batch against one sorted chunk by walking both header-ordered tables.
 
     Same result set as :func:`scan_chunk` with the same probes (within one
@@ -282,7 +292,29 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     :func:`join_gather`'s mode); the result is the same, but for a table
     naming an element beyond ``q_values``, which a gathered bucket finds in
     any entry, not only in a candidate.
+
+    ``q_partner`` and ``chunk_partner`` (uint64, aligned with ``q_values``
+    and ``chunk``): each page's other key; a pair whose two key distances
+    add up to more than ``pair_limit`` is dropped before its sketches are
+    read (the verified rule's pair rule, ``_limits.pair_limit``).
     """
+    cdef const uint64_t[::1] qp_view
+    cdef const uint64_t[::1] yp_view
+    cdef const uint64_t *qp = NULL
+    cdef const uint64_t *yp = NULL
+    if (q_partner is None) != (chunk_partner is None):
+        raise ValueError("give both q_partner and chunk_partner, or neither")
+    if q_partner is not None:
+        qp_view = q_partner
+        yp_view = chunk_partner
+        if qp_view.shape[0] != q_values.shape[0] or yp_view.shape[0] != chunk.shape[0]:
+            raise ValueError("a partner array differs in length from its keys")
+        qp = &qp_view[0] if qp_view.shape[0] else NULL
+        yp = &yp_view[0] if yp_view.shape[0] else NULL
+        if qp == NULL or yp == NULL:
+            qp = yp = NULL          # an empty side: nothing to check
+    if pair_limit < 0 or pair_limit > 128:
+        raise ValueError(f"pair_limit must be in 0..128, got {pair_limit}")
     cdef const uint8_t[:, :] qs_view
     cdef const uint8_t[:, :] ys_view
     cdef int64_t qstride = 0, ystride = 0
@@ -340,6 +372,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     # one kernel for the whole chunk, even if join_kernel() is called meanwhile
     cdef simdup_block_fn next_block = simdup_next_block
     cdef simdup_block64_fn next_block64 = simdup_next_block64
+    cdef simdup_pair64_fn next_pair64 = simdup_next_pair64
     cdef int64_t width = simdup_block_width
     cdef int64_t slots = simdup_block_slots
     cdef PairBuf buf
@@ -357,7 +390,9 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     # the gathered full values of a bucket's entries (from entry p0 on),
     # allocated at the first gathered bucket and grown as needed
     cdef uint64_t ys64[8]
+    cdef uint64_t ysp64[8]
     cdef uint64_t *gv = NULL
+    cdef uint64_t *gp = NULL          # their other keys (the pair rule)
     cdef uint64_t *grown
     cdef int64_t p0 = 0, p1, e, gcap = 0, m = q_values.shape[0]
     cdef uint32_t qi
@@ -389,7 +424,14 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 if grown == NULL:
                     failed = 3
                     break
-                gv, gcap = grown, p1 - p0
+                gv = grown
+                if qp != NULL:
+                    grown = <uint64_t *>realloc(gp, (p1 - p0) * sizeof(uint64_t))
+                    if grown == NULL:
+                        failed = 3
+                        break
+                    gp = grown
+                gcap = p1 - p0
             if gathered:
                 for e in range(p0, p1):
                     qi = idx[e]
@@ -397,6 +439,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                         failed = 2
                         break
                     gv[e - p0] = q_values[qi]
+                    if qp != NULL:
+                        gp[e - p0] = qp[qi]
                 if failed:
                     break
             # chunk values outer, `slots` at a time; a SIMD sweep of the bucket's
@@ -409,6 +453,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 for s in range(ny):
                     ys[s] = <uint32_t>chunk[j0 + s]
                     ys64[s] = chunk[j0 + s]
+                    if yp != NULL:
+                        ysp64[s] = yp[j0 + s]
                 for r in range(R):
                     hr = h - <int>r if R > 1 else h
                     if hr < 0:
@@ -417,8 +463,12 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                     phi = probe_offsets[b * R + r + 1]
                     if plo == phi:
                         continue
-                    # (gathered: the full distance, h; the same blocks as the low bits')
-                    if gathered:
+                    # (gathered: the full distance, h; the same blocks as the low
+                    # bits', or blocks of PAIR_WIDTH with the pair rule)
+                    if gathered and qp != NULL:
+                        e0 = p0 + next_pair64(ys64, ysp64, ny, gv, gp, plo - p0, phi - p0,
+                                              <uint32_t>h, <uint32_t>pair_limit, masks)
+                    elif gathered:
                         e0 = p0 + next_block64(ys64, ny, gv, plo - p0, phi - p0, <uint32_t>h,
                                                masks)
                     else:
@@ -430,7 +480,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                 if nc == CAND_BATCH:
                                     failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
                                                                active, h, first_only, qsk, ysk,
-                                                               qstride, ystride, needed, &buf)
+                                                               qstride, ystride, needed,
+                                                               qp, yp, pair_limit, &buf)
                                     nc = 0
                                     if failed:
                                         break
@@ -442,7 +493,11 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                 break
                         if failed:
                             break
-                        if gathered:
+                        if gathered and qp != NULL:
+                            e0 = p0 + next_pair64(ys64, ysp64, ny, gv, gp, e0 + PAIR_WIDTH - p0,
+                                                  phi - p0, <uint32_t>h, <uint32_t>pair_limit,
+                                                  masks)
+                        elif gathered:
                             e0 = p0 + next_block64(ys64, ny, gv, e0 + width - p0, phi - p0,
                                                    <uint32_t>h, masks)
                         else:
@@ -456,8 +511,10 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                 break
         if not failed and nc:
             failed = _check_candidates(nc, ce, cj, idx, q_values, chunk, active, h,
-                                       first_only, qsk, ysk, qstride, ystride, needed, &buf)
+                                       first_only, qsk, ysk, qstride, ystride, needed,
+                                       qp, yp, pair_limit, &buf)
     free(gv)
+    free(gp)
     try:
         if failed == 2:
             raise ValueError("the probe table names an element beyond `active`")

@@ -115,9 +115,17 @@ class SideSpec:
                 np.ascontiguousarray(records[wrms][order]), sketch, self.distance,
                 self.probes, self.first, self.t, self.needed)
         else:
+            other = KEY_FIELDS[1 - n][0]
             matcher = PSMBatchMatcher(sorted_q, records[cq], sketch, self.distance,
-                                      self.probes, self.first, self.t, self.needed, rows=order)
+                                      self.probes, self.first, self.t, self.needed, rows=order,
+                                      partner=records[other][order],
+                                      pair_limit=pair_limit(self.distance))
         return Side(key, order, matcher, pair_limit(self.distance))
+
+
+def _other(key: str) -> str:
+    """The collection field of the other key."""
+    return KEY_FIELDS[1][0] if key == KEY_FIELDS[0][0] else KEY_FIELDS[0][0]
 
 
 def pairs_of(q, qa: np.ndarray, ids: np.ndarray, value: np.ndarray, value2: np.ndarray,
@@ -157,15 +165,20 @@ def match_chunk(sides, chunks, q, active: np.ndarray | None, psm_f: bool,
             break
         else:
             side_active = np.ascontiguousarray(active[side.order])
-        # (the compiled join reads the sketches of its candidates in place)
-        sketches = chunk["sketch"] if isinstance(side.matcher, PSMBatchMatcher) \
-            else np.ascontiguousarray(chunk["sketch"])
+        # (the compiled join reads the sketches of its candidates in place,
+        # and applies the pair rule with the chunk's other key)
+        kw = {"first": False} if psm_f else {}
+        if isinstance(side.matcher, PSMBatchMatcher):
+            sketches = chunk["sketch"]
+            kw["chunk_partner"] = np.ascontiguousarray(chunk[_other(side.key)])
+        else:
+            sketches = np.ascontiguousarray(chunk["sketch"])
         run = side.matcher.scan if keep_table else side.matcher.match
         # PSM-F: every verified pair of the chunk, then the first that passes
         # the pair rule (an element stopped at a pair the rule drops would
         # miss the chunk's other pairs)
         qi, yi, _dd, agree = run(np.ascontiguousarray(chunk[side.key]), sketches, side_active,
-                                 **({"first": False} if psm_f else {}))
+                                 **kw)
         qa = side.order[qi]
         pairs = pairs_of(q, qa, chunk["id"][yi], chunk["value"][yi], chunk["value2"][yi],
                          agree, side.pair_limit)
@@ -189,7 +202,8 @@ def match_self(side: Side, q, active: np.ndarray | None = None,
     side_active = np.ones(len(side.order), dtype=np.uint8) if active is None \
         else np.ascontiguousarray(active[side.order])
     run = matcher.scan if keep_table else matcher.match
-    qi, yi, _dd, agree = run(matcher.values, matcher.sketch, side_active, first=False)
+    kw = {"chunk_partner": matcher.partner} if isinstance(matcher, PSMBatchMatcher) else {}
+    qi, yi, _dd, agree = run(matcher.values, matcher.sketch, side_active, first=False, **kw)
     qa, ya = side.order[qi], side.order[yi]
     earlier = ya < qa       # (every element also matches itself)
     qa, ya = qa[earlier], ya[earlier]

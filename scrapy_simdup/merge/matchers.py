@@ -84,9 +84,13 @@ class PSMBatchMatcher(SharedMatcher):
     """
 
     def __init__(self, q_values, q_cq, q_sketch, distance, probes, first, t, needed,
-                 rows=None):
-        """``q_cq[rows]`` are the stored weights of ``q_values`` (``rows``: None for all)."""
+                 rows=None, partner=None, pair_limit=128):
+        """``q_cq[rows]`` are the stored weights of ``q_values`` (``rows``: None for all).
+        ``partner``: each element's other key (aligned with ``q_values``), for
+        the pair rule (``pair_limit``) in the join; None: no pair rule there."""
         self.values = np.ascontiguousarray(q_values, dtype=np.uint64)
+        self.partner = None if partner is None else np.ascontiguousarray(partner, np.uint64)
+        self.pair_limit = pair_limit
         self.sketch = np.ascontiguousarray(q_sketch, dtype=np.uint8)
         self.t = t
         self.h = distance
@@ -101,20 +105,25 @@ class PSMBatchMatcher(SharedMatcher):
         del masks
         self._active_at_compaction = len(self.values)
 
-    SHARED_ARRAYS = ("values", "sketch", "offsets", "low", "idx")
+    SHARED_ARRAYS = ("values", "partner", "sketch", "offsets", "low", "idx")
 
-    def scan(self, chunk_values, chunk_sketch, active, first=None):
+    def scan(self, chunk_values, chunk_sketch, active, first=None, chunk_partner=None):
         """:meth:`match` leaving the probe table as it is (a Dask worker's
         copy is shared by its tasks). ``first``: PSM-F for this call (default:
-        the matcher's)."""
+        the matcher's). ``chunk_partner``: the chunk's other key (with the
+        matcher's ``partner``: the pair rule in the join)."""
         chunk_offsets = batchjoin.bucket_offsets(chunk_values, self.t)
+        pairing = {}
+        if self.partner is not None and chunk_partner is not None:
+            pairing = dict(q_partner=self.partner, chunk_partner=chunk_partner,
+                           pair_limit=self.pair_limit)
         return batchjoin.join_chunk(chunk_values, chunk_offsets, self.offsets, self.low,
                                     self.idx, self.values, self.h, active,
                                     self.first if first is None else first,
-                                    self.sketch, chunk_sketch, self.needed)
+                                    self.sketch, chunk_sketch, self.needed, **pairing)
 
-    def match(self, chunk_values, chunk_sketch, active, first=None):
-        result = self.scan(chunk_values, chunk_sketch, active, first)
+    def match(self, chunk_values, chunk_sketch, active, first=None, chunk_partner=None):
+        result = self.scan(chunk_values, chunk_sketch, active, first, chunk_partner)
         n_active = int(np.count_nonzero(active))
         if n_active < 0.5 * self._active_at_compaction:
             n = batchjoin.compact_probe_table(self.offsets, self.low, self.idx, active)

@@ -49,6 +49,17 @@ def probes_for_recall(recall: float, t: int, distance: int) -> int | None:
     return None if k is None else max(0, int(k) - 1)
 
 
+def expected_recall(distance: int, t: int, probes: int) -> float | None:
+    """The share of the near-duplicates an exact merge finds that ``probes``
+    flipped probes per key on ``t`` header bits find, by the calibration on
+    real pages (``VolatilityModel.expected_recall``: the two keys of real
+    near-duplicate pairs, radius 12-24); None at other radii. Every flip set
+    of a header short enough for VOSH to flip all its bits finds them all."""
+    if probes >= batchjoin.flip_set_count(t, distance) and min(t, distance) <= VOSH_MAX_FLIPS:
+        return 1.0
+    return volatility_model().expected_recall(distance, t, probes + 1)
+
+
 def log_odds_table() -> np.ndarray:
     """Log-odds of a flip for each stored ``cq`` code 0..255 (``c = cq / 32``)."""
     c = np.arange(256, dtype=np.float64) / CQ_SCALE
@@ -74,25 +85,37 @@ def probe_masks(cq: np.ndarray, t: int, h: int, k: int, high32: bool = False, ro
 
 
 DEFAULT_PROBES = 20      # when the volatility model has no calibration to ask
-# ... and at a distance beyond its calibration (the wide radius of the
-# verified match rule): flip sets probed per key, at most; every flip set
-# when there are fewer (the header is short for small merges). The probe
-# table holds m * (k + 1) entries of 8 bytes per key.
-DEFAULT_WIDE_PROBES = 127
 # the model's target when no --probes/--recall is given; it is conservative by a
 # few points for PSM-F (bench_batch measures recall against exact BPHS)
 DEFAULT_MERGE_RECALL = 0.98
+#: ... and at a radius of the verified rule (the model's ``verified_recall``
+#: table, calibrated on real near-duplicate pairs), where probes are dear:
+#: the share of an exact merge's near-duplicates a merge is expected to find
+DEFAULT_WIDE_MERGE_RECALL = 0.95
 
 
 #: header bits below log2(chunk size): 5 with a SIMD join kernel (AVX2 or
 #: AVX-512), 3 with the scalar one (see header_bits)
 HEADER_SLACK = 5
 HEADER_SLACK_SCALAR = 3
+#: ... and at a radius of the verified rule: buckets of about 128 pages
+WIDE_HEADER_SLACK = 7
 
 
-def header_bits(chunk_size: int) -> int:
+def is_wide(distance: int | None) -> bool:
+    """Whether ``distance`` is a radius of the verified rule's recall table."""
+    return distance is not None and int(distance) in volatility_model().verified_recall
+
+
+def header_bits(chunk_size: int, distance: int | None = None) -> int:
     """PSM header length for chunks of ``chunk_size``: ``t = log2(m) - 5`` (4..30),
-    or ``log2(m) - 3`` on a CPU without AVX2.
+    or ``log2(m) - 3`` on a CPU without AVX2; ``log2(m) - 7`` at a radius of
+    the verified rule (:func:`is_wide`).
+
+    At such a radius (22 by default) a pair differs in about a third of the
+    header bits, so every header bit fewer saves many probes, and the join
+    checks its candidates' other key (the pair rule) in the sweep itself:
+    larger buckets are cheaper than the probes they save.
 
     Fewer header bits need fewer probes for the same recall (k(t) grows with
     t) and put more chunk entries in each bucket, each one more comparison in
@@ -102,16 +125,23 @@ def header_bits(chunk_size: int) -> int:
     finds (it is probabilistic) can differ between CPUs with and without
     AVX2; on one machine it is deterministic.
     """
-    slack = HEADER_SLACK if batchjoin.join_kernel_level() > 0 else HEADER_SLACK_SCALAR
+    if is_wide(distance):
+        slack = WIDE_HEADER_SLACK
+    else:
+        slack = HEADER_SLACK if batchjoin.join_kernel_level() > 0 else HEADER_SLACK_SCALAR
     return int(min(30, max(4, round(math.log2(max(chunk_size, 2))) - slack)))
 
 
 def default_probes(distance: int, chunk_size: int) -> int:
     """Flipped probes per fingerprint when none are asked for: enough for
-    ``DEFAULT_MERGE_RECALL`` by the calibrated volatility model (it grows with
-    the distance), else ``DEFAULT_PROBES``."""
-    return merge_probes(distance, header_bits(chunk_size))
+    ``DEFAULT_MERGE_RECALL`` (``DEFAULT_WIDE_MERGE_RECALL`` at a radius of the
+    verified rule) by the calibrated volatility model (it grows with the
+    distance), else ``DEFAULT_PROBES``."""
+    return merge_probes(distance, header_bits(chunk_size, distance))
 
+
+#: the most header bits a flip set of VOSH flips
+VOSH_MAX_FLIPS = 8
 
 #: the most flipped probes per fingerprint a merge builds a probe table for
 #: (the table holds m * (k + 1) entries); beyond, exact search is the tool
@@ -121,20 +151,46 @@ MAX_MERGE_PROBES = 4096
 def merge_probes(distance: int, t: int, recall: float | None = None) -> int:
     """Flipped probes per fingerprint for a target ``recall`` (None: the
     default target, falling back to ``DEFAULT_PROBES`` without a calibration)
-    with ``t`` header bits. A recall the model can only promise with every
-    flip set (1.0, or beyond its calibration) gets every flip set when there
-    are at most ``MAX_MERGE_PROBES``, else a ValueError that points to
-    ``--exact``."""
+    with ``t`` header bits. At a radius of the verified rule, the fewest
+    probes whose :func:`expected_recall` reaches the target. A recall the
+    model can only promise with every flip set (1.0, or beyond its
+    calibration) gets every flip set when there are at most
+    ``MAX_MERGE_PROBES``, else a ValueError that points to ``--exact``."""
+    every = batchjoin.flip_set_count(t, distance)
+    if is_wide(distance) and (recall is None or recall < 1.0):
+        target = DEFAULT_WIDE_MERGE_RECALL if recall is None else recall
+        k = _fewest_wide_probes(distance, t, target)
+        if k is not None and min(k, every) <= MAX_MERGE_PROBES:
+            return min(k, every)
+        if every > MAX_MERGE_PROBES:
+            raise ValueError(f"recall {target} needs more than {MAX_MERGE_PROBES:,} probes per "
+                             f"fingerprint on {t} header bits at distance {distance}: use "
+                             f"--exact for complete results, or a lower --recall")
+        return every
     k = probes_for_recall(DEFAULT_MERGE_RECALL if recall is None else recall, t, distance)
     if k is not None:
         return k
     if recall is None:
-        if distance not in volatility_model().probes:    # beyond the calibration
-            return min(batchjoin.flip_set_count(t, distance), DEFAULT_WIDE_PROBES)
         return DEFAULT_PROBES
-    every = batchjoin.flip_set_count(t, distance)
     if every > MAX_MERGE_PROBES:
         raise ValueError(f"recall {recall} needs every flip set of {t} header bits at distance "
                          f"{distance} ({every:,} probes per fingerprint): use --exact for "
                          f"complete results, or a lower --recall")
     return every
+
+
+def _fewest_wide_probes(distance: int, t: int, target: float) -> int | None:
+    """The fewest flipped probes per key whose :func:`expected_recall` reaches
+    ``target``; None when no probe count the calibration covers does."""
+    lo, hi = 15, 65535          # the calibrated range, own bucket not counted
+    if (expected_recall(distance, t, hi) or 0.0) < target:
+        return None
+    if (expected_recall(distance, t, lo) or 0.0) >= target:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if expected_recall(distance, t, mid) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi

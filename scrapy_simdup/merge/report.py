@@ -28,6 +28,12 @@ class MergeSummary:
     method: str
     distance: int
     probes: int | None
+    #: header bits of the PSM join (None: exact)
+    header_bits: int | None = None
+    #: the share of the near-duplicates an exact merge finds that this merge
+    #: is expected to find (:func:`scrapy_simdup.merge.probes.expected_recall`;
+    #: 1.0 exact, None where the model is not calibrated)
+    expected_recall: float | None = None
     #: the estimated Jaccard similarity a candidate needed (0: keys alone)
     min_similarity: float = 0.0
     batches: int = 0

@@ -35,7 +35,7 @@ from scrapy_simdup.merge.collection import (
     unreported_ranges,
 )
 from scrapy_simdup.merge.output import check_output_path
-from scrapy_simdup.merge.probes import header_bits, merge_probes
+from scrapy_simdup.merge.probes import expected_recall, header_bits, merge_probes
 from scrapy_simdup.merge.report import MergeSummary, n_distinct, write_clusters, write_pairs
 from scrapy_simdup.storage.atomic import read_json
 from scrapy_simdup.storage.batchfile import (
@@ -317,7 +317,8 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         damaged = [_damaged_batch(p, exc, skip_damaged) for p, exc in damaged_headers]
         # header bits from what will really be read (chunks of at most the
         # collection after this merge), not from a huge requested chunk_size
-        t = header_bits(min(chunk_size, max(1, coll.count + sum(m["count"] for _, m in pending))))
+        t = header_bits(min(chunk_size, max(1, coll.count + sum(m["count"] for _, m in pending))),
+                        distance)
         if probes is None and not exact:
             probes = merge_probes(distance, t, recall)
         spec = SideSpec(distance=distance, needed=needed, first=first, probes=probes, t=t,
@@ -334,6 +335,9 @@ def merge(dirs, collection=None, *, distance: int = DEFAULT_DISTANCE,
         method = "bphs" if exact else ("psm-f" if first else "psm-a") + (
             "(index)" if engine == "index" else "")
         summary = MergeSummary(method=method, distance=distance, probes=None if exact else probes,
+                               header_bits=None if exact else t,
+                               expected_recall=1.0 if exact else expected_recall(distance, t,
+                                                                                 probes),
                                collection_before=coll.count, min_similarity=min_similarity)
         if cluster is not None:
             summary.cluster = (f"dask, {workers} local worker{'s' if workers > 1 else ''}"
