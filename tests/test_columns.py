@@ -54,7 +54,10 @@ def test_key_column_at_scale_and_missing_keys():
 
 def test_key_column_keys_of_any_length():
     column = KeyColumn(block_rows=2)
-    keys = ["a" * 0xFFFD, "b" * 0xFFFE, "", "\u00e9" * 70_000, "c", "d" * 0xFFFF]
+    rng = random.Random(5)      # (incompressible: a block larger than an arena)
+    noise = "".join(chr(rng.randrange(0x100, 0xD000)) for _ in range(400_000))
+    keys = ["a" * 0xFFFD, "b" * 0xFFFE, "", "\u00e9" * 70_000, "c", "d" * 0xFFFF, noise, "e",
+            noise[::-1], "f"]
     for row, key in enumerate(keys):
         column[row] = key
     column[len(keys) + 3] = "after a gap"
@@ -100,3 +103,29 @@ def test_key_set_and_column():
         c.append(i * 3)
     c.extend(np.arange(5, dtype=np.uint64))
     assert c.n == 1005 and c[999] == 2997 and c.array[-1] == 4
+
+
+def test_large_arrays_have_mappings_of_their_own():
+    """Arrays from ``_ext.mapped`` at MAPPED_BYTES or more sit in an anonymous
+    mapping (given back when freed), smaller ones are plain NumPy arrays; both
+    hold what np.zeros / np.full would."""
+    import mmap
+
+    from scrapy_simdup._ext import mapped
+
+    def mapping_of(a):
+        while isinstance(a, np.ndarray):
+            a = a.base
+        return a.obj if isinstance(a, memoryview) else a
+
+    big = mapped.MAPPED_BYTES // 8
+    for shape, dtype in (((big,), np.uint64), ((big // 4, 32), np.uint8), ((10,), np.int64)):
+        z = mapped.zeros(shape, dtype)
+        f = mapped.full(shape, 7, dtype)
+        e = mapped.empty(shape, dtype)
+        assert z.shape == f.shape == e.shape == shape and z.dtype == f.dtype == e.dtype == dtype
+        assert not z.any() and (f == 7).all()
+        z[-1] = 3
+        assert z.reshape(-1)[-1] == 3
+        assert isinstance(mapping_of(z), mmap.mmap) == (z.nbytes >= mapped.MAPPED_BYTES)
+    assert mapped.zeros(big, np.uint32).nbytes < mapped.MAPPED_BYTES    # (half: not mapped)

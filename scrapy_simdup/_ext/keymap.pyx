@@ -10,6 +10,8 @@ from libc.stdint cimport uint32_t, uint64_t, int64_t
 
 import numpy as np
 
+from scrapy_simdup._ext import mapped
+
 #: a free slot's row
 cdef uint32_t EMPTY = 0xFFFFFFFF
 #: the largest row a map holds
@@ -34,8 +36,9 @@ cdef class KeyMap:
         self._count = 0
 
     cdef void _alloc(self, Py_ssize_t cap):
-        self._keys_arr = np.zeros(cap, dtype=np.uint64)
-        self._rows_arr = np.full(cap, EMPTY, dtype=np.uint32)
+        # (in mappings of their own: the arrays a growth replaces go back to the system)
+        self._keys_arr = mapped.zeros(cap, np.uint64)
+        self._rows_arr = mapped.full(cap, EMPTY, np.uint32)
         self._keys = self._keys_arr
         self._rows = self._rows_arr
         self._mask = <uint64_t>(cap - 1)

@@ -30,6 +30,8 @@ from scrapy_simdup._ext.vosh cimport (vosh_gen, vosh_init, vosh_limit, vosh_next
 
 import numpy as np
 
+from scrapy_simdup._ext import mapped
+
 
 cdef enum:
     MAX_T = 32

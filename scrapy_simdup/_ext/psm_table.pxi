@@ -250,10 +250,10 @@ cdef class PSMCore:
         lim = self.buffer_limit()
         if cap > lim:
             cap = lim
-        bv = np.empty(cap, np.uint64)
-        bi = np.empty(cap, np.int64)
-        bn = np.empty(cap, np.int32)
-        bv2 = np.empty(cap if self.paired else 0, np.uint64)
+        bv = mapped.empty(cap, np.uint64)
+        bi = mapped.empty(cap, np.int64)
+        bn = mapped.empty(cap, np.int32)
+        bv2 = mapped.empty(cap if self.paired else 0, np.uint64)
         if self.n_buf:
             bv[:self.n_buf] = self._bvals_arr[:self.n_buf]
             if self.paired:
@@ -261,7 +261,7 @@ cdef class PSMCore:
             bi[:self.n_buf] = self._bids_arr[:self.n_buf]
             bn[:self.n_buf] = self._bnext_arr[:self.n_buf]
         if self._bhead_arr is None:
-            self._bhead_arr = np.full(1 << self.tb, -1, np.int32)
+            self._bhead_arr = mapped.full(1 << self.tb, -1, np.int32)
         self._bvals_arr, self._bids_arr, self._bnext_arr = bv, bi, bn
         cdef uint64_t[::1] bvv = bv
         cdef uint64_t[::1] bv2v = bv2
@@ -292,10 +292,11 @@ cdef class PSMCore:
             parts_v2.append(extra_vals2)
         n = sum(p.shape[0] for p in parts_v)
         t = self.fixed_t if self.fixed_t > 0 else auto_header_bits(n, self.header_drop)
-        vals = np.empty(n, np.uint64)
-        ids = np.empty(n, np.int64)
-        vals2 = np.empty(n, np.uint64) if self.paired else None
-        offsets = np.zeros((1 << t) + 1, np.uint32)
+        # (in mappings of their own: the arrays they replace go back to the system)
+        vals = mapped.empty(n, np.uint64)
+        ids = mapped.empty(n, np.int64)
+        vals2 = mapped.empty(n, np.uint64) if self.paired else None
+        offsets = mapped.zeros((1 << t) + 1, np.uint32)
         _counting_sort(parts_v, parts_i, t, vals, ids, offsets,
                        parts_v2 if self.paired else None, vals2)
         self._set_main(vals, ids, t, offsets, vals2)

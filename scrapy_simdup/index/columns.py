@@ -24,8 +24,10 @@ _NO_KEY = 0xFFFF
 _LONG = 0xFFFE
 #: zlib looks back this far: the part of the first block it can use
 _ZDICT_BYTES = 32 * 1024
-#: what a Python bytes object and its list slot cost besides the data
-_BLOCK_OVERHEAD = 33 + 8
+#: compressed blocks are packed into buffers of this size: a small object
+#: per block, allocated among a crawl's short-lived ones, would keep a page
+#: of the heap each from being given back
+_ARENA_BYTES = 1 << 20
 
 
 class Column:
@@ -177,8 +179,12 @@ class KeyColumn:
         if block_rows <= 0 or CHUNK_ROWS % block_rows:
             raise ValueError(f"block_rows must divide {CHUNK_ROWS}, got {block_rows}")
         self._block_rows = block_rows
-        self._blocks: list[bytes] = []          # full: the first raw, then compressed
-        self._packed = 0                        # their bytes
+        self._zdict = b""                       # the first full block, raw
+        self._arenas: list[bytearray] = []      # the later blocks, compressed
+        self._arena_used = 0                    # bytes used in the last arena
+        self._starts = ChunkedColumn(np.uint64)  # block b + 1: arena * _ARENA_BYTES + offset
+        self._sizes = ChunkedColumn(np.uint32)   # ... and its compressed bytes
+        self._packed = 0                        # bytes of the compressed blocks
         self._open = bytearray()                # the keys of the block being filled
         self._lengths = ChunkedColumn(np.uint16)   # a key's bytes, or _NO_KEY / _LONG
         self._long: dict[int, int] = {}         # rows whose key has _LONG bytes or more
@@ -191,18 +197,34 @@ class KeyColumn:
 
     @property
     def nbytes(self) -> int:
-        return (self._packed + len(self._blocks) * _BLOCK_OVERHEAD + len(self._open)
+        return (len(self._zdict) + len(self._arenas) * _ARENA_BYTES + len(self._open)
+                + self._starts.nbytes + self._sizes.nbytes
                 + self._lengths.nbytes + self._rows.nbytes)
 
     def _block(self, b: int) -> bytes:
-        if b == len(self._blocks):
+        if b == self._lengths.n // self._block_rows:
             return bytes(self._open)
         if b == 0:
-            return self._blocks[0]
+            return self._zdict
         if self._cached[0] != b:
-            inflate = zlib.decompressobj(zdict=self._blocks[0][-_ZDICT_BYTES:])
-            self._cached = (b, inflate.decompress(self._blocks[b]) + inflate.flush())
+            start, size = self._starts[b - 1], self._sizes[b - 1]
+            arena, at = divmod(start, _ARENA_BYTES)
+            inflate = zlib.decompressobj(zdict=self._zdict[-_ZDICT_BYTES:])
+            data = inflate.decompress(self._arenas[arena][at:at + size]) + inflate.flush()
+            self._cached = (b, data)
         return self._cached[1]
+
+    def _pack(self, block: bytes) -> None:
+        """Append a compressed block to the arenas."""
+        if not self._arenas or self._arena_used + len(block) > len(self._arenas[-1]):
+            self._arenas.append(bytearray(max(_ARENA_BYTES, len(block))))
+            self._arena_used = 0
+        # (an arena longer than _ARENA_BYTES holds one block: the next starts anew)
+        self._starts.append((len(self._arenas) - 1) * _ARENA_BYTES + self._arena_used)
+        self._sizes.append(len(block))
+        self._arenas[-1][self._arena_used:self._arena_used + len(block)] = block
+        self._arena_used += len(block)
+        self._packed += len(block)
 
     def _key(self, row: int) -> str | None:
         if row in self._moved:
@@ -240,14 +262,12 @@ class KeyColumn:
             self._lengths.append(min(len(data), _LONG))
             self._open += data
         if (row + 1) % self._block_rows == 0:
-            if self._blocks:
-                deflate = zlib.compressobj(zdict=self._blocks[0][-_ZDICT_BYTES:])
-                block = deflate.compress(self._open) + deflate.flush()
+            if row + 1 == self._block_rows:
+                self._zdict = bytes(self._open)
             else:
-                block = bytes(self._open)
-            self._blocks.append(block)
-            self._packed += len(block)
-            self._open = bytearray()
+                deflate = zlib.compressobj(zdict=self._zdict[-_ZDICT_BYTES:])
+                self._pack(deflate.compress(self._open) + deflate.flush())
+            self._open.clear()
 
     def __setitem__(self, row: int, key: str) -> None:
         """Store ``key`` for ``row``: the next row, or a later one (rows in

@@ -26,7 +26,7 @@ from math import comb
 
 import numpy as np
 
-from scrapy_simdup._ext import hashing
+from scrapy_simdup._ext import hashing, mapped
 from scrapy_simdup._limits import (
     DEFAULT_DISTANCE,
     DEFAULT_MIN_SIMILARITY,
@@ -231,11 +231,11 @@ class VerifiedIndex:
         need = self._n + extra
         if need > self._sketches.shape[0]:
             cap = max(need, 2 * self._sketches.shape[0], 64)
-            grown = np.zeros((cap, SKETCH_BYTES), np.uint8)
+            grown = mapped.zeros((cap, SKETCH_BYTES), np.uint8)
             grown[: self._n] = self._sketches[: self._n]
             self._sketches = grown
             if self._ids is not None:
-                ids = np.zeros(cap, np.int64)
+                ids = mapped.zeros(cap, np.int64)
                 ids[: self._n] = self._ids[: self._n]
                 self._ids = ids
 
