@@ -170,10 +170,11 @@ class KeyColumn:
     Keys are stored as UTF-8, 64 rows to a block, and each row keeps its
     key's length. The first full block stays as it is and is the preset
     dictionary of zlib for every later one (the URLs of one crawl share most
-    of their bytes: hosts, paths, the words of their slugs). A compiled table maps a key's hash
-    to its newest row, checked against the key, so a hash collision is a
-    miss, not a wrong row. Rows without a key (pages added to the index
-    directly) read as missing."""
+    of their bytes: hosts, paths, the words of their slugs), which are
+    packed into arenas. A compiled table maps a key's hash to its newest
+    row, checked against the key, so a hash collision is a miss, not a
+    wrong row. Rows without a key (pages added to the index directly) read
+    as missing."""
 
     def __init__(self, block_rows: int = BLOCK_ROWS) -> None:
         if block_rows <= 0 or CHUNK_ROWS % block_rows:
@@ -184,7 +185,6 @@ class KeyColumn:
         self._arena_used = 0                    # bytes used in the last arena
         self._starts = ChunkedColumn(np.uint64)  # block b + 1: arena * _ARENA_BYTES + offset
         self._sizes = ChunkedColumn(np.uint32)   # ... and its compressed bytes
-        self._packed = 0                        # bytes of the compressed blocks
         self._open = bytearray()                # the keys of the block being filled
         self._lengths = ChunkedColumn(np.uint16)   # a key's bytes, or _NO_KEY / _LONG
         self._long: dict[int, int] = {}         # rows whose key has _LONG bytes or more
@@ -224,7 +224,6 @@ class KeyColumn:
         self._sizes.append(len(block))
         self._arenas[-1][self._arena_used:self._arena_used + len(block)] = block
         self._arena_used += len(block)
-        self._packed += len(block)
 
     def _key(self, row: int) -> str | None:
         if row in self._moved:
