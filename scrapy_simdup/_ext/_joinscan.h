@@ -192,6 +192,24 @@ static int64_t simdup_next_block_avx2(const uint32_t *y, int ny, const uint32_t 
     return simdup_next_block_scalar(y, ny, low, i, n, h, masks);
 }
 
+/* v[i..i+16) as two vectors of eight 64-bit lanes; lanes at n or past it
+ * read as zero and are left out of the masks live0 and live1. */
+__attribute__((target("avx512f")))
+static inline void simdup_load16_avx512(const uint64_t *v, int64_t i, int64_t n, __m512i *a,
+                                        __m512i *b, __mmask8 *live0, __mmask8 *live1) {
+    if (n - i >= 16) {
+        *live0 = *live1 = 0xFF;
+        *a = _mm512_loadu_si512((const void *)(v + i));
+        *b = _mm512_loadu_si512((const void *)(v + i + 8));
+        return;
+    }
+    int rest = (int)(n - i);
+    *live0 = (__mmask8)(rest >= 8 ? 0xFF : (1u << rest) - 1u);
+    *live1 = (__mmask8)(rest > 8 ? (1u << (rest - 8)) - 1u : 0);
+    *a = _mm512_maskz_loadu_epi64(*live0, (const void *)(v + i));
+    *b = _mm512_maskz_loadu_epi64(*live1, (const void *)(v + i + 8));
+}
+
 __attribute__((target("avx512f,avx512vpopcntdq")))
 static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint64_t *v,
                                           int64_t i, int64_t n, uint32_t h, uint32_t *masks) {
@@ -199,19 +217,10 @@ static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint6
     const __m512i vh = _mm512_set1_epi64((long long)h);
     __m512i vy[8];
     for (int s = 0; s < 8; s++) vy[s] = _mm512_set1_epi64((long long)simdup_slot64(y, ny, s));
-    __mmask8 live0 = 0xFF, live1 = 0xFF;
+    __mmask8 live0, live1;
     for (; i < n; i += 16) {
         __m512i v0, v1;
-        if (n - i >= 16) {
-            v0 = _mm512_loadu_si512((const void *)(v + i));
-            v1 = _mm512_loadu_si512((const void *)(v + i + 8));
-        } else {
-            int rest = (int)(n - i);
-            live0 = (__mmask8)(rest >= 8 ? 0xFF : (1u << rest) - 1u);
-            live1 = (__mmask8)(rest > 8 ? (1u << (rest - 8)) - 1u : 0);
-            v0 = _mm512_maskz_loadu_epi64(live0, (const void *)(v + i));
-            v1 = _mm512_maskz_loadu_epi64(live1, (const void *)(v + i + 8));
-        }
+        simdup_load16_avx512(v, i, n, &v0, &v1, &live0, &live1);
         __m512i c0[8], c1[8];
         for (int s = 0; s < 8; s++) {
             c0[s] = _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s]));
@@ -253,23 +262,11 @@ static int64_t simdup_next_pair64_avx512(const uint64_t *y, const uint64_t *yp, 
         vy[s] = _mm512_set1_epi64((long long)y[s]);
         vyp[s] = _mm512_set1_epi64((long long)yp[s]);
     }
-    __mmask8 live0 = 0xFF, live1 = 0xFF;
+    __mmask8 live0, live1;
     for (; i < n; i += 16) {
         __m512i v0, v1, p0, p1;
-        if (n - i >= 16) {
-            v0 = _mm512_loadu_si512((const void *)(v + i));
-            v1 = _mm512_loadu_si512((const void *)(v + i + 8));
-            p0 = _mm512_loadu_si512((const void *)(vp + i));
-            p1 = _mm512_loadu_si512((const void *)(vp + i + 8));
-        } else {
-            int rest = (int)(n - i);
-            live0 = (__mmask8)(rest >= 8 ? 0xFF : (1u << rest) - 1u);
-            live1 = (__mmask8)(rest > 8 ? (1u << (rest - 8)) - 1u : 0);
-            v0 = _mm512_maskz_loadu_epi64(live0, (const void *)(v + i));
-            v1 = _mm512_maskz_loadu_epi64(live1, (const void *)(v + i + 8));
-            p0 = _mm512_maskz_loadu_epi64(live0, (const void *)(vp + i));
-            p1 = _mm512_maskz_loadu_epi64(live1, (const void *)(vp + i + 8));
-        }
+        simdup_load16_avx512(v, i, n, &v0, &v1, &live0, &live1);
+        simdup_load16_avx512(vp, i, n, &p0, &p1, &live0, &live1);
         uint32_t any = 0;
         for (int s = 0; s < ny; s++) {
             __m512i c0 = _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s]));
