@@ -125,9 +125,9 @@ def build(n: int, m: int, seed: int = 3):
     return root / "crawl", root / "collection", q_pos.tolist(), h_ids.tolist()
 
 
-def exact_reference(log_):
-    """Per real page of Q (by its index in the second half): the story of its
-    exact match, or None; from an exact merge of the real pages alone."""
+def exact_reference() -> set:
+    """The real pages of Q (by their index in the second half) that an exact
+    merge of the real pages alone matches."""
     stories, v1, v2, W, W2, sk = _real()
     half = len(v1) // 2
     crawl, coll_dir, q_pos, h_ids = build(half, len(v1) - half, seed=0)
@@ -135,7 +135,6 @@ def exact_reference(log_):
 
     s = merge([crawl], coll_dir, exact=True, first=False, commit=False, progress=False,
               chunk_size=1 << 20)
-    del log_
     pairs = s.pairs_array
     return {int(q) - half for q in pairs["id"]}
 
@@ -192,7 +191,7 @@ def main(argv=None):
     n, m = int(args.n), int(args.m)
     stories = _real()[0]
     half = len(stories) // 2
-    exact = exact_reference(log)
+    exact = exact_reference()
     log(f"# bench_merge_default: Q = {m:,} pages ({len(stories) - half:,} real) merged into "
         f"H = {n:,} ({half:,} real), radius 22, PSM-F, one process")
     log(f"exact merge of the real pages alone: {len(exact)} of Q's real pages have a match")
@@ -212,7 +211,8 @@ def main(argv=None):
     cpu = {}
     for t, k, code in configs:
         r = run_one(crawl, coll_dir, 1 << 20, t, k, code)
-        cpu[code] = cpu.get(code, r["cpu"])
+        if t is None:       # the defaults, of this code or of the baseline
+            cpu[code] = r["cpu"]
         found, correct, flagged = set(), 0, 0
         for qid, dup in zip(r["ids"], r["dup"]):
             pos = qid - n
