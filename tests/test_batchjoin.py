@@ -292,8 +292,8 @@ def test_gathered_sweeps_find_every_pair_within_the_distance(level):
 def test_the_pair_rule_in_the_join_is_brute_force_on_both_keys(level):
     """With both sides' other keys, a pair is found when it is within h on the
     key and its two distances add up to at most the limit: against brute
-    force, for every kernel, bucket length and limit, gathered or not, with
-    and without sketches."""
+    force, for every kernel, bucket length and limit, gathered or not (in
+    the same order), with and without sketches."""
     rng = np.random.default_rng(300 + level)
     assert batchjoin.join_kernel(level) == level
     try:
@@ -326,17 +326,20 @@ def test_the_pair_rule_in_the_join_is_brute_force_on_both_keys(level):
             within = {(i, j) for i in range(n) for j in range(ny)
                       if dist(q[i], ys[j]) <= h and dist(q[i], ys[j]) + dist(qp[i], yp[j]) <= limit}
             agree = {(i, j): int((q_sk[i] == c_sk[j]).sum()) for i, j in within}
+            found = []
             for gather in (0, 1):
                 qi, yi, _ = batchjoin.join_chunk(ys, coff, poff, low, idx, q, h,
                                                   np.ones(n, np.uint8), False, gather=gather,
                                                   q_partner=qp, chunk_partner=yp,
                                                   pair_limit=limit)
                 assert set(zip(qi.tolist(), yi.tolist())) == within, (trial, gather)
+                found.append(list(zip(qi.tolist(), yi.tolist())))
                 qi, yi, _, aa = batchjoin.join_chunk(
                     ys, coff, poff, low, idx, q, h, np.ones(n, np.uint8), False, q_sk, c_sk,
                     9, gather=gather, q_partner=qp, chunk_partner=yp, pair_limit=limit)
                 assert {(i, j): a for i, j, a in zip(qi.tolist(), yi.tolist(), aa.tolist())} \
                     == {k: a for k, a in agree.items() if a >= 9}, (trial, gather)
+            assert found[0] == found[1]     # in the same order: PSM-F keeps its first match
         with pytest.raises(ValueError, match="both q_partner and chunk_partner"):
             batchjoin.join_chunk(ys, coff, poff, low, idx, q, h, np.ones(n, np.uint8), False,
                                  q_partner=qp)

@@ -28,14 +28,19 @@
  *
  * simdup_next_pair64(y, yp, ny, v, vp, i, n, h, limit, masks) sweeps the
  * gathered values with the pair rule too (the other keys yp and vp: the two
- * distances add up to at most limit), in blocks of 16 whatever the kernel
- * (AVX-512, else scalar): at a wide radius most pairs within h on one key
- * fail the rule, and each candidate costs far more than a comparison.
+ * distances add up to at most limit), in the blocks of the kernel in use
+ * (AVX-512, else scalar code): at a wide radius most pairs within h on one
+ * key fail the rule, and each candidate costs far more than a comparison.
  */
 #ifndef SIMDUP_JOINSCAN_H
 #define SIMDUP_JOINSCAN_H
 #include <stdint.h>
 #include "_popcount.h"
+
+/* entries a sweep's block holds (<= 32) and chunk values one sweep compares
+ * at most (the kernel's slots, <= 8): set with the kernel */
+static int simdup_block_width = 32;
+static int simdup_block_slots = 4;
 
 /* The chunk value of slot s: slots past ny repeat y[0], so that every
  * kernel compares all its slots without a branch... */
@@ -102,8 +107,10 @@ static int64_t simdup_next_pair64_scalar(const uint64_t *y, const uint64_t *yp, 
                                          const uint64_t *v, const uint64_t *vp, int64_t i,
                                          int64_t n, uint32_t h, uint32_t limit,
                                          uint32_t *masks) {
-    for (; i < n; i += 16) {
-        int w = n - i < 16 ? (int)(n - i) : 16;
+    /* (the blocks of the kernel in use: the candidates come in the same order) */
+    int width = simdup_block_width;
+    for (; i < n; i += width) {
+        int w = n - i < width ? (int)(n - i) : width;
         uint32_t any = 0;
         for (int s = 0; s < ny; s++) {
             uint32_t m = 0;
@@ -335,9 +342,6 @@ typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int6
                                    uint32_t, uint32_t *);
 
 static simdup_block_fn simdup_next_block = simdup_next_block_scalar;
-static int simdup_block_width = 32;
-/* chunk values one sweep compares at most (the kernel's slots, <= 8) */
-static int simdup_block_slots = 4;
 static int simdup_join_level_now = -1;
 
 /* The best kernel the CPU has. */

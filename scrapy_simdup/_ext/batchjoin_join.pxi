@@ -204,8 +204,6 @@ def sweep_candidates(const uint64_t[::1] ys, const uint64_t[::1] values, int h, 
 # for a whole batch overlaps the cache misses instead of paying them in turn
 cdef enum:
     CAND_BATCH = 64
-    # the block of the paired sweep (simdup_next_pair64), whatever the kernel
-    PAIR_WIDTH = 16
 
 
 cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
@@ -463,8 +461,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                     phi = probe_offsets[b * R + r + 1]
                     if plo == phi:
                         continue
-                    # (gathered: the full distance, h; the same blocks as the low
-                    # bits', or blocks of PAIR_WIDTH with the pair rule)
+                    # (gathered: the full distance, h, and the pair rule with the
+                    # partners; the same blocks as the low bits')
                     if gathered and qp != NULL:
                         e0 = p0 + next_pair64(ys64, ysp64, ny, gv, gp, plo - p0, phi - p0,
                                               <uint32_t>h, <uint32_t>pair_limit, masks)
@@ -494,7 +492,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                         if failed:
                             break
                         if gathered and qp != NULL:
-                            e0 = p0 + next_pair64(ys64, ysp64, ny, gv, gp, e0 + PAIR_WIDTH - p0,
+                            e0 = p0 + next_pair64(ys64, ysp64, ny, gv, gp, e0 + width - p0,
                                                   phi - p0, <uint32_t>h, <uint32_t>pair_limit,
                                                   masks)
                         elif gathered:
