@@ -74,31 +74,29 @@ cdef class KeyMap:
             return None
         return <int64_t>self._rows[s]
 
-    def put(self, uint64_t key, int64_t row):
-        """Put ``key -> row`` (the row it had before is replaced)."""
-        if row < 0 or row > MAX_ROW:
-            raise OverflowError(f"a row must be in 0..{MAX_ROW}, got {row}")
+    cdef void _put(self, uint64_t key, uint32_t row):
+        """``key -> row``, a row checked by the caller."""
         if 4 * (self._count + 1) > 3 * self._keys.shape[0]:
             self._grow()
         cdef Py_ssize_t s = self._slot(key)
         if self._rows[s] == EMPTY:
             self._count += 1
             self._keys[s] = key
-        self._rows[s] = <uint32_t>row
+        self._rows[s] = row
+
+    def put(self, uint64_t key, int64_t row):
+        """Put ``key -> row`` (the row it had before is replaced)."""
+        if row < 0 or row > MAX_ROW:
+            raise OverflowError(f"a row must be in 0..{MAX_ROW}, got {row}")
+        self._put(key, <uint32_t>row)
 
     def put_many(self, const uint64_t[::1] keys, const int64_t[::1] rows):
         """Put ``keys[i] -> rows[i]`` in order (a later row of a key wins)."""
-        cdef Py_ssize_t n = keys.shape[0], i, s
+        cdef Py_ssize_t n = keys.shape[0], i
         if rows.shape[0] != n:
             raise ValueError(f"keys and rows differ in length: {n} and {rows.shape[0]}")
         for i in range(n):
             if rows[i] < 0 or rows[i] > MAX_ROW:
                 raise OverflowError(f"a row must be in 0..{MAX_ROW}, got {rows[i]}")
         for i in range(n):
-            if 4 * (self._count + 1) > 3 * self._keys.shape[0]:
-                self._grow()
-            s = self._slot(keys[i])
-            if self._rows[s] == EMPTY:
-                self._count += 1
-                self._keys[s] = keys[i]
-            self._rows[s] = <uint32_t>rows[i]
+            self._put(keys[i], <uint32_t>rows[i])

@@ -201,9 +201,9 @@ class KeyColumn:
                 + self._starts.nbytes + self._sizes.nbytes
                 + self._lengths.nbytes + self._rows.nbytes)
 
-    def _block(self, b: int) -> bytes:
+    def _block(self, b: int) -> bytes | bytearray:
         if b == self._lengths.n // self._block_rows:
-            return bytes(self._open)
+            return self._open           # (read in place: only the key is copied)
         if b == 0:
             return self._zdict
         if self._cached[0] != b:

@@ -115,10 +115,9 @@ class SideSpec:
                 np.ascontiguousarray(records[wrms][order]), sketch, self.distance,
                 self.probes, self.first, self.t, self.needed)
         else:
-            other = KEY_FIELDS[1 - n][0]
             matcher = PSMBatchMatcher(sorted_q, records[cq], sketch, self.distance,
                                       self.probes, self.first, self.t, self.needed, rows=order,
-                                      partner=records[other][order],
+                                      partner=records[_other(key)][order],
                                       pair_limit=pair_limit(self.distance))
         return Side(key, order, matcher, pair_limit(self.distance))
 
