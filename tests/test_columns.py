@@ -63,6 +63,14 @@ def test_key_column_keys_of_any_length():
     column[len(keys) + 3] = "after a gap"
     assert [column.get(r) for r in range(len(keys))] == keys
     assert column.get(len(keys) + 1) is None and column[len(keys) + 3] == "after a gap"
+    # a gap of whole blocks (pages added to the index directly), then keys again
+    wide = KeyColumn()
+    wide[3] = ""
+    wide[200_003] = "far"
+    wide[200_004] = "next"
+    assert len(wide) == 200_005 and wide[3] == "" and wide.get(150_000) is None
+    assert wide.row_of("far") == 200_003 and wide[200_004] == "next"
+    assert list(wide.values())[:2] == ["", "far"]
     assert all(column.row_of(k) == r for r, k in enumerate(keys))
     with pytest.raises(ValueError, match="block_rows"):
         KeyColumn(block_rows=3)

@@ -208,11 +208,31 @@ class KeyColumn:
             return self._zdict
         if self._cached[0] != b:
             start, size = self._starts[b - 1], self._sizes[b - 1]
+            if not size:            # a block of rows without keys
+                return b""
             arena, at = divmod(start, _ARENA_BYTES)
             inflate = zlib.decompressobj(zdict=self._zdict[-_ZDICT_BYTES:])
             data = inflate.decompress(self._arenas[arena][at:at + size]) + inflate.flush()
             self._cached = (b, data)
         return self._cached[1]
+
+    def _empty_blocks(self, count: int) -> None:
+        """``count`` full blocks of rows without keys (no bytes stored)."""
+        self._starts.extend(np.zeros(count, np.uint64))
+        self._sizes.extend(np.zeros(count, np.uint32))
+
+    def _gap(self, rows: int) -> None:
+        """``rows`` rows without keys: whole blocks at once (pages added to
+        the index directly can leave millions)."""
+        while rows and (self._lengths.n % self._block_rows or not self._lengths.n):
+            self._append(None)
+            rows -= 1
+        blocks = rows // self._block_rows
+        if blocks:
+            self._lengths.extend(np.full(blocks * self._block_rows, _NO_KEY, np.uint16))
+            self._empty_blocks(blocks)
+        for _ in range(rows % self._block_rows):
+            self._append(None)
 
     def _pack(self, block: bytes) -> None:
         """Append a compressed block to the arenas."""
@@ -263,6 +283,8 @@ class KeyColumn:
         if (row + 1) % self._block_rows == 0:
             if row + 1 == self._block_rows:
                 self._zdict = bytes(self._open)
+            elif not self._open:
+                self._empty_blocks(1)
             else:
                 deflate = zlib.compressobj(zdict=self._zdict[-_ZDICT_BYTES:])
                 self._pack(deflate.compress(self._open) + deflate.flush())
@@ -275,8 +297,7 @@ class KeyColumn:
         if row < self._lengths.n:
             self._moved[row] = key
         else:
-            while self._lengths.n < row:
-                self._append(None)
+            self._gap(row - self._lengths.n)
             self._append(key.encode("utf-8", "surrogatepass"))
         self._rows.put(_key_hash(key), row)
 
