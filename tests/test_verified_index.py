@@ -178,6 +178,51 @@ def test_memory_per_page_is_at_most_80_bytes():
     assert used / n <= 82
 
 
+def _merges_while_adding(index, v1, v2, sketches, batch):
+    """Add in batches; the number of times the first table merged."""
+    merges, main = 0, 0
+    for start in range(0, v1.shape[0], batch):
+        stop = start + batch
+        index.add(v1[start:stop], v2[start:stop], sketches[start:stop])
+        now = len(index.tables[0]) - index.tables[0]._n_buffered()
+        merges += now != main
+        main = now
+    return merges
+
+
+def test_a_bulk_load_merges_geometrically_and_finds_the_same_pages():
+    rng = np.random.default_rng(11)
+    n, batch = 150_000, 1_500
+    v1 = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64)
+    v2 = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64)
+    sketches = rng.integers(0, 256, (n, SKETCH_BYTES)).astype(np.uint8)
+    # near copies of some stored pages: a few bits flipped on each key
+    probes = rng.choice(n, 200, replace=False)
+    flips = [np.uint64(sum(1 << int(b) for b in rng.choice(64, int(k), replace=False)))
+             for k in rng.integers(0, 12, 400)]
+    queries = [(int(v1[i] ^ flips[2 * j]), int(v2[i] ^ flips[2 * j + 1]), sketches[i].tobytes())
+               for j, i in enumerate(probes)]
+
+    def found(index):
+        return [[(m.id, m.distance) for m in index.query(*q, first=False)] for q in queries]
+
+    plain = VerifiedIndex()
+    plain_merges = _merges_while_adding(plain, v1, v2, sketches, batch)
+    bulk = VerifiedIndex()
+    with bulk.bulk_load():
+        bulk_merges = _merges_while_adding(bulk, v1, v2, sketches, batch)
+        assert bulk.tables[0]._n_buffered() > plain.tables[0].buffer_limit()
+        during = found(bulk)            # long chains: slower, the same answers
+    # linear work: each merge at least a quarter more pages than the last
+    assert bulk_merges < plain_merges / 2
+    # the end of the load merges a buffer past the usual limit
+    for table in bulk.tables:
+        assert table._n_buffered() <= table.buffer_limit()
+    expected = found(plain)
+    assert sum(map(len, expected)) >= 200
+    assert during == expected and found(bulk) == expected
+
+
 @pytest.mark.parametrize("kwargs, word", [
     (dict(distance=25), "distance"), (dict(min_similarity=-0.1), "min_similarity"),
     (dict(min_similarity=2), "min_similarity"), (dict(recall=1.5), "recall"),

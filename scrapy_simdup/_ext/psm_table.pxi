@@ -53,6 +53,9 @@ cdef class PSMCore:
     cdef bint paired
     cdef int _pair_limit
     cdef int header_drop             # t = floor(log2 n) - header_drop
+    # while a whole index is loaded (``_set_bulk``): the write buffer grows to
+    # a quarter of the main table, so that the merges' total work stays linear
+    cdef bint bulk
 
     def __cinit__(self, *args, **kwargs):
         self.n_main = 0
@@ -67,6 +70,7 @@ cdef class PSMCore:
         self.paired = False
         self._pair_limit = 128
         self.header_drop = 2
+        self.bulk = False
         self.vals2 = NULL
         self.bvals2 = NULL
 
@@ -152,9 +156,17 @@ cdef class PSMCore:
         cdef int tb = auto_header_bits(self.buffer_limit())
         self.tb = tb if tb < self.t else self.t
 
+    def _set_bulk(self, bint on):
+        """Bulk loading on or off. While on, the buffer's chains may grow
+        long; turning it off merges a buffer past the usual limit, so that
+        queries find short chains again."""
+        self.bulk = on
+        if not on and self.n_buf > self.buffer_limit():
+            self._merge()
+
     cpdef Py_ssize_t buffer_limit(self):
         lim = self.n_main // 4
-        if self.header_drop > 2 and lim > (<Py_ssize_t>2 << self.t):
+        if self.header_drop > 2 and not self.bulk and lim > (<Py_ssize_t>2 << self.t):
             # large buckets: chains of at most 2 per header (a chain is walked
             # one dependent load at a time, a bucket scanned at bandwidth)
             lim = <Py_ssize_t>2 << self.t

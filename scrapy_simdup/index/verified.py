@@ -21,6 +21,7 @@ the caller gives its own ids.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from math import comb
 
@@ -254,6 +255,19 @@ class VerifiedIndex:
         return self._ids[: self._n].copy()
 
     # -- add --------------------------------------------------------------
+    @contextlib.contextmanager
+    def bulk_load(self):
+        """Within it, many batches of :meth:`add` cost time linear in the pages
+        added (the tables merge their buffers geometrically, not every few
+        pages per header); queries stay correct but slower until it ends."""
+        for table in self.tables:
+            table._set_bulk(True)
+        try:
+            yield self
+        finally:
+            for table in self.tables:
+                table._set_bulk(False)
+
     def add(self, values, values2, sketches, ids=None) -> np.ndarray:
         """Store pages by their two keys and sketches; returns their int64 ids
         (``ids``, or the next rows when None)."""

@@ -132,11 +132,12 @@ class RedisBackend(IndexBackend):
         t0 = time.perf_counter()
         # only the last entries' URLs are kept (Replica.recent_key)
         remember_from = self.log.size - RECENT_KEYS
-        while True:
-            entries = self.log.read_sync(self.replica.n + 1, READ_COUNT)
-            if not entries:
-                break
-            self._apply(entries, remember_from)
+        with self.replica.index.bulk_load():
+            while True:
+                entries = self.log.read_sync(self.replica.n + 1, READ_COUNT)
+                if not entries:
+                    break
+                self._apply(entries, remember_from)
         self.load_seconds = time.perf_counter() - t0
         self.loaded = self.replica.n
         self.log.close_sync()
