@@ -354,6 +354,35 @@ def test_the_pair_rule_in_the_join_is_brute_force_on_both_keys(level):
         batchjoin.join_kernel()
 
 
+@pytest.mark.parametrize("level", JOIN_KERNELS)
+def test_a_bucket_with_more_candidates_than_a_batch_finds_them_all_in_order(level):
+    """Thousands of candidates in one bucket (every pair passes): the sweep
+    hands them over a batch at a time, none lost, in the order of the
+    low-bit sweep, whether or not each element stops at its first match."""
+    rng = np.random.default_rng(77)
+    assert batchjoin.join_kernel(level) == level
+    try:
+        n, ny = 700, 21
+        ys = np.sort(rng.integers(0, 2**64, ny, dtype=np.uint64))
+        yp = rng.integers(0, 2**64, ny, dtype=np.uint64)
+        q = rng.integers(0, 2**64, n, dtype=np.uint64)
+        qp = rng.integers(0, 2**64, n, dtype=np.uint64)
+        coff = np.array([0, ny], dtype=np.int64)
+        poff = np.array([0, n], dtype=np.int64)
+        idx = rng.permutation(n).astype(np.uint32)
+        low = (q[idx.astype(np.int64)] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        for first in (False, True):
+            runs = [batchjoin.join_chunk(ys, coff, poff, low, idx, q, 64, np.ones(n, np.uint8),
+                                         first, gather=gather, q_partner=qp, chunk_partner=yp,
+                                         pair_limit=128) for gather in (0, 1)]
+            pairs = [list(zip(r[0].tolist(), r[1].tolist())) for r in runs]
+            assert pairs[0] == pairs[1]
+            assert len(pairs[1]) == (n if first else n * ny)
+            assert len(set(pairs[1])) == len(pairs[1])
+    finally:
+        batchjoin.join_kernel()
+
+
 @settings(max_examples=100)
 @given(st.integers(1, 12), st.integers(1, 3), st.integers(1, 40), st.integers(0, 2**32 - 1))
 def test_batch_flip_masks_are_the_most_likely_sets(t, h, k, seed):

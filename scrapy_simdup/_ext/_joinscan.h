@@ -31,6 +31,15 @@
  * distances add up to at most limit), in the blocks of the kernel in use
  * (AVX-512, else scalar code): at a wide radius most pairs within h on one
  * key fail the rule, and each candidate costs far more than a comparison.
+ *
+ * simdup_collect_pair64(y, yp, ny, v, vp, i, n, h, limit, ce, cs, cap, count)
+ * is that sweep without a return per block that holds a candidate: it writes
+ * each candidate's entry and slot to ce[]/cs[] itself, in the order the
+ * masks give them (block by block, slot by slot, lane by lane), until n or
+ * until less than a block's worth of room (width * ny) is left of `cap`.
+ * It returns the start of the next block to sweep and sets *count. At a
+ * wide radius one block in a few holds a candidate, and each return cost
+ * the kernel its set-up again.
  */
 #ifndef SIMDUP_JOINSCAN_H
 #define SIMDUP_JOINSCAN_H
@@ -294,6 +303,66 @@ static int64_t simdup_next_pair64_avx512(const uint64_t *y, const uint64_t *yp, 
     return n;
 }
 
+/* simdup_collect_pair64 for AVX-512: the eight slots unrolled and without a
+ * branch each (at h = 22 one pair in about a hundred is within h on the key,
+ * so a branch per slot is mispredicted often), one test per block. The rule
+ * d <= h and d + d' <= limit is tested as d + max(d', limit - h) <= limit. */
+__attribute__((target("avx512f,avx512vpopcntdq")))
+static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *yp, int ny,
+                                            const uint64_t *v, const uint64_t *vp, int64_t i,
+                                            int64_t n, uint32_t h, uint32_t limit,
+                                            int64_t *ce, uint8_t *cs, int cap, int *count) {
+    const __m512i vl = _mm512_set1_epi64((long long)limit);
+    /* (limit < h: d + d' <= limit implies d <= h) */
+    const __m512i vgap = _mm512_set1_epi64((long long)(limit >= h ? limit - h : 0));
+    __m512i vy[8], vyp[8];
+    __mmask8 slot[8];
+    for (int s = 0; s < 8; s++) {
+        vy[s] = _mm512_set1_epi64((long long)simdup_slot64(y, ny, s));
+        vyp[s] = _mm512_set1_epi64((long long)simdup_slot64(yp, ny, s));
+        slot[s] = s < ny ? 0xFF : 0;        /* slots past ny compare nothing */
+    }
+    int w = 0;
+    __mmask8 live0, live1;
+    for (; i < n && cap - w >= 16 * ny; i += 16) {
+        __m512i v0, v1, p0, p1;
+        simdup_load16_avx512(v, i, n, &v0, &v1, &live0, &live1);
+        simdup_load16_avx512(vp, i, n, &p0, &p1, &live0, &live1);
+        __mmask8 k0[8], k1[8];
+        __mmask8 any = 0;
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            __m512i d0 = _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s]));
+            __m512i d1 = _mm512_popcnt_epi64(_mm512_xor_si512(v1, vy[s]));
+            __m512i e0 = _mm512_max_epu64(_mm512_popcnt_epi64(_mm512_xor_si512(p0, vyp[s])), vgap);
+            __m512i e1 = _mm512_max_epu64(_mm512_popcnt_epi64(_mm512_xor_si512(p1, vyp[s])), vgap);
+            k0[s] = _mm512_mask_cmple_epu64_mask(live0 & slot[s], _mm512_add_epi64(d0, e0), vl);
+            k1[s] = _mm512_mask_cmple_epu64_mask(live1 & slot[s], _mm512_add_epi64(d1, e1), vl);
+            any |= k0[s] | k1[s];
+        }
+        if (any) {
+            /* slot s's 16 lanes at bits 16s.. of two words: one loop over the
+             * candidates in slot-then-lane order, no branch per slot */
+            uint64_t word[2] = {0, 0};
+            for (int s = 0; s < 8; s++)
+                word[s >> 2] |= (uint64_t)((uint32_t)k0[s] | ((uint32_t)k1[s] << 8))
+                                << (16 * (s & 3));
+            for (int half = 0; half < 2; half++) {
+                uint64_t mk = word[half];
+                while (mk) {
+                    int b = __builtin_ctzll(mk);
+                    ce[w] = i + (b & 15);
+                    cs[w] = (uint8_t)(4 * half + (b >> 4));
+                    w++;
+                    mk &= mk - 1;
+                }
+            }
+        }
+    }
+    *count = w;
+    return i < n ? i : n;
+}
+
 /* popcount of each 64-bit lane of v, compared with h: a lane mask (4 bits) */
 __attribute__((target("avx2")))
 static inline int simdup_avx2_within64(__m256i v, __m256i vh1) {
@@ -338,6 +407,36 @@ typedef int64_t (*simdup_pair64_fn)(const uint64_t *, const uint64_t *, int, con
                                     uint32_t *);
 static simdup_pair64_fn simdup_next_pair64 = simdup_next_pair64_scalar;
 
+/* simdup_collect_pair64 over the kernel's simdup_next_pair64 (the scalar one) */
+static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *yp, int ny,
+                                            const uint64_t *v, const uint64_t *vp, int64_t i,
+                                            int64_t n, uint32_t h, uint32_t limit,
+                                            int64_t *ce, uint8_t *cs, int cap, int *count) {
+    uint32_t masks[8];
+    int w = 0, width = simdup_block_width;
+    while (i < n && cap - w >= width * ny) {
+        i = simdup_next_pair64(y, yp, ny, v, vp, i, n, h, limit, masks);
+        if (i >= n) break;
+        for (int s = 0; s < ny; s++) {
+            uint32_t mk = masks[s];
+            while (mk) {
+                ce[w] = i + __builtin_ctz(mk);
+                cs[w] = (uint8_t)s;
+                w++;
+                mk &= mk - 1;
+            }
+        }
+        i += width;
+    }
+    *count = w;
+    return i < n ? i : n;
+}
+
+typedef int64_t (*simdup_collect64_fn)(const uint64_t *, const uint64_t *, int, const uint64_t *,
+                                       const uint64_t *, int64_t, int64_t, uint32_t, uint32_t,
+                                       int64_t *, uint8_t *, int, int *);
+static simdup_collect64_fn simdup_collect_pair64 = simdup_collect_pair64_blocks;
+
 typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int64_t, int64_t,
                                    uint32_t, uint32_t *);
 
@@ -364,6 +463,7 @@ static int simdup_join_select(int level) {
     simdup_next_block = simdup_next_block_scalar;
     simdup_next_block64 = simdup_next_block64_scalar;
     simdup_next_pair64 = simdup_next_pair64_scalar;
+    simdup_collect_pair64 = simdup_collect_pair64_blocks;
     simdup_block_width = 32;
     simdup_block_slots = 4;
 #ifdef SIMDUP_JOIN_X86
@@ -371,6 +471,7 @@ static int simdup_join_select(int level) {
         simdup_next_block = simdup_next_block_avx512;
         simdup_next_block64 = simdup_next_block64_avx512;
         simdup_next_pair64 = simdup_next_pair64_avx512;
+        simdup_collect_pair64 = simdup_collect_pair64_avx512;
         simdup_block_width = 16;
         simdup_block_slots = 8;
     } else if (level == 1) {

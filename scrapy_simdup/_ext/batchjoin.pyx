@@ -30,7 +30,7 @@ from scrapy_simdup._ext.joinscan cimport (simdup_block64_fn, simdup_block_fn,
                                           simdup_block_slots, simdup_block_width,
                                           simdup_join_level, simdup_join_select,
                                           simdup_next_block, simdup_next_block64,
-                                          simdup_next_pair64, simdup_pair64_fn)
+                                          simdup_collect64_fn, simdup_collect_pair64)
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
 from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
 from scrapy_simdup._ext.topflips cimport (TOPFLIPS_MAX_CAND, TOPFLIPS_MAX_H, TOPFLIPS_MAX_T,

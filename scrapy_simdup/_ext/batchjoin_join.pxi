@@ -203,7 +203,7 @@ def sweep_candidates(const uint64_t[::1] ys, const uint64_t[::1] values, int h, 
 # reads (its element number, `active`, its full value), and prefetching them
 # for a whole batch overlaps the cache misses instead of paying them in turn
 cdef enum:
-    CAND_BATCH = 64
+    CAND_BATCH = 256        # at least a block's candidates: 16 entries x 8 values
 
 
 cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
@@ -233,6 +233,13 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
             __builtin_prefetch(&active[qs[c]])
             if qp != NULL:
                 __builtin_prefetch(&qp[qs[c]])
+            if qsk != NULL:
+                # both sketches (32 bytes each, a cache line at most two): most
+                # candidates of a gathered sweep already passed the pair rule
+                __builtin_prefetch(qsk + <int64_t>qs[c] * qstride)
+                __builtin_prefetch(qsk + <int64_t>qs[c] * qstride + SIMDUP_SKETCH_BINS - 1)
+                __builtin_prefetch(ysk + cj[c] * ystride)
+                __builtin_prefetch(ysk + cj[c] * ystride + SIMDUP_SKETCH_BINS - 1)
     for c in range(nc):
         qi = qs[c]
         if qi >= n_active:
@@ -370,7 +377,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     # one kernel for the whole chunk, even if join_kernel() is called meanwhile
     cdef simdup_block_fn next_block = simdup_next_block
     cdef simdup_block64_fn next_block64 = simdup_next_block64
-    cdef simdup_pair64_fn next_pair64 = simdup_next_pair64
+    cdef simdup_collect64_fn collect_pair64 = simdup_collect_pair64
     cdef int64_t width = simdup_block_width
     cdef int64_t slots = simdup_block_slots
     cdef PairBuf buf
@@ -383,7 +390,9 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef int s, ny, failed = 0
     cdef int64_t ce[CAND_BATCH]
     cdef int64_t cj[CAND_BATCH]
+    cdef uint8_t cs[CAND_BATCH]
     cdef int64_t nc = 0
+    cdef int got
     cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
     # the gathered full values of a bucket's entries (from entry p0 on),
     # allocated at the first gathered bucket and grown as needed
@@ -461,12 +470,32 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                     phi = probe_offsets[b * R + r + 1]
                     if plo == phi:
                         continue
-                    # (gathered: the full distance, h, and the pair rule with the
-                    # partners; the same blocks as the low bits')
                     if gathered and qp != NULL:
-                        e0 = p0 + next_pair64(ys64, ysp64, ny, gv, gp, plo - p0, phi - p0,
-                                              <uint32_t>h, <uint32_t>pair_limit, masks)
-                    elif gathered:
+                        # the full distance, h, and the pair rule with the
+                        # partners; the sweep queues its candidates itself
+                        e = plo - p0
+                        while e < phi - p0:
+                            if CAND_BATCH - nc < width * ny:
+                                failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
+                                                           active, h, first_only, qsk, ysk,
+                                                           qstride, ystride, needed,
+                                                           qp, yp, pair_limit, &buf)
+                                nc = 0
+                                if failed:
+                                    break
+                            e = collect_pair64(ys64, ysp64, ny, gv, gp, e, phi - p0,
+                                               <uint32_t>h, <uint32_t>pair_limit, &ce[nc],
+                                               &cs[nc], CAND_BATCH - nc, &got)
+                            for k in range(nc, nc + got):
+                                ce[k] += p0
+                                cj[k] = j0 + cs[k]
+                            nc += got
+                        if failed:
+                            break
+                        continue
+                    # (gathered: the full distance, h; the same blocks as the
+                    # low bits')
+                    if gathered:
                         e0 = p0 + next_block64(ys64, ny, gv, plo - p0, phi - p0, <uint32_t>h,
                                                masks)
                     else:
@@ -491,11 +520,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                 break
                         if failed:
                             break
-                        if gathered and qp != NULL:
-                            e0 = p0 + next_pair64(ys64, ysp64, ny, gv, gp, e0 + width - p0,
-                                                  phi - p0, <uint32_t>h, <uint32_t>pair_limit,
-                                                  masks)
-                        elif gathered:
+                        if gathered:
                             e0 = p0 + next_block64(ys64, ny, gv, e0 + width - p0, phi - p0,
                                                    <uint32_t>h, masks)
                         else:
