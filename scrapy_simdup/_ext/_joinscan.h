@@ -34,7 +34,7 @@
  *
  * simdup_collect_pair64(y, yp, ny, v, vp, i, n, h, limit, ce, cs, cap, count)
  * is that sweep without a return per block that holds a candidate: it writes
- * each candidate's entry and slot to ce[]/cs[] itself, in the order the
+ * each candidate's entry, slot and distance on the key to ce[]/cs[]/cd[] itself, in the order the
  * masks give them (block by block, slot by slot, lane by lane), until n or
  * until less than a block's worth of room (width * ny) is left of `cap`.
  * It returns the start of the next block to sweep and sets *count. At a
@@ -311,7 +311,8 @@ __attribute__((target("avx512f,avx512vpopcntdq")))
 static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
                                             int64_t n, uint32_t h, uint32_t limit,
-                                            int64_t *ce, uint8_t *cs, int cap, int *count) {
+                                            int64_t *ce, uint8_t *cs, uint8_t *cd, int cap,
+                                            int *count) {
     const __m512i vl = _mm512_set1_epi64((long long)limit);
     /* (limit < h: d + d' <= limit implies d <= h) */
     const __m512i vgap = _mm512_set1_epi64((long long)(limit >= h ? limit - h : 0));
@@ -353,6 +354,7 @@ static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *y
                     int b = __builtin_ctzll(mk);
                     ce[w] = i + (b & 15);
                     cs[w] = (uint8_t)(4 * half + (b >> 4));
+                    cd[w] = (uint8_t)simdup_popcount64(v[ce[w]] ^ y[cs[w]]);
                     w++;
                     mk &= mk - 1;
                 }
@@ -411,7 +413,8 @@ static simdup_pair64_fn simdup_next_pair64 = simdup_next_pair64_scalar;
 static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
                                             int64_t n, uint32_t h, uint32_t limit,
-                                            int64_t *ce, uint8_t *cs, int cap, int *count) {
+                                            int64_t *ce, uint8_t *cs, uint8_t *cd, int cap,
+                                            int *count) {
     uint32_t masks[8];
     int w = 0, width = simdup_block_width;
     while (i < n && cap - w >= width * ny) {
@@ -422,6 +425,7 @@ static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *y
             while (mk) {
                 ce[w] = i + __builtin_ctz(mk);
                 cs[w] = (uint8_t)s;
+                cd[w] = (uint8_t)simdup_popcount64(v[ce[w]] ^ y[s]);
                 w++;
                 mk &= mk - 1;
             }
@@ -434,7 +438,7 @@ static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *y
 
 typedef int64_t (*simdup_collect64_fn)(const uint64_t *, const uint64_t *, int, const uint64_t *,
                                        const uint64_t *, int64_t, int64_t, uint32_t, uint32_t,
-                                       int64_t *, uint8_t *, int, int *);
+                                       int64_t *, uint8_t *, uint8_t *, int, int *);
 static simdup_collect64_fn simdup_collect_pair64 = simdup_collect_pair64_blocks;
 
 typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int64_t, int64_t,

@@ -206,7 +206,13 @@ cdef enum:
     CAND_BATCH = 256        # at least a block's candidates: 16 entries x 8 values
 
 
-cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
+# a candidate whose distance is not known yet (else the sweep that found it
+# checked the pair rule too, and gave its distance)
+cdef enum:
+    UNCHECKED = 255
+
+
+cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, const uint8_t *cd,
                            const uint32_t[::1] idx, const uint64_t[::1] q_values,
                            const uint64_t[::1] chunk, uint8_t[::1] active, int h,
                            bint first_only, const uint8_t *qsk, const uint8_t *ysk,
@@ -214,9 +220,10 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
                            const uint64_t *qp, const uint64_t *yp, int pair_limit,
                            PairBuf *buf) noexcept nogil:
     """Check candidates ``(probe entry ce[c], chunk entry cj[c])`` in order;
-    matches go to ``buf``. With partner keys (``qp`` not NULL), a pair within
-    ``h`` whose two key distances add up to more than ``pair_limit`` is
-    dropped before its sketches are read. With sketches (``qsk`` not NULL),
+    matches go to ``buf``. ``cd[c]``: the distance of a candidate the sweep
+    checked in full (key and pair rule), or ``UNCHECKED``. With partner keys
+    (``qp`` not NULL), an unchecked pair within ``h`` whose two key distances
+    add up to more than ``pair_limit`` is dropped before its sketches are read. With sketches (``qsk`` not NULL),
     a pair within ``h`` is a match when at least ``needed`` bins agree.
     Returns 0, 1 (out of memory) or 2 (bad element)."""
     cdef int agree = 0
@@ -229,10 +236,11 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
     for c in range(nc):
         qs[c] = idx[ce[c]]
         if qs[c] < n_active:
-            __builtin_prefetch(&q_values[qs[c]])
             __builtin_prefetch(&active[qs[c]])
-            if qp != NULL:
-                __builtin_prefetch(&qp[qs[c]])
+            if cd[c] == UNCHECKED:
+                __builtin_prefetch(&q_values[qs[c]])
+                if qp != NULL:
+                    __builtin_prefetch(&qp[qs[c]])
             if qsk != NULL:
                 # both sketches (32 bytes each, a cache line at most two): most
                 # candidates of a gathered sweep already passed the pair rule
@@ -246,18 +254,22 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
             return 2
         if not active[qi]:
             continue
-        dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
-        if dist <= h:
+        if cd[c] != UNCHECKED:
+            dist = cd[c]
+        else:
+            dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
+            if dist > h:
+                continue
             if qp != NULL and dist + simdup_popcount64(qp[qi] ^ yp[cj[c]]) > pair_limit:
                 continue
-            if qsk != NULL:
-                agree = simdup_sketch_matches(qsk + <int64_t>qi * qstride, ysk + cj[c] * ystride)
-                if agree < needed:
-                    continue
-            if _push(buf, qi, cj[c], <uint8_t>dist, <uint8_t>agree) != 0:
-                return 1
-            if first_only:
-                active[qi] = 0
+        if qsk != NULL:
+            agree = simdup_sketch_matches(qsk + <int64_t>qi * qstride, ysk + cj[c] * ystride)
+            if agree < needed:
+                continue
+        if _push(buf, qi, cj[c], <uint8_t>dist, <uint8_t>agree) != 0:
+            return 1
+        if first_only:
+            active[qi] = 0
     return 0
 
 
@@ -391,6 +403,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef int64_t ce[CAND_BATCH]
     cdef int64_t cj[CAND_BATCH]
     cdef uint8_t cs[CAND_BATCH]
+    cdef uint8_t cd[CAND_BATCH]
     cdef int64_t nc = 0
     cdef int got
     cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
@@ -476,7 +489,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                         e = plo - p0
                         while e < phi - p0:
                             if CAND_BATCH - nc < width * ny:
-                                failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
+                                failed = _check_candidates(nc, ce, cj, cd, idx, q_values, chunk,
                                                            active, h, first_only, qsk, ysk,
                                                            qstride, ystride, needed,
                                                            qp, yp, pair_limit, &buf)
@@ -485,7 +498,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                     break
                             e = collect_pair64(ys64, ysp64, ny, gv, gp, e, phi - p0,
                                                <uint32_t>h, <uint32_t>pair_limit, &ce[nc],
-                                               &cs[nc], CAND_BATCH - nc, &got)
+                                               &cs[nc], &cd[nc], CAND_BATCH - nc, &got)
                             for k in range(nc, nc + got):
                                 ce[k] += p0
                                 cj[k] = j0 + cs[k]
@@ -505,7 +518,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                             mk = masks[s]
                             while mk:
                                 if nc == CAND_BATCH:
-                                    failed = _check_candidates(nc, ce, cj, idx, q_values, chunk,
+                                    failed = _check_candidates(nc, ce, cj, cd, idx, q_values, chunk,
                                                                active, h, first_only, qsk, ysk,
                                                                qstride, ystride, needed,
                                                                qp, yp, pair_limit, &buf)
@@ -514,6 +527,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                         break
                                 ce[nc] = e0 + ctz32(mk)
                                 cj[nc] = j0 + s
+                                cd[nc] = UNCHECKED
                                 nc += 1
                                 mk &= mk - 1
                             if failed:
@@ -533,7 +547,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             if failed:
                 break
         if not failed and nc:
-            failed = _check_candidates(nc, ce, cj, idx, q_values, chunk, active, h,
+            failed = _check_candidates(nc, ce, cj, cd, idx, q_values, chunk, active, h,
                                        first_only, qsk, ysk, qstride, ystride, needed,
                                        qp, yp, pair_limit, &buf)
     free(gv)
