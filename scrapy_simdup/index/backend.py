@@ -197,7 +197,8 @@ class MemoryBackend(IndexBackend):
     def _entry(self, key: str):
         """``(stored key, (row, value, value2, kept))`` of the page stored under
         ``key`` as given or as a snapshot keeps it, or ``(None, None)``."""
-        for stored_key in (key, _escaped(key)):
+        escaped = _escaped(key)
+        for stored_key in (key,) if escaped == key else (key, escaped):
             row = self.keys.row_of(stored_key) if stored_key is not None else None
             if row is not None and row < self._flags.n:
                 return stored_key, (row, self._values[row], self._values2[row],

@@ -35,6 +35,7 @@ per rule) and in the number of hosts followed (least recently used first).
 """
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections import OrderedDict, deque
@@ -66,8 +67,11 @@ class ParsedUrl(NamedTuple):
     query: tuple
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_url(url: str) -> ParsedUrl | None:
-    """The parts of ``url``; None for a URL without scheme or host."""
+    """The parts of ``url``; None for a URL without scheme or host (cached: a
+    crawl parses a page's URL before its download, after its check, and
+    again as the page a later copy duplicates)."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -465,8 +469,10 @@ class UrlRuleLearner:
 
     def lookup(self, url: str) -> RuleHit | None:
         """The page a rule in use says ``url`` duplicates, or None."""
+        if not self.rules:
+            return None
         parsed = parse_url(url)
-        if parsed is None or not self.rules:
+        if parsed is None:
             return None
         key, applied = self.normalize(parsed)
         hosts = self.aliases().get(parsed.host, (parsed.host,))
