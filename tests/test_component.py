@@ -62,6 +62,26 @@ def test_memory_backend_knows_its_keys_as_restored():
     assert backend.same_key("id%0A1", "id\n1") and not backend.same_key("id%0A1", "id 1")
 
 
+def test_memory_backend_remembers_the_entry_it_stored_exactly():
+    """The entry a check remembers for its key (looked up again by
+    note_checked and checked_here) is the one a fresh look-up finds, for
+    new, copied, restored and re-stored keys alike."""
+    backend = MemoryBackend(VerifiedIndex())
+    # three distinct pages, each met three times (copies, revisits)
+    fps = [fingerprint_features([f"w{j + 1000 * (i % 3)}" for j in range(40)]) for i in range(9)]
+    backend.load([fps[0].value], [fps[0].value2], [fps[0].sketch], ["id%0A1"])
+    keys = ["http://a/1", "http://a/2", "http://a/1", "id\n1", "x" * 70_000,
+            "http://a/3", "http://a/2", "id\n1", "http://a/1"]
+    for fp, key in zip(fps, keys):
+        asyncio.run(backend.check_and_add(fp, key))
+        for other in (key, *keys):
+            remembered = backend._entry(other)
+            backend._last_entry = None
+            assert backend._entry(other) == remembered, other
+        backend.note_checked(key)
+        assert backend.checked_here(key)
+
+
 def test_redis_backend_knows_its_keys_as_stored():
     from scrapy_simdup.index.redis.backend import RedisBackend
     backend = RedisBackend.__new__(RedisBackend)

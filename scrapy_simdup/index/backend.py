@@ -147,6 +147,9 @@ class MemoryBackend(IndexBackend):
         self._flags = ChunkedColumn(np.uint8)
         # what was stored since the last take_stored(), when logging
         self._stored_log: list | None = None
+        # (key, _entry(key)) of the last key looked up or stored: a check looks
+        # its key up again right after (note_checked, checked_here)
+        self._last_entry: tuple | None = None
 
     def log_stored(self) -> None:
         """Keep what is stored from now on for :meth:`take_stored` (a snapshot writer)."""
@@ -175,6 +178,7 @@ class MemoryBackend(IndexBackend):
         stores them; ``kept``: which were kept pages, all when None)."""
         if not len(keys):
             return
+        self._last_entry = None
         ids = self.index.add(values, values2, sketches)
         flags = np.full(len(keys), _KEPT, np.uint8) if kept is None else \
             np.asarray(kept, dtype=bool).astype(np.uint8) * _KEPT
@@ -197,13 +201,19 @@ class MemoryBackend(IndexBackend):
     def _entry(self, key: str):
         """``(stored key, (row, value, value2, kept))`` of the page stored under
         ``key`` as given or as a snapshot keeps it, or ``(None, None)``."""
+        last = self._last_entry
+        if last is not None and last[0] == key:
+            return last[1]
+        found = None, None
         escaped = _escaped(key)
         for stored_key in (key,) if escaped == key else (key, escaped):
             row = self.keys.row_of(stored_key) if stored_key is not None else None
             if row is not None and row < self._flags.n:
-                return stored_key, (row, self._values[row], self._values2[row],
-                                    bool(self._flags[row] & _KEPT))
-        return None, None
+                found = stored_key, (row, self._values[row], self._values2[row],
+                                     bool(self._flags[row] & _KEPT))
+                break
+        self._last_entry = (key, found)
+        return found
 
     def note_checked(self, key: str) -> None:
         _, entry = self._entry(key)
@@ -239,9 +249,11 @@ class MemoryBackend(IndexBackend):
                                 exclude=entry[0] if entry is not None else None)
         if store:
             kept = best is None
+            self._last_entry = None
             row = self.index.add_fingerprint(page)
             self.keys[row] = key
             self._fill(row, [int(page.value)], [int(page.value2)], [_KEPT if kept else 0])
+            self._last_entry = (key, (key, (row, int(page.value), int(page.value2), kept)))
             if self._stored_log is not None:
                 self._stored_log.append((int(page.value), int(page.value2), page.sketch, key, kept))
         if best is not None:
