@@ -55,25 +55,27 @@ def _resolve(href: str, base: str) -> str | None:
     return url if scheme in ("http", "https") else None
 
 
-def _decode(head: bytes, encoding: str | None) -> str:
+def _decode(body: bytes, encoding: str | None) -> str:
+    """The head of ``body`` (at most its first HEAD_BYTES) as text."""
     try:
         name = codecs.lookup(encoding or "utf-8").name
     except LookupError:
         name = "utf-8"
+    head = None
     if not name.startswith(("utf-16", "utf-32")):
         # ASCII-compatible: the head ends at the same tag in the bytes, and
-        # only the head is decoded (a page's body is most of its bytes)
-        end = _END_OF_HEAD_BYTES.search(head)
+        # only the head is copied and decoded (a page's body is most of it)
+        end = _END_OF_HEAD_BYTES.search(body, 0, HEAD_BYTES)
         if end is not None:
-            head = head[:end.end()]
-    return head.decode(name, "replace")
+            head = body[:end.end()]
+    return (body[:HEAD_BYTES] if head is None else head).decode(name, "replace")
 
 
 def declared_canonical(body: bytes | str, url: str, encoding: str | None = None,
                        link_header: bytes | str | None = None) -> str | None:
     """The canonical URL ``body`` (the page at ``url``, in ``encoding``)
     declares, or its ``Link`` header; None when neither declares one."""
-    text = body[:HEAD_BYTES] if isinstance(body, str) else _decode(body[:HEAD_BYTES], encoding)
+    text = body[:HEAD_BYTES] if isinstance(body, str) else _decode(body, encoding)
     end = _END_OF_HEAD.search(text)
     if end is not None:
         text = text[:end.start()]
