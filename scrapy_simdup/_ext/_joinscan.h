@@ -26,20 +26,17 @@
  * bits pass almost every entry, so the join gathers a bucket's full values
  * once and sweeps them for the exact distance instead.
  *
- * simdup_next_pair64(y, yp, ny, v, vp, i, n, h, limit, masks) sweeps the
- * gathered values with the pair rule too (the other keys yp and vp: the two
- * distances add up to at most limit), in the blocks of the kernel in use
- * (AVX-512, else scalar code): at a wide radius most pairs within h on one
- * key fail the rule, and each candidate costs far more than a comparison.
- *
- * simdup_collect_pair64(y, yp, ny, v, vp, i, n, h, limit, ce, cs, cap, count)
- * is that sweep without a return per block that holds a candidate: it writes
- * each candidate's entry, slot and distance on the key to ce[]/cs[]/cd[] itself, in the order the
- * masks give them (block by block, slot by slot, lane by lane), until n or
- * until less than a block's worth of room (width * ny) is left of `cap`.
- * It returns the start of the next block to sweep and sets *count. At a
- * wide radius one block in a few holds a candidate, and each return cost
- * the kernel its set-up again.
+ * simdup_collect_pair64(y, yp, ny, v, vp, i, n, h, limit, ce, cs, cd, cap,
+ * count) sweeps the gathered values with the pair rule too (the other keys
+ * yp and vp: the two distances add up to at most limit): at a wide radius
+ * most pairs within h on one key fail the rule, and each candidate costs far
+ * more than a comparison. It writes each candidate's entry, slot and
+ * distance on the key to ce[]/cs[]/cd[] in the order of the kernel's blocks
+ * (block by block, slot by slot, lane by lane: the order of the low-bit
+ * sweep), until n or until less than a block's worth of room (width * ny)
+ * is left of `cap`, and returns the start of the next block to sweep (and
+ * sets *count). AVX-512 has a kernel of its own; the others use the scalar
+ * pair sweep simdup_next_pair64_scalar in the kernel's block width.
  */
 #ifndef SIMDUP_JOINSCAN_H
 #define SIMDUP_JOINSCAN_H
@@ -265,44 +262,6 @@ static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint6
     return n;
 }
 
-__attribute__((target("avx512f,avx512vpopcntdq")))
-static int64_t simdup_next_pair64_avx512(const uint64_t *y, const uint64_t *yp, int ny,
-                                         const uint64_t *v, const uint64_t *vp, int64_t i,
-                                         int64_t n, uint32_t h, uint32_t limit,
-                                         uint32_t *masks) {
-    /* blocks of 16 (two vectors of eight lanes), up to eight chunk values */
-    const __m512i vh = _mm512_set1_epi64((long long)h);
-    const __m512i vl = _mm512_set1_epi64((long long)limit);
-    __m512i vy[8], vyp[8];
-    for (int s = 0; s < ny; s++) {
-        vy[s] = _mm512_set1_epi64((long long)y[s]);
-        vyp[s] = _mm512_set1_epi64((long long)yp[s]);
-    }
-    __mmask8 live0, live1;
-    for (; i < n; i += 16) {
-        __m512i v0, v1, p0, p1;
-        simdup_load16_avx512(v, i, n, &v0, &v1, &live0, &live1);
-        simdup_load16_avx512(vp, i, n, &p0, &p1, &live0, &live1);
-        uint32_t any = 0;
-        for (int s = 0; s < ny; s++) {
-            __m512i c0 = _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s]));
-            __m512i c1 = _mm512_popcnt_epi64(_mm512_xor_si512(v1, vy[s]));
-            __mmask8 k0 = _mm512_mask_cmple_epu64_mask(live0, c0, vh);
-            __mmask8 k1 = _mm512_mask_cmple_epu64_mask(live1, c1, vh);
-            if (k0 | k1) {
-                __m512i t0 = _mm512_add_epi64(c0, _mm512_popcnt_epi64(_mm512_xor_si512(p0, vyp[s])));
-                __m512i t1 = _mm512_add_epi64(c1, _mm512_popcnt_epi64(_mm512_xor_si512(p1, vyp[s])));
-                k0 = _mm512_mask_cmple_epu64_mask(k0, t0, vl);
-                k1 = _mm512_mask_cmple_epu64_mask(k1, t1, vl);
-            }
-            masks[s] = (uint32_t)k0 | ((uint32_t)k1 << 8);
-            any |= masks[s];
-        }
-        if (any) return i;
-    }
-    return n;
-}
-
 /* simdup_collect_pair64 for AVX-512: the eight slots unrolled and without a
  * branch each (at h = 22 one pair in about a hundred is within h on the key,
  * so a branch per slot is mispredicted often), one test per block. The rule
@@ -404,12 +363,7 @@ typedef int64_t (*simdup_block64_fn)(const uint64_t *, int, const uint64_t *, in
                                      uint32_t, uint32_t *);
 static simdup_block64_fn simdup_next_block64 = simdup_next_block64_scalar;
 
-typedef int64_t (*simdup_pair64_fn)(const uint64_t *, const uint64_t *, int, const uint64_t *,
-                                    const uint64_t *, int64_t, int64_t, uint32_t, uint32_t,
-                                    uint32_t *);
-static simdup_pair64_fn simdup_next_pair64 = simdup_next_pair64_scalar;
-
-/* simdup_collect_pair64 over the kernel's simdup_next_pair64 (the scalar one) */
+/* simdup_collect_pair64 over simdup_next_pair64_scalar's blocks */
 static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
                                             int64_t n, uint32_t h, uint32_t limit,
@@ -418,7 +372,7 @@ static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *y
     uint32_t masks[8];
     int w = 0, width = simdup_block_width;
     while (i < n && cap - w >= width * ny) {
-        i = simdup_next_pair64(y, yp, ny, v, vp, i, n, h, limit, masks);
+        i = simdup_next_pair64_scalar(y, yp, ny, v, vp, i, n, h, limit, masks);
         if (i >= n) break;
         for (int s = 0; s < ny; s++) {
             uint32_t mk = masks[s];
@@ -466,7 +420,6 @@ static int simdup_join_select(int level) {
     if (level < 0 || level > best) level = best;
     simdup_next_block = simdup_next_block_scalar;
     simdup_next_block64 = simdup_next_block64_scalar;
-    simdup_next_pair64 = simdup_next_pair64_scalar;
     simdup_collect_pair64 = simdup_collect_pair64_blocks;
     simdup_block_width = 32;
     simdup_block_slots = 4;
@@ -474,7 +427,6 @@ static int simdup_join_select(int level) {
     if (level == 2) {
         simdup_next_block = simdup_next_block_avx512;
         simdup_next_block64 = simdup_next_block64_avx512;
-        simdup_next_pair64 = simdup_next_pair64_avx512;
         simdup_collect_pair64 = simdup_collect_pair64_avx512;
         simdup_block_width = 16;
         simdup_block_slots = 8;

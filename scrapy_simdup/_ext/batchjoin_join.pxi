@@ -223,8 +223,9 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
     matches go to ``buf``. ``cd[c]``: the distance of a candidate the sweep
     checked in full (key and pair rule), or ``UNCHECKED``. With partner keys
     (``qp`` not NULL), an unchecked pair within ``h`` whose two key distances
-    add up to more than ``pair_limit`` is dropped before its sketches are read. With sketches (``qsk`` not NULL),
-    a pair within ``h`` is a match when at least ``needed`` bins agree.
+    add up to more than ``pair_limit`` is dropped before its sketches are
+    read. With sketches (``qsk`` not NULL), a pair within ``h`` is a match
+    when at least ``needed`` bins agree.
     Returns 0, 1 (out of memory) or 2 (bad element)."""
     cdef int agree = 0
     cdef uint32_t qs[CAND_BATCH]
@@ -518,10 +519,11 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                             mk = masks[s]
                             while mk:
                                 if nc == CAND_BATCH:
-                                    failed = _check_candidates(nc, ce, cj, cd, idx, q_values, chunk,
-                                                               active, h, first_only, qsk, ysk,
-                                                               qstride, ystride, needed,
-                                                               qp, yp, pair_limit, &buf)
+                                    failed = _check_candidates(nc, ce, cj, cd, idx, q_values,
+                                                               chunk, active, h, first_only,
+                                                               qsk, ysk, qstride, ystride,
+                                                               needed, qp, yp, pair_limit,
+                                                               &buf)
                                     nc = 0
                                     if failed:
                                         break

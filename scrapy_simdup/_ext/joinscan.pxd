@@ -9,11 +9,6 @@ cdef extern from "_joinscan.h" nogil:
     ctypedef int64_t (*simdup_block64_fn)(const uint64_t *y, int ny, const uint64_t *v,
                                           int64_t i, int64_t n, uint32_t h, uint32_t *masks)
     simdup_block64_fn simdup_next_block64
-    ctypedef int64_t (*simdup_pair64_fn)(const uint64_t *y, const uint64_t *yp, int ny,
-                                         const uint64_t *v, const uint64_t *vp, int64_t i,
-                                         int64_t n, uint32_t h, uint32_t limit,
-                                         uint32_t *masks)
-    simdup_pair64_fn simdup_next_pair64
     ctypedef int64_t (*simdup_collect64_fn)(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
                                             int64_t n, uint32_t h, uint32_t limit,
