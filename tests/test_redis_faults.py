@@ -1,7 +1,11 @@
 """The Redis backend when the log or its callers go wrong: an entry no
 replica can apply, a log grown past SIMDUP_REDIS_MAX_PAGES by other
-processes, a bad page among coalesced checks, a cancelled batch."""
+processes, a bad page among coalesced checks, a cancelled batch, a server
+that never answers."""
 import asyncio
+import socket
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,8 +13,9 @@ import pytest
 from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, ParameterError
 from scrapy_simdup.index.backend import Page
 from scrapy_simdup.index.redis.backend import RedisBackend
-from scrapy_simdup.index.redis.log import IndexResetError
+from scrapy_simdup.index.redis.log import CONNECTION_DEFAULTS, IndexResetError
 from scrapy_simdup.index.verified import VerifiedIndex
+from scrapy_simdup.integration.urlrules import _redis_client
 
 redis = pytest.importorskip("redis")
 
@@ -122,3 +127,32 @@ def test_a_log_rebuilt_past_this_replica_from_older_data_is_a_reset(redis_server
         for x in (a, c):
             await x.close()
     asyncio.run(run())
+
+
+def test_the_url_rules_client_gives_up_on_a_server_that_never_answers():
+    """The URL rules share through their own client of the index's server:
+    it has the index's bounded timeouts (the user's options override them),
+    so a server that accepts and never answers fails a sync, not hangs it."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)            # connections complete; nothing is ever read or sent
+    url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+    try:
+        client = _redis_client(SimpleNamespace(index=url, redis_params={}))
+        kwargs = client.connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] == CONNECTION_DEFAULTS["socket_timeout"]
+        asyncio.run(client.aclose())
+        client = _redis_client(SimpleNamespace(index=url, redis_params={"socket_timeout": 0.3}))
+
+        async def ping():
+            try:
+                await client.ping()
+            finally:
+                await client.aclose()
+
+        t0 = time.monotonic()
+        with pytest.raises(Exception, match="[Tt]imeout"):
+            asyncio.run(ping())
+        assert time.monotonic() - t0 < 5
+    finally:
+        silent.close()

@@ -18,6 +18,7 @@ import time
 from scrapy.exceptions import IgnoreRequest
 
 from scrapy_simdup.index.crawldir import namespace_dir
+from scrapy_simdup.index.redis.log import CONNECTION_DEFAULTS
 from scrapy_simdup.urlrules import PatternBudget, RuleHit, UrlRuleLearner
 from scrapy_simdup.urlrules.persist import forget_rules, load_rules, save_rules
 from scrapy_simdup.urlrules.shared import RuleShare
@@ -230,6 +231,8 @@ class UrlRules:
 
 
 def _redis_client(config):
-    """A ``redis.asyncio`` client of the shared index's server."""
+    """A ``redis.asyncio`` client of the shared index's server, with the
+    index's bounded timeouts (a sync that hung would hold its page's check)."""
     import redis.asyncio  # noqa: PLC0415 (optional: the redis install extra)
-    return redis.asyncio.Redis.from_url(config.index, **config.redis_params)
+    return redis.asyncio.Redis.from_url(config.index,
+                                        **{**CONNECTION_DEFAULTS, **config.redis_params})

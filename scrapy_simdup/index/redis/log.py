@@ -34,9 +34,14 @@ from scrapy_simdup.exceptions import IndexConflictError, IndexUnavailableError, 
 from scrapy_simdup.fingerprint.sketch import check_min_similarity
 
 __all__ = ["RedisLog", "Entries", "LAYOUT", "IndexResetError", "safe_url", "stored_size",
-           "reseed_abandoned", "RESEED_LEASE"]
+           "reseed_abandoned", "RESEED_LEASE", "CONNECTION_DEFAULTS"]
 
 LAYOUT = "log-2"
+#: the options every client of the shared index's server starts from (the
+#: user's SIMDUP_REDIS_PARAMS override them): no command waits for Redis
+#: without bound, so an unresponsive server fails a check instead of hanging it
+CONNECTION_DEFAULTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0,
+                       "health_check_interval": 30, "retry_on_timeout": False}
 
 #: KEYS: meta, log. ARGV: layout, epoch, fingerprint, distance, min_similarity.
 #: Creates the index if there is none; returns what P:meta holds.
@@ -210,10 +215,7 @@ class RedisLog:
         self.fingerprint = fingerprint or ""
         self.distance = distance
         self.min_similarity = min_similarity
-        opts = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0,
-                "health_check_interval": 30, "retry_on_timeout": False}
-        opts.update(params or {})
-        self._params = opts
+        self._params = {**CONNECTION_DEFAULTS, **(params or {})}
         self.epoch: str | None = None
         self.size = 0
         self._client = None

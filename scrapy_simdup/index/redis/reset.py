@@ -6,7 +6,7 @@ store can change without touching the crawl's side of it.
 from __future__ import annotations
 
 from scrapy_simdup.exceptions import IndexUnavailableError
-from scrapy_simdup.index.redis.log import _redis, safe_url, stored_size
+from scrapy_simdup.index.redis.log import CONNECTION_DEFAULTS, _redis, safe_url, stored_size
 
 __all__ = ["reset_redis_index"]
 
@@ -20,7 +20,7 @@ def reset_redis_index(url: str, key_prefix: str, params: dict | None = None,
     keys removed.
     Redis unreachable: :class:`IndexUnavailableError` naming the URL."""
     redis = _redis()
-    options = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, **(params or {})}
+    options = {**CONNECTION_DEFAULTS, **(params or {})}
     kept = tuple(f"{key_prefix}:{k}:".encode() for k in keep)
     removed = 0
     try:
