@@ -79,6 +79,21 @@ def test_second_key_is_the_simhash_of_the_remixed_hashes():
     assert fp.sketch == ref.sketch(hashes.tolist())
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 300, 5000])
+def test_the_compiled_remix_is_the_numpy_remix(n):
+    """hashing.simhash_remixed (the second key in one pass) is the simhash of
+    fmix64(h ^ xor), value and W, with and without weights."""
+    rng = np.random.default_rng(n)
+    hashes = rng.integers(0, 2**64, n, dtype=np.uint64)
+    weights = rng.random(n) * 3
+    for w in (None, weights):
+        value, W = hashing.simhash_remixed(hashes, w, ref.KEY2_XOR)
+        want, want_W = hashing.simhash_hashes(fmix64(hashes ^ np.uint64(ref.KEY2_XOR)), w)
+        assert value == want and np.array_equal(W, want_W)
+    with pytest.raises(ValueError, match="weights"):
+        hashing.simhash_remixed(hashes, np.ones(n + 1), ref.KEY2_XOR)
+
+
 # ------------------------------------------------------------ real pages
 
 def _pages(root, stories=6, per_story=8, distractors=60):

@@ -10,14 +10,14 @@ first word of MurmurHash3_x64_128 of its UTF-8 bytes with seed 0.
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
-from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
 
 from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch
-from scrapy_simdup._ext.murmur3 cimport simdup_murmur3_64
+from scrapy_simdup._ext.murmur3 cimport simdup_fmix64, simdup_murmur3_64
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
 from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch, simdup_sketch_matches
 # Compact ASCII strings are their own UTF-8: hash the buffer in place.
@@ -189,6 +189,31 @@ def simhash_hashes(const uint64_t[::1] hashes, const double[::1] weights=None):
             value = _simhash_into(hptr, NULL, n, &w_view[0])
         else:
             value = _simhash_into(hptr, wptr, n, &w_view[0])
+    return value, W
+
+
+def simhash_remixed(const uint64_t[::1] hashes, const double[::1] weights, uint64_t xor):
+    """``simhash_hashes(fmix64(hashes ^ xor), weights)`` in one pass, without
+    the remixed array: the second key (``fingerprint.sketch.second_key``)."""
+    cdef Py_ssize_t n = hashes.shape[0], i
+    if weights is not None and weights.shape[0] != n:
+        raise ValueError(f"weights has {weights.shape[0]} entries for {n} features")
+    if n == 0:
+        return simhash_hashes(hashes, weights)
+    cdef uint64_t *mixed = <uint64_t *>PyMem_Malloc(n * sizeof(uint64_t))
+    if mixed == NULL:
+        raise MemoryError()
+    W = np.empty(64, dtype=np.float64)
+    cdef double[::1] w_view = W
+    cdef const double *wptr = &weights[0] if weights is not None else NULL
+    cdef uint64_t value
+    try:
+        with nogil:
+            for i in range(n):
+                mixed[i] = simdup_fmix64(hashes[i] ^ xor)
+            value = _simhash_into(mixed, wptr, n, &w_view[0])
+    finally:
+        PyMem_Free(mixed)
     return value, W
 
 

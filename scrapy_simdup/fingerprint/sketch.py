@@ -27,7 +27,6 @@ from math import ceil, comb
 import numpy as np
 
 from scrapy_simdup._ext import hashing
-from scrapy_simdup.fingerprint.features import fmix64
 
 __all__ = ["SKETCH_BYTES", "SKETCH_VERSION", "KEY2_XOR", "page_sketch", "second_key",
            "matches_needed", "similarity", "chance_pass", "check_min_similarity"]
@@ -49,8 +48,9 @@ def page_sketch(hashes: np.ndarray) -> bytes:
 
 def second_key(hashes: np.ndarray, weights: np.ndarray | None) -> tuple[int, np.ndarray]:
     """``(value2, W2)``: the second key of the same features and weights."""
-    remixed = fmix64(np.ascontiguousarray(hashes, dtype=np.uint64) ^ np.uint64(KEY2_XOR))
-    value, W = hashing.simhash_hashes(remixed, weights)
+    value, W = hashing.simhash_remixed(
+        np.ascontiguousarray(hashes, dtype=np.uint64),
+        None if weights is None else np.ascontiguousarray(weights, dtype=np.float64), KEY2_XOR)
     return int(value), W
 
 
