@@ -60,11 +60,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"<html><body>not found</body></html>")
 
 
+class _Server(ThreadingHTTPServer):
+    # several crawlers at 16 requests each: the listen backlog of 5 that
+    # socketserver sets would drop connections on a loaded machine, and a
+    # dropped SYN is retried for up to two minutes
+    request_queue_size = 128
+
+
 class PageServer:
     """``with PageServer(pages, raw) as server: server.url("/page/a")``."""
 
     def __init__(self, pages: dict[str, bytes], raw: dict[str, tuple[str, bytes]] | None = None):
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd = _Server(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.pages = pages
         self.httpd.raw = raw or {}
