@@ -238,6 +238,24 @@ def test_a_bulk_load_merges_geometrically_and_finds_the_same_pages():
     assert during == expected and found(bulk) == expected
 
 
+def test_a_bulk_load_leaves_the_probe_budget_of_the_final_header():
+    """With recall=, the probes per key follow the header; the merge that ends
+    a bulk load may grow the header, and the budget follows it there too."""
+    rng = np.random.default_rng(12)
+    index = VerifiedIndex(recall=0.999)
+    n = 70_000
+    v1 = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64)
+    v2 = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64)
+    sketches = rng.integers(0, 256, (n, SKETCH_BYTES)).astype(np.uint8)
+    with index.bulk_load():
+        _merges_while_adding(index, v1, v2, sketches, 2_000)
+        during = index.header_bits
+    assert index.header_bits > during       # the closing merge grew it
+    want = index.model.probes_for_expected_recall(index.distance, index.header_bits, 0.999)
+    assert want != index.model.probes_for_expected_recall(index.distance, during, 0.999)
+    assert index.max_probes == min(want, MAX_RECALL_PROBES)
+
+
 @pytest.mark.parametrize("kwargs, word", [
     (dict(distance=25), "distance"), (dict(min_similarity=-0.1), "min_similarity"),
     (dict(min_similarity=2), "min_similarity"), (dict(recall=1.5), "recall"),

@@ -26,8 +26,8 @@
  * bits pass almost every entry, so the join gathers a bucket's full values
  * once and sweeps them for the exact distance instead.
  *
- * simdup_collect_pair64(y, yp, ny, v, vp, i, n, h, limit, ce, cs, cd, cap,
- * count) sweeps the gathered values with the pair rule too (the other keys
+ * simdup_collect_pair64(y, yp, ny, v, vp, i, n, h, limit, width, ce, cs, cd,
+ * cap, count) sweeps the gathered values with the pair rule too (the other keys
  * yp and vp: the two distances add up to at most limit): at a wide radius
  * most pairs within h on one key fail the rule, and each candidate costs far
  * more than a comparison. It writes each candidate's entry, slot and
@@ -35,8 +35,10 @@
  * (block by block, slot by slot, lane by lane: the order of the low-bit
  * sweep), until n or until less than a block's worth of room (width * ny)
  * is left of `cap`, and returns the start of the next block to sweep (and
- * sets *count). AVX-512 has a kernel of its own; the others use the scalar
- * pair sweep simdup_next_pair64_scalar in the kernel's block width.
+ * sets *count). AVX-512 has a kernel of its own (blocks of 16); the others
+ * use the scalar pair sweep simdup_next_pair64_scalar in blocks of `width`,
+ * the block width of the kernel the join started with (passed, not read
+ * from simdup_block_width, which a call of join_kernel() may change).
  */
 #ifndef SIMDUP_JOINSCAN_H
 #define SIMDUP_JOINSCAN_H
@@ -111,10 +113,9 @@ static int64_t simdup_next_block64_scalar(const uint64_t *y, int ny, const uint6
  * (vp, yp), popcount(v ^ y[s]) + popcount(vp ^ yp[s]) <= limit. */
 static int64_t simdup_next_pair64_scalar(const uint64_t *y, const uint64_t *yp, int ny,
                                          const uint64_t *v, const uint64_t *vp, int64_t i,
-                                         int64_t n, uint32_t h, uint32_t limit,
+                                         int64_t n, uint32_t h, uint32_t limit, int width,
                                          uint32_t *masks) {
-    /* (the blocks of the kernel in use: the candidates come in the same order) */
-    int width = simdup_block_width;
+    /* (in the blocks of the join's kernel: the candidates come in the same order) */
     for (; i < n; i += width) {
         int w = n - i < width ? (int)(n - i) : width;
         uint32_t any = 0;
@@ -269,7 +270,7 @@ static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint6
 __attribute__((target("avx512f,avx512vpopcntdq")))
 static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
-                                            int64_t n, uint32_t h, uint32_t limit,
+                                            int64_t n, uint32_t h, uint32_t limit, int width,
                                             int64_t *ce, uint8_t *cs, uint8_t *cd, int cap,
                                             int *count) {
     const __m512i vl = _mm512_set1_epi64((long long)limit);
@@ -366,13 +367,13 @@ static simdup_block64_fn simdup_next_block64 = simdup_next_block64_scalar;
 /* simdup_collect_pair64 over simdup_next_pair64_scalar's blocks */
 static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
-                                            int64_t n, uint32_t h, uint32_t limit,
+                                            int64_t n, uint32_t h, uint32_t limit, int width,
                                             int64_t *ce, uint8_t *cs, uint8_t *cd, int cap,
                                             int *count) {
     uint32_t masks[8];
-    int w = 0, width = simdup_block_width;
+    int w = 0;
     while (i < n && cap - w >= width * ny) {
-        i = simdup_next_pair64_scalar(y, yp, ny, v, vp, i, n, h, limit, masks);
+        i = simdup_next_pair64_scalar(y, yp, ny, v, vp, i, n, h, limit, width, masks);
         if (i >= n) break;
         for (int s = 0; s < ny; s++) {
             uint32_t mk = masks[s];
@@ -392,7 +393,7 @@ static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *y
 
 typedef int64_t (*simdup_collect64_fn)(const uint64_t *, const uint64_t *, int, const uint64_t *,
                                        const uint64_t *, int64_t, int64_t, uint32_t, uint32_t,
-                                       int64_t *, uint8_t *, uint8_t *, int, int *);
+                                       int, int64_t *, uint8_t *, uint8_t *, int, int *);
 static simdup_collect64_fn simdup_collect_pair64 = simdup_collect_pair64_blocks;
 
 typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int64_t, int64_t,

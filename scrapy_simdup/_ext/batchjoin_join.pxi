@@ -242,9 +242,9 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
                 __builtin_prefetch(&q_values[qs[c]])
                 if qp != NULL:
                     __builtin_prefetch(&qp[qs[c]])
-            if qsk != NULL:
-                # both sketches (32 bytes each, a cache line at most two): most
-                # candidates of a gathered sweep already passed the pair rule
+            if qsk != NULL and cd[c] != UNCHECKED:
+                # both sketches (32 bytes each, a cache line at most two) of a
+                # candidate the pair sweep checked in full: it reads them
                 __builtin_prefetch(qsk + <int64_t>qs[c] * qstride)
                 __builtin_prefetch(qsk + <int64_t>qs[c] * qstride + SIMDUP_SKETCH_BINS - 1)
                 __builtin_prefetch(ysk + cj[c] * ystride)
@@ -393,6 +393,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef simdup_collect64_fn collect_pair64 = simdup_collect_pair64
     cdef int64_t width = simdup_block_width
     cdef int64_t slots = simdup_block_slots
+    if width * slots > CAND_BATCH:      # (a block's candidates must fit a queue)
+        raise RuntimeError(f"join kernel blocks of {width} x {slots} exceed {CAND_BATCH}")
     cdef PairBuf buf
     _init_buf(&buf)
     cdef int64_t b, lo, hi, j0, e0, plo, phi, r
@@ -498,8 +500,9 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                 if failed:
                                     break
                             e = collect_pair64(ys64, ysp64, ny, gv, gp, e, phi - p0,
-                                               <uint32_t>h, <uint32_t>pair_limit, &ce[nc],
-                                               &cs[nc], &cd[nc], CAND_BATCH - nc, &got)
+                                               <uint32_t>h, <uint32_t>pair_limit, <int>width,
+                                               &ce[nc], &cs[nc], &cd[nc], CAND_BATCH - nc,
+                                               &got)
                             for k in range(nc, nc + got):
                                 ce[k] += p0
                                 cj[k] = j0 + cs[k]

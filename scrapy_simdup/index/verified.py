@@ -267,6 +267,7 @@ class VerifiedIndex:
         finally:
             for table in self.tables:
                 table._set_bulk(False)
+            self._rebudget()        # (the last merge may have grown the headers)
 
     def add(self, values, values2, sketches, ids=None) -> np.ndarray:
         """Store pages by their two keys and sketches; returns their int64 ids
