@@ -22,22 +22,25 @@ __all__ = ["MAPPED_BYTES", "empty", "full", "zeros"]
 MAPPED_BYTES = 128 * 1024
 
 
-def zeros(shape, dtype) -> np.ndarray:
-    """``np.zeros(shape, dtype)``, in its own mapping when it is large."""
+def _layout(shape, dtype) -> tuple[tuple, np.dtype, int]:
+    """``(shape as a tuple, dtype, bytes)`` of an array."""
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    count = math.prod(shape)
-    if count * dtype.itemsize < MAPPED_BYTES:
+    return shape, dtype, math.prod(shape) * dtype.itemsize
+
+
+def zeros(shape, dtype) -> np.ndarray:
+    """``np.zeros(shape, dtype)``, in its own mapping when it is large."""
+    shape, dtype, nbytes = _layout(shape, dtype)
+    if nbytes < MAPPED_BYTES:
         return np.zeros(shape, dtype)
-    return np.frombuffer(mmap.mmap(-1, count * dtype.itemsize), dtype, count).reshape(shape)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
 
 
 def empty(shape, dtype) -> np.ndarray:
     """An array to be filled (zeros when it is mapped)."""
-    dtype = np.dtype(dtype)
-    count = math.prod((shape,) if isinstance(shape, (int, np.integer)) else shape)
-    return zeros(shape, dtype) if count * dtype.itemsize >= MAPPED_BYTES else \
-        np.empty(shape, dtype)
+    shape, dtype, nbytes = _layout(shape, dtype)
+    return np.empty(shape, dtype) if nbytes < MAPPED_BYTES else zeros(shape, dtype)
 
 
 def full(shape, value, dtype) -> np.ndarray:

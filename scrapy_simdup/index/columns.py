@@ -224,6 +224,8 @@ class KeyColumn:
     def _gap(self, rows: int) -> None:
         """``rows`` rows without keys: whole blocks at once (pages added to
         the index directly can leave millions)."""
+        # (row by row up to a block's end, and through the whole first block:
+        # it becomes the zlib dictionary, raw)
         while rows and (self._lengths.n % self._block_rows or not self._lengths.n):
             self._append(None)
             rows -= 1
