@@ -80,6 +80,9 @@ def test_scan_and_join_equal_reference(case):
             assert b in {x >> (64 - t)} | {(x ^ int(probes[e][p])) >> (64 - t)
                                             for p in range(nprobes[e])}
     assert len(pi) == len(pl) == len(q) + int(nprobes.sum())
+    # without the low bits: the same table, and the join gathers every bucket
+    pon, pln, pin = batchjoin.probe_table(q, probes, nprobes, t, low_bits=False)
+    assert np.array_equal(pon, po) and np.array_equal(pin, pi) and len(pln) == 0
     try:
         for level in JOIN_KERNELS:
             batchjoin.join_kernel(level)
@@ -87,6 +90,11 @@ def test_scan_and_join_equal_reference(case):
                 got = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(), False,
                                            gather=gather)
                 assert set(zip(*(a.tolist() for a in got))) == want, (level, gather)
+                gathered = batchjoin.join_chunk(chunk, offsets, po, pl, pi, q, h, active.copy(),
+                                                False, gather=1)
+                got = batchjoin.join_chunk(chunk, offsets, pon, pln, pin, q, h, active.copy(),
+                                           False, gather=gather)
+                assert all(np.array_equal(a, b) for a, b in zip(got, gathered)), (level, gather)
     finally:
         batchjoin.join_kernel()
     # a table in runs by flipped header bits (run r: threshold h - r on the
@@ -157,6 +165,10 @@ def test_scan_and_join_equal_reference(case):
         assert pi2[po2[b]:po2[b + 1]].tolist() == pi[kept].tolist()
         assert pl2[po2[b]:po2[b + 1]].tolist() == pl[kept].tolist()
     assert po2[-1] == n
+    # and a table without its low bits compacts its entries the same way
+    pon, pln, pin = batchjoin.probe_table(q, probes, nprobes, t, low_bits=False)
+    assert batchjoin.compact_probe_table(pon, pln, pin, act) == n
+    assert np.array_equal(pon, po2) and np.array_equal(pin[:n], pi2[:n])
 
 
 # every candidate kernel this CPU has (2 AVX-512, 1 AVX2, 0 scalar)
@@ -340,6 +352,11 @@ def test_the_pair_rule_in_the_join_is_brute_force_on_both_keys(level):
                 assert {(i, j): a for i, j, a in zip(qi.tolist(), yi.tolist(), aa.tolist())} \
                     == {k: a for k, a in agree.items() if a >= 9}, (trial, gather)
             assert found[0] == found[1]     # in the same order: PSM-F keeps its first match
+            # a table without its low bits: gathered, the same pairs in the same order
+            qi, yi, _ = batchjoin.join_chunk(ys, coff, poff, np.zeros(0, np.uint32), idx, q, h,
+                                              np.ones(n, np.uint8), False, gather=0,
+                                              q_partner=qp, chunk_partner=yp, pair_limit=limit)
+            assert list(zip(qi.tolist(), yi.tolist())) == found[1], trial
         with pytest.raises(ValueError, match="both q_partner and chunk_partner"):
             batchjoin.join_chunk(ys, coff, poff, low, idx, q, h, np.ones(n, np.uint8), False,
                                  q_partner=qp)
@@ -576,3 +593,39 @@ def test_bad_arguments_are_value_errors():
         batchjoin.join_chunk(v, off, po, pl, pi, q, 3, np.ones(4, np.uint8), False, sk, sk, 33)
     with pytest.raises(ValueError, match="out of range"):
         batchjoin.sketch_agree(sk, np.array([4]), sk, np.array([0]))
+
+
+def test_a_wide_radius_needs_no_low_bits():
+    """``gathers_always``: where even the run of the most flipped header bits
+    passes too many entries on the low bits, every bucket is gathered, so the
+    merge builds its probe table without them; not at a narrow radius, nor
+    when the tests force the low-bit sweep."""
+    assert batchjoin.gathers_always(22, 9) and batchjoin.gathers_always(24, 9)
+    assert not batchjoin.gathers_always(3, 1) and not batchjoin.gathers_always(20, 9)
+    assert not batchjoin.gathers_always(4, 6)       # runs past h + 1: some run is skipped
+    try:
+        batchjoin.join_gather(0)
+        assert not batchjoin.gathers_always(22, 9)
+    finally:
+        batchjoin.join_gather()
+    # soundness: with low bits that would fail every entry, the default mode
+    # still finds every pair, in the rule's worst bucket (one chunk value,
+    # every entry in the run of the most flips)
+    from scrapy_simdup.merge.matchers import probe_runs
+    t, h = 13, 22
+    runs = probe_runs(t, h)
+    assert batchjoin.gathers_always(h, runs)
+    rng = np.random.default_rng(5)
+    y = int(rng.integers(0, 2**63))
+    q = np.array([y ^ sum(1 << int(b) for b in rng.choice(64, size=int(k), replace=False))
+                  for k in rng.integers(0, 30, 60)], dtype=np.uint64)
+    wrong_low = (~q & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    idx = np.arange(len(q), dtype=np.uint32)
+    poff = np.zeros(runs + 1, np.int64)
+    poff[runs:] = len(q)
+    coff = np.array([0, 1], dtype=np.int64)
+    want = [i for i in range(len(q)) if bin(int(q[i]) ^ y).count("1") <= h]
+    assert 0 < len(want) < len(q)
+    got = batchjoin.join_chunk(np.array([y], np.uint64), coff, poff, wrong_low, idx, q, h,
+                               np.ones(len(q), np.uint8), False)
+    assert sorted(got[0].tolist()) == want

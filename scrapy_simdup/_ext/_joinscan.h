@@ -273,41 +273,49 @@ static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *y
                                             int64_t n, uint32_t h, uint32_t limit, int width,
                                             int64_t *ce, uint8_t *cs, uint8_t *cd, int cap,
                                             int *count) {
-    const __m512i vl = _mm512_set1_epi64((long long)limit);
-    /* (limit < h: d + d' <= limit implies d <= h) */
-    const __m512i vgap = _mm512_set1_epi64((long long)(limit >= h ? limit - h : 0));
     __m512i vy[8], vyp[8];
-    __mmask8 slot[8];
+    __mmask16 slot[8];
     for (int s = 0; s < 8; s++) {
         vy[s] = _mm512_set1_epi64((long long)simdup_slot64(y, ny, s));
         vyp[s] = _mm512_set1_epi64((long long)simdup_slot64(yp, ny, s));
-        slot[s] = s < ny ? 0xFF : 0;        /* slots past ny compare nothing */
+        slot[s] = s < ny ? 0xFFFF : 0;      /* slots past ny compare nothing */
     }
+    /* the counts of a block's two vectors packed into one of sixteen 32-bit
+     * lanes (entry i + l in lane l), so that the rule costs one max, one add
+     * and one compare a slot */
+    const __m512i pack = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14,
+                                           16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i vl32 = _mm512_set1_epi32((int)limit);
+    /* (limit < h: d + d' <= limit implies d <= h) */
+    const __m512i vgap32 = _mm512_set1_epi32((int)(limit >= h ? limit - h : 0));
     int w = 0;
     __mmask8 live0, live1;
     for (; i < n && cap - w >= 16 * ny; i += 16) {
         __m512i v0, v1, p0, p1;
         simdup_load16_avx512(v, i, n, &v0, &v1, &live0, &live1);
         simdup_load16_avx512(vp, i, n, &p0, &p1, &live0, &live1);
-        __mmask8 k0[8], k1[8];
-        __mmask8 any = 0;
+        const __mmask16 live = (__mmask16)(live0 | ((unsigned)live1 << 8));
+        __mmask16 k[8];
+        __mmask16 any = 0;
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
-            __m512i d0 = _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s]));
-            __m512i d1 = _mm512_popcnt_epi64(_mm512_xor_si512(v1, vy[s]));
-            __m512i e0 = _mm512_max_epu64(_mm512_popcnt_epi64(_mm512_xor_si512(p0, vyp[s])), vgap);
-            __m512i e1 = _mm512_max_epu64(_mm512_popcnt_epi64(_mm512_xor_si512(p1, vyp[s])), vgap);
-            k0[s] = _mm512_mask_cmple_epu64_mask(live0 & slot[s], _mm512_add_epi64(d0, e0), vl);
-            k1[s] = _mm512_mask_cmple_epu64_mask(live1 & slot[s], _mm512_add_epi64(d1, e1), vl);
-            any |= k0[s] | k1[s];
+            __m512i d = _mm512_permutex2var_epi32(
+                _mm512_popcnt_epi64(_mm512_xor_si512(v0, vy[s])), pack,
+                _mm512_popcnt_epi64(_mm512_xor_si512(v1, vy[s])));
+            __m512i e = _mm512_permutex2var_epi32(
+                _mm512_popcnt_epi64(_mm512_xor_si512(p0, vyp[s])), pack,
+                _mm512_popcnt_epi64(_mm512_xor_si512(p1, vyp[s])));
+            k[s] = _mm512_mask_cmple_epu32_mask(live & slot[s],
+                                                _mm512_add_epi32(d, _mm512_max_epu32(e, vgap32)),
+                                                vl32);
+            any |= k[s];
         }
         if (any) {
             /* slot s's 16 lanes at bits 16s.. of two words: one loop over the
              * candidates in slot-then-lane order, no branch per slot */
             uint64_t word[2] = {0, 0};
             for (int s = 0; s < 8; s++)
-                word[s >> 2] |= (uint64_t)((uint32_t)k0[s] | ((uint32_t)k1[s] << 8))
-                                << (16 * (s & 3));
+                word[s >> 2] |= (uint64_t)k[s] << (16 * (s & 3));
             for (int half = 0; half < 2; half++) {
                 uint64_t mk = word[half];
                 while (mk) {

@@ -1,7 +1,7 @@
 # The probe table and join_chunk: a batch and a sorted chunk merged as two header-ordered streams.
 
 def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
-                const int32_t[::1] nprobes, int t, int runs=1):
+                const int32_t[::1] nprobes, int t, int runs=1, bint low_bits=True):
     """Invert the probes of a batch: for every header ``b``, the elements that probe it.
 
     Returns ``(offsets int64 (2^t * runs + 1,), low uint32 (total,), idx
@@ -18,7 +18,9 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
     merge of two header-ordered streams instead of ``m * k`` random bucket
     visits; the low bits, a dense array, are what the join sweeps. The runs
     let the join ask less of an entry whose probe already used up ``s`` of
-    the distance in the header (:func:`join_chunk`).
+    the distance in the header (:func:`join_chunk`). ``low_bits=False``
+    leaves ``low`` empty: the join then gathers every bucket's full values
+    (:func:`gathers_always` says when it would anyway).
     """
     cdef Py_ssize_t m = q_values.shape[0]
     if masks.shape[0] != m or nprobes.shape[0] != m:
@@ -58,7 +60,7 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
             total += np_i + 1
         for b in range(nb * R):
             off[b + 1] += off[b]
-    low = np.empty(total, dtype=np.uint32)
+    low = np.empty(total if low_bits else 0, dtype=np.uint32)
     idx = np.empty(total, dtype=np.uint32)
     cdef uint32_t[::1] lv = low
     cdef uint32_t[::1] iv = idx
@@ -74,7 +76,8 @@ def probe_table(const uint64_t[::1] q_values, const mask_t[:, ::1] masks,
                 flips = simdup_popcount64(mk)
                 key = <int64_t>((x >> shift) ^ mk) * R + (flips if flips < R else R - 1)
                 f = fv[key]
-                lv[f] = xl
+                if low_bits:
+                    lv[f] = xl
                 iv[f] = <uint32_t>i
                 fv[key] = f + 1
     return offsets, low, idx
@@ -84,14 +87,16 @@ def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] low, uint32_t[::1] i
                         const uint8_t[::1] active):
     """Drop inactive elements from a probe table in place (order kept).
 
-    Returns the new number of entries; ``low``/``idx`` beyond it are garbage.
+    Returns the new number of entries; ``low``/``idx`` beyond it are garbage
+    (``low`` may be empty: a table built without its low bits).
     """
     cdef int64_t nb = offsets.shape[0] - 1
     cdef int64_t n_active = active.shape[0]
     cdef int64_t b, j, w = 0, start
     cdef uint32_t qi
     cdef int bad = 0
-    if low.shape[0] != idx.shape[0] or low.shape[0] < offsets[nb]:
+    cdef bint has_low = low.shape[0] > 0
+    if (has_low and low.shape[0] != idx.shape[0]) or idx.shape[0] < offsets[nb]:
         raise ValueError("the probe table is shorter than its offsets say")
     with nogil:
         start = 0
@@ -102,7 +107,8 @@ def compact_probe_table(int64_t[::1] offsets, uint32_t[::1] low, uint32_t[::1] i
                     bad = 1
                     break
                 if active[qi]:
-                    low[w] = low[j]
+                    if has_low:
+                        low[w] = low[j]
                     idx[w] = qi
                     w += 1
             if bad:
@@ -145,6 +151,21 @@ del _cdf, _k
 cdef double GATHER_AT = 0.25
 cdef double GATHER_PAIR_AT = 0.002
 cdef int _gather_mode = -1
+
+
+def gathers_always(int h, int runs):
+    """Whether :func:`join_chunk` (in the default mode) gathers the full values
+    of every bucket at radius ``h`` with a probe table of ``runs`` runs: even
+    the run of the most flips then passes too many entries on the low bits,
+    so a probe table for it needs no low bits (``probe_table(low_bits=False)``)."""
+    cdef int r
+    if _gather_mode == 0 or runs < 1 or runs > h + 1:
+        return False
+    for r in range(runs):
+        # one chunk value in the bucket is the worst case of the rule in join_chunk
+        if _LOW_PASS[h - r] < GATHER_AT + GATHER_PAIR_AT:
+            return False
+    return True
 
 
 def join_gather(int mode=-1):
@@ -291,7 +312,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     is the element's full value read (but see ``gather`` below).
     ``probe_offsets`` comes from
     :func:`probe_table` (its number of runs per bucket is read from its
-    length). Returns ``(qi int64, yi int64, distance uint8)``.
+    length; a table without its low bits has every bucket gathered). Returns ``(qi int64, yi int64, distance uint8)``.
 
     With ``q_sketch`` (uint8 ``(len(q_values), 32)``) and ``chunk_sketch``
     (uint8 ``(len(chunk), 32)``; rows may be strided, as the sketch field of
@@ -366,7 +387,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     if nb < 1 or (probe_offsets.shape[0] - 1) % nb:
         raise ValueError("chunk and probe tables use different header lengths")
     cdef int64_t R = (probe_offsets.shape[0] - 1) // nb
-    if low.shape[0] != idx.shape[0] or low.shape[0] < probe_offsets[nb * R]:
+    if (low.shape[0] and low.shape[0] != idx.shape[0]) or idx.shape[0] < probe_offsets[nb * R]:
         raise ValueError("the probe table is shorter than its offsets say")
     cdef int64_t k
     if probe_offsets[0] < 0 or chunk_offsets[0] < 0 or chunk_offsets[nb] > chunk.shape[0]:
@@ -386,6 +407,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     elif gather not in (-1, 0, 1):
         raise ValueError(f"gather must be -1, 0 or 1, got {gather!r}")
     cdef int gather_mode = gather
+    if low.shape[0] == 0:
+        gather_mode = 1         # (a table without its low bits)
     simdup_join_level()
     # one kernel for the whole chunk, even if join_kernel() is called meanwhile
     cdef simdup_block_fn next_block = simdup_next_block

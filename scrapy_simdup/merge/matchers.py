@@ -100,8 +100,11 @@ class PSMBatchMatcher(SharedMatcher):
         # the probe table does not need each element's sets in VOSH order
         masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=t > 16, header16=t <= 16,
                                      rows=rows, ordered=False)
+        runs = probe_runs(t, distance)
+        # at a wide radius the join sweeps gathered full values, never the low bits
         self.offsets, self.low, self.idx = batchjoin.probe_table(
-            self.values, masks, nprobes, t, runs=probe_runs(t, distance))
+            self.values, masks, nprobes, t, runs=runs,
+            low_bits=not batchjoin.gathers_always(distance, runs))
         del masks
         self._active_at_compaction = len(self.values)
 
