@@ -340,17 +340,19 @@ def test_the_pair_rule_in_the_join_is_brute_force_on_both_keys(level):
             agree = {(i, j): int((q_sk[i] == c_sk[j]).sum()) for i, j in within}
             found = []
             for gather in (0, 1):
-                qi, yi, _ = batchjoin.join_chunk(ys, coff, poff, low, idx, q, h,
+                qi, yi, dd = batchjoin.join_chunk(ys, coff, poff, low, idx, q, h,
                                                   np.ones(n, np.uint8), False, gather=gather,
                                                   q_partner=qp, chunk_partner=yp,
                                                   pair_limit=limit)
                 assert set(zip(qi.tolist(), yi.tolist())) == within, (trial, gather)
+                assert dd.tolist() == [dist(q[i], ys[j]) for i, j in zip(qi, yi)]
                 found.append(list(zip(qi.tolist(), yi.tolist())))
-                qi, yi, _, aa = batchjoin.join_chunk(
+                qi, yi, dd, aa = batchjoin.join_chunk(
                     ys, coff, poff, low, idx, q, h, np.ones(n, np.uint8), False, q_sk, c_sk,
                     9, gather=gather, q_partner=qp, chunk_partner=yp, pair_limit=limit)
                 assert {(i, j): a for i, j, a in zip(qi.tolist(), yi.tolist(), aa.tolist())} \
                     == {k: a for k, a in agree.items() if a >= 9}, (trial, gather)
+                assert dd.tolist() == [dist(q[i], ys[j]) for i, j in zip(qi, yi)]
             assert found[0] == found[1]     # in the same order: PSM-F keeps its first match
             # a table without its low bits: gathered, the same pairs in the same order
             qi, yi, _ = batchjoin.join_chunk(ys, coff, poff, np.zeros(0, np.uint32), idx, q, h,

@@ -26,12 +26,13 @@
  * bits pass almost every entry, so the join gathers a bucket's full values
  * once and sweeps them for the exact distance instead.
  *
- * simdup_collect_pair64(y, yp, ny, v, vp, i, n, h, limit, width, ce, cs, cd,
+ * simdup_collect_pair64(y, yp, ny, v, vp, i, n, h, limit, width, ce, cs,
  * cap, count) sweeps the gathered values with the pair rule too (the other keys
  * yp and vp: the two distances add up to at most limit): at a wide radius
  * most pairs within h on one key fail the rule, and each candidate costs far
- * more than a comparison. It writes each candidate's entry, slot and
- * distance on the key to ce[]/cs[]/cd[] in the order of the kernel's blocks
+ * more than a comparison. It writes each candidate's entry and slot to
+ * ce[]/cs[] (not its distance: few candidates match, and the check
+ * computes it for those) in the order of the kernel's blocks
  * (block by block, slot by slot, lane by lane: the order of the low-bit
  * sweep), until n or until less than a block's worth of room (width * ny)
  * is left of `cap`, and returns the start of the next block to sweep (and
@@ -267,18 +268,22 @@ static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint6
  * branch each (at h = 22 one pair in about a hundred is within h on the key,
  * so a branch per slot is mispredicted often), one test per block. The rule
  * d <= h and d + d' <= limit is tested as d + max(d', limit - h) <= limit. */
-__attribute__((target("avx512f,avx512vpopcntdq")))
+__attribute__((target("avx512f,avx512bw,avx512vpopcntdq")))
 static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
                                             int64_t n, uint32_t h, uint32_t limit, int width,
-                                            int64_t *ce, uint8_t *cs, uint8_t *cd, int cap,
-                                            int *count) {
+                                            int64_t *ce, uint8_t *cs, int cap, int *count) {
     __m512i vy[8], vyp[8];
-    __mmask16 slot[8];
     for (int s = 0; s < 8; s++) {
         vy[s] = _mm512_set1_epi64((long long)simdup_slot64(y, ny, s));
         vyp[s] = _mm512_set1_epi64((long long)simdup_slot64(yp, ny, s));
-        slot[s] = s < ny ? 0xFFFF : 0;      /* slots past ny compare nothing */
+    }
+    /* slot s's 16 lanes are bits 16s.. of two words (s < 4, s >= 4); the
+     * slots past ny compare y[0] again and are cleared from the words */
+    uint64_t slots_lo = 0, slots_hi = 0;
+    for (int s = 0; s < ny && s < 8; s++) {
+        if (s < 4) slots_lo |= (uint64_t)0xFFFF << (16 * s);
+        else slots_hi |= (uint64_t)0xFFFF << (16 * (s - 4));
     }
     /* the counts of a block's two vectors packed into one of sixteen 32-bit
      * lanes (entry i + l in lane l), so that the rule costs one max, one add
@@ -294,9 +299,7 @@ static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *y
         __m512i v0, v1, p0, p1;
         simdup_load16_avx512(v, i, n, &v0, &v1, &live0, &live1);
         simdup_load16_avx512(vp, i, n, &p0, &p1, &live0, &live1);
-        const __mmask16 live = (__mmask16)(live0 | ((unsigned)live1 << 8));
         __mmask16 k[8];
-        __mmask16 any = 0;
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
             __m512i d = _mm512_permutex2var_epi32(
@@ -305,28 +308,28 @@ static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *y
             __m512i e = _mm512_permutex2var_epi32(
                 _mm512_popcnt_epi64(_mm512_xor_si512(p0, vyp[s])), pack,
                 _mm512_popcnt_epi64(_mm512_xor_si512(p1, vyp[s])));
-            k[s] = _mm512_mask_cmple_epu32_mask(live & slot[s],
-                                                _mm512_add_epi32(d, _mm512_max_epu32(e, vgap32)),
-                                                vl32);
-            any |= k[s];
+            k[s] = _mm512_cmple_epu32_mask(_mm512_add_epi32(d, _mm512_max_epu32(e, vgap32)),
+                                           vl32);
         }
-        if (any) {
-            /* slot s's 16 lanes at bits 16s.. of two words: one loop over the
-             * candidates in slot-then-lane order, no branch per slot */
-            uint64_t word[2] = {0, 0};
-            for (int s = 0; s < 8; s++)
-                word[s >> 2] |= (uint64_t)k[s] << (16 * (s & 3));
-            for (int half = 0; half < 2; half++) {
-                uint64_t mk = word[half];
-                while (mk) {
-                    int b = __builtin_ctzll(mk);
-                    ce[w] = i + (b & 15);
-                    cs[w] = (uint8_t)(4 * half + (b >> 4));
-                    cd[w] = (uint8_t)simdup_popcount64(v[ce[w]] ^ y[cs[w]]);
-                    w++;
-                    mk &= mk - 1;
-                }
-            }
+        /* lanes past n (the last block) are cleared with the slots past ny */
+        const uint64_t live = (uint64_t)(live0 | ((unsigned)live1 << 8)) * 0x0001000100010001ULL;
+        uint64_t word[2];       /* (two words: slots 0-3, 4-7) */
+        word[0] = _cvtmask64_u64(_mm512_kunpackd(_mm512_kunpackw(k[3], k[2]),
+                                                 _mm512_kunpackw(k[1], k[0])))
+                  & slots_lo & live;
+        word[1] = _cvtmask64_u64(_mm512_kunpackd(_mm512_kunpackw(k[7], k[6]),
+                                                 _mm512_kunpackw(k[5], k[4])))
+                  & slots_hi & live;
+        /* the candidates in slot-then-lane order: a loop a word, no branch per slot */
+        for (uint64_t mk = word[0]; mk; mk &= mk - 1) {
+            int b = __builtin_ctzll(mk);
+            ce[w] = i + (b & 15);
+            cs[w++] = (uint8_t)(b >> 4);
+        }
+        for (uint64_t mk = word[1]; mk; mk &= mk - 1) {
+            int b = __builtin_ctzll(mk);
+            ce[w] = i + (b & 15);
+            cs[w++] = (uint8_t)(4 + (b >> 4));
         }
     }
     *count = w;
@@ -376,8 +379,7 @@ static simdup_block64_fn simdup_next_block64 = simdup_next_block64_scalar;
 static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
                                             int64_t n, uint32_t h, uint32_t limit, int width,
-                                            int64_t *ce, uint8_t *cs, uint8_t *cd, int cap,
-                                            int *count) {
+                                            int64_t *ce, uint8_t *cs, int cap, int *count) {
     uint32_t masks[8];
     int w = 0;
     while (i < n && cap - w >= width * ny) {
@@ -388,7 +390,6 @@ static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *y
             while (mk) {
                 ce[w] = i + __builtin_ctz(mk);
                 cs[w] = (uint8_t)s;
-                cd[w] = (uint8_t)simdup_popcount64(v[ce[w]] ^ y[s]);
                 w++;
                 mk &= mk - 1;
             }
@@ -401,7 +402,7 @@ static int64_t simdup_collect_pair64_blocks(const uint64_t *y, const uint64_t *y
 
 typedef int64_t (*simdup_collect64_fn)(const uint64_t *, const uint64_t *, int, const uint64_t *,
                                        const uint64_t *, int64_t, int64_t, uint32_t, uint32_t,
-                                       int, int64_t *, uint8_t *, uint8_t *, int, int *);
+                                       int, int64_t *, uint8_t *, int, int *);
 static simdup_collect64_fn simdup_collect_pair64 = simdup_collect_pair64_blocks;
 
 typedef int64_t (*simdup_block_fn)(const uint32_t *, int, const uint32_t *, int64_t, int64_t,
@@ -414,7 +415,8 @@ static int simdup_join_level_now = -1;
 static int simdup_join_best_level(void) {
 #ifdef SIMDUP_JOIN_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vpopcntdq"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vpopcntdq"))
         return 2;
     if (__builtin_cpu_supports("avx2"))
         return 1;

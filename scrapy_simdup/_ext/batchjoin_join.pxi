@@ -227,10 +227,12 @@ cdef enum:
     CAND_BATCH = 256        # at least a block's candidates: 16 entries x 8 values
 
 
-# a candidate whose distance is not known yet (else the sweep that found it
-# checked the pair rule too, and gave its distance)
+# a candidate the low-bit sweep found (its distance and the pair rule not
+# checked yet), and one the pair sweep found (both checked: its distance is
+# computed if it matches)
 cdef enum:
     UNCHECKED = 255
+    PAIR_PASSED = 254
 
 
 cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, const uint8_t *cd,
@@ -241,8 +243,8 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
                            const uint64_t *qp, const uint64_t *yp, int pair_limit,
                            PairBuf *buf) noexcept nogil:
     """Check candidates ``(probe entry ce[c], chunk entry cj[c])`` in order;
-    matches go to ``buf``. ``cd[c]``: the distance of a candidate the sweep
-    checked in full (key and pair rule), or ``UNCHECKED``. With partner keys
+    matches go to ``buf``. ``cd[c]``: ``PAIR_PASSED`` for a candidate the
+    pair sweep checked in full (key and pair rule), or ``UNCHECKED``. With partner keys
     (``qp`` not NULL), an unchecked pair within ``h`` whose two key distances
     add up to more than ``pair_limit`` is dropped before its sketches are
     read. With sketches (``qsk`` not NULL), a pair within ``h`` is a match
@@ -276,9 +278,7 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
             return 2
         if not active[qi]:
             continue
-        if cd[c] != UNCHECKED:
-            dist = cd[c]
-        else:
+        if cd[c] == UNCHECKED:
             dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
             if dist > h:
                 continue
@@ -288,6 +288,8 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
             agree = simdup_sketch_matches(qsk + <int64_t>qi * qstride, ysk + cj[c] * ystride)
             if agree < needed:
                 continue
+        if cd[c] != UNCHECKED:
+            dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
         if _push(buf, qi, cj[c], <uint8_t>dist, <uint8_t>agree) != 0:
             return 1
         if first_only:
@@ -524,11 +526,11 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                     break
                             e = collect_pair64(ys64, ysp64, ny, gv, gp, e, phi - p0,
                                                <uint32_t>h, <uint32_t>pair_limit, <int>width,
-                                               &ce[nc], &cs[nc], &cd[nc], CAND_BATCH - nc,
-                                               &got)
+                                               &ce[nc], &cs[nc], CAND_BATCH - nc, &got)
                             for k in range(nc, nc + got):
                                 ce[k] += p0
                                 cj[k] = j0 + cs[k]
+                                cd[k] = PAIR_PASSED
                             nc += got
                         if failed:
                             break

@@ -12,7 +12,7 @@ cdef extern from "_joinscan.h" nogil:
     ctypedef int64_t (*simdup_collect64_fn)(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,
                                             int64_t n, uint32_t h, uint32_t limit, int width,
-                                            int64_t *ce, uint8_t *cs, uint8_t *cd, int cap,
+                                            int64_t *ce, uint8_t *cs, int cap,
                                             int *count)
     simdup_collect64_fn simdup_collect_pair64
     int simdup_block_width
