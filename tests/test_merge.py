@@ -276,6 +276,29 @@ def test_probe_tables_too_large_for_the_memory_are_refused(corpus, tmp_path, mon
     assert merge([d], distance=H, probes=16).fingerprints == 60
 
 
+def test_probe_tables_at_a_wide_radius_take_four_bytes_an_entry():
+    """The memory a merge asks for follows its probe tables: at the crawls'
+    default radius they hold no low bits (the join gathers every bucket),
+    as the table the matcher builds shows."""
+    from scrapy_simdup.merge.batchscan import SideSpec
+    from scrapy_simdup.merge.matchers import PSMBatchMatcher
+    from scrapy_simdup.storage.batchfile import HEADER_BITS
+
+    wide = SideSpec(distance=22, needed=6, first=True, probes=34, t=13)
+    narrow = SideSpec(distance=3, needed=6, first=True, probes=16, t=13)
+    assert wide.table_bytes(1000) == 2 * 1000 * 4 * 35
+    assert narrow.table_bytes(1000) == 2 * 1000 * 8 * 17
+    assert SideSpec(distance=22, needed=6, first=True, exact=True).table_bytes(10) == 2 * 10 * 8
+    rng = np.random.default_rng(1)
+    m = 500
+    values = rng.integers(0, 2**64, m, dtype=np.uint64)
+    cq = rng.integers(1, 256, (m, HEADER_BITS)).astype(np.uint8)
+    for spec, low in ((wide, 0), (narrow, m * 17)):
+        matcher = PSMBatchMatcher(values, cq, np.zeros((m, 32), np.uint8), spec.distance,
+                                  spec.probes, True, spec.t, 6)
+        assert len(matcher.low) == low and len(matcher.idx) == m * (spec.probes + 1)
+
+
 def test_one_merge_at_a_time(corpus, tmp_path):
     d = tmp_path / "crawl"
     _write(d, corpus[:50])

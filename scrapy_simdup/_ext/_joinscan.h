@@ -15,7 +15,7 @@
  * Three kernels, picked once at run time from what the CPU has (the module
  * is built for plain x86-64: the SIMD ones are compiled with per-function
  * target attributes, so the build needs no -m flags):
- *   2  AVX-512 with VPOPCNTDQ: blocks of 16, popcount in one instruction,
+ *   2  AVX-512 with VPOPCNTDQ and BW: blocks of 16, popcount in one instruction,
  *      the eight values' counts folded by min into one compare;
  *   1  AVX2: blocks of 8, popcount by nibble lookup (vpshufb);
  *   0  portable scalar, blocks of 32.

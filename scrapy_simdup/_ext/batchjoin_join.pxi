@@ -126,7 +126,7 @@ def join_kernel_level():
 
 
 def join_kernel(int level=-1):
-    """Pick the join's candidate kernel: 2 AVX-512 (VPOPCNTDQ), 1 AVX2, 0 scalar,
+    """Pick the join's candidate kernel: 2 AVX-512 (VPOPCNTDQ, BW), 1 AVX2, 0 scalar,
     -1 the best this CPU has. Returns the level in use (a level the CPU lacks
     falls back to the best one below it). For tests and benchmarks; every
     kernel gives the same pairs (with ``first_only`` the one match kept for

@@ -21,7 +21,12 @@ import numpy as np
 from scrapy_simdup._limits import pair_limit
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.merge.collection import PAIR_DTYPE
-from scrapy_simdup.merge.matchers import ExactBatchMatcher, IndexChunkMatcher, PSMBatchMatcher
+from scrapy_simdup.merge.matchers import (
+    ExactBatchMatcher,
+    IndexChunkMatcher,
+    PSMBatchMatcher,
+    probe_entry_bytes,
+)
 from scrapy_simdup.storage.batchfile import BATCH_DTYPE, read_batch
 
 #: a batch record's fields of each key: the key, its header weights and their RMS
@@ -96,9 +101,12 @@ class SideSpec:
         return self.first and not self.exact
 
     def table_bytes(self, m: int) -> int:
-        """Bytes of the two keys' probe tables for a batch of ``m``: an
-        8-byte entry per element and probe, its own header included."""
-        return 2 * m * 8 * ((self.probes or 0) + 1)
+        """Bytes of the two keys' probe tables for a batch of ``m``: an entry
+        per element and probe, its own header included (8 bytes, 4 at a wide
+        radius: :func:`probe_entry_bytes`)."""
+        entry = 8 if self.exact or self.engine != "join" else probe_entry_bytes(self.t,
+                                                                                 self.distance)
+        return 2 * m * entry * ((self.probes or 0) + 1)
 
     def build(self, records: np.ndarray, n: int) -> Side:
         """Side ``n`` (0: key 1, 1: key 2) of the batch ``records`` (BATCH_DTYPE)."""

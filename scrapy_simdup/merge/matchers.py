@@ -44,6 +44,13 @@ def probe_runs(t: int, distance: int) -> int:
     return runs if (runs << t) <= 1 << 24 else 1
 
 
+def probe_entry_bytes(t: int, distance: int) -> int:
+    """Bytes a probe-table entry takes: the element's number and its low 32
+    bits, or its number alone where the join gathers every bucket's full
+    values anyway (a wide radius: :func:`batchjoin.gathers_always`)."""
+    return 4 if batchjoin.gathers_always(distance, probe_runs(t, distance)) else 8
+
+
 class SharedMatcher:
     """A matcher a Dask worker maps from files rather than receives: its
     ``SHARED_ARRAYS`` are written once by the worker that built it and
@@ -100,11 +107,10 @@ class PSMBatchMatcher(SharedMatcher):
         # the probe table does not need each element's sets in VOSH order
         masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=t > 16, header16=t <= 16,
                                      rows=rows, ordered=False)
-        runs = probe_runs(t, distance)
         # at a wide radius the join sweeps gathered full values, never the low bits
         self.offsets, self.low, self.idx = batchjoin.probe_table(
-            self.values, masks, nprobes, t, runs=runs,
-            low_bits=not batchjoin.gathers_always(distance, runs))
+            self.values, masks, nprobes, t, runs=probe_runs(t, distance),
+            low_bits=probe_entry_bytes(t, distance) == 8)
         del masks
         self._active_at_compaction = len(self.values)
 
