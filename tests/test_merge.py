@@ -519,7 +519,7 @@ def test_header_bits_follow_the_join_kernel():
 
 
 def test_the_default_rule_takes_its_probes_from_the_recall_calibration():
-    """At the verified rule's radius a merge uses buckets of about 128 pages
+    """At the verified rule's radius a merge uses buckets of about 64 pages
     and the fewest probes whose calibrated recall reaches the target (0.95
     by default), and states that recall; a target the calibration cannot
     promise within the probe table's bound points to --exact."""
@@ -531,7 +531,7 @@ def test_the_default_rule_takes_its_probes_from_the_recall_calibration():
         merge_probes,
     )
 
-    assert header_bits(2**20, 22) == 13 and header_bits(2**20, 3) <= 17
+    assert header_bits(2**20, 22) == 14 and header_bits(2**20, 3) <= 17
     for t in (8, 13, 16, 19):
         for target in (None, 0.9, 0.97):
             want = DEFAULT_WIDE_MERGE_RECALL if target is None else target

@@ -98,8 +98,10 @@ DEFAULT_WIDE_MERGE_RECALL = 0.95
 #: AVX-512), 3 with the scalar one (see header_bits)
 HEADER_SLACK = 5
 HEADER_SLACK_SCALAR = 3
-#: ... and at a radius of the verified rule: buckets of about 128 pages
-WIDE_HEADER_SLACK = 7
+#: ... and at a radius of the verified rule: buckets of about 64 pages
+#: (benchmarks/results/bench_merge_default.txt: against 128, less CPU and
+#: more recall for a larger probe table)
+WIDE_HEADER_SLACK = 6
 
 
 def is_wide(distance: int | None) -> bool:
@@ -109,7 +111,7 @@ def is_wide(distance: int | None) -> bool:
 
 def header_bits(chunk_size: int, distance: int | None = None) -> int:
     """PSM header length for chunks of ``chunk_size``: ``t = log2(m) - 5`` (4..30),
-    or ``log2(m) - 3`` on a CPU without AVX2; ``log2(m) - 7`` at a radius of
+    or ``log2(m) - 3`` on a CPU without AVX2; ``log2(m) - 6`` at a radius of
     the verified rule (:func:`is_wide`).
 
     At such a radius (22 by default) a pair differs in about a third of the
