@@ -266,8 +266,9 @@ static int64_t simdup_next_block64_avx512(const uint64_t *y, int ny, const uint6
 
 /* simdup_collect_pair64 for AVX-512: the eight slots unrolled and without a
  * branch each (at h = 22 one pair in about a hundred is within h on the key,
- * so a branch per slot is mispredicted often), one test per block. The rule
- * d <= h and d + d' <= limit is tested as d + max(d', limit - h) <= limit. */
+ * so a branch per slot is mispredicted often); their masks are joined into
+ * two words, whose set bits are the block's candidates. The rule d <= h and
+ * d + d' <= limit is tested as d + max(d', limit - h) <= limit. */
 __attribute__((target("avx512f,avx512bw,avx512vpopcntdq")))
 static int64_t simdup_collect_pair64_avx512(const uint64_t *y, const uint64_t *yp, int ny,
                                             const uint64_t *v, const uint64_t *vp, int64_t i,

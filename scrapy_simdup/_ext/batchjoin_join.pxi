@@ -244,10 +244,10 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
                            PairBuf *buf) noexcept nogil:
     """Check candidates ``(probe entry ce[c], chunk entry cj[c])`` in order;
     matches go to ``buf``. ``cd[c]``: ``PAIR_PASSED`` for a candidate the
-    pair sweep checked in full (key and pair rule), or ``UNCHECKED``. With partner keys
-    (``qp`` not NULL), an unchecked pair within ``h`` whose two key distances
-    add up to more than ``pair_limit`` is dropped before its sketches are
-    read. With sketches (``qsk`` not NULL), a pair within ``h`` is a match
+    pair sweep checked in full (key and pair rule), or ``UNCHECKED``. With
+    partner keys (``qp`` not NULL), an unchecked pair within ``h`` whose two
+    key distances add up to more than ``pair_limit`` is dropped before its
+    sketches are read. With sketches (``qsk`` not NULL), a pair within ``h`` is a match
     when at least ``needed`` bins agree.
     Returns 0, 1 (out of memory) or 2 (bad element)."""
     cdef int agree = 0
@@ -314,7 +314,8 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     is the element's full value read (but see ``gather`` below).
     ``probe_offsets`` comes from
     :func:`probe_table` (its number of runs per bucket is read from its
-    length; a table without its low bits has every bucket gathered). Returns ``(qi int64, yi int64, distance uint8)``.
+    length; a table without its low bits has every bucket gathered).
+    Returns ``(qi int64, yi int64, distance uint8)``.
 
     With ``q_sketch`` (uint8 ``(len(q_values), 32)``) and ``chunk_sketch``
     (uint8 ``(len(chunk), 32)``; rows may be strided, as the sketch field of
