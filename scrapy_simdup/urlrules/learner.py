@@ -67,11 +67,14 @@ class ParsedUrl(NamedTuple):
     query: tuple
 
 
-@functools.lru_cache(maxsize=4096)
+# A small cache: a crawl parses a page's URL before its download and again
+# after its check, a few dozen pages later. Each entry is two objects the
+# garbage collector tracks, and a crawl's process runs a full collection
+# every few hundred pages, each visiting every tracked object: a larger
+# cache costs more in those than it saves in parsing.
+@functools.lru_cache(maxsize=512)
 def parse_url(url: str) -> ParsedUrl | None:
-    """The parts of ``url``; None for a URL without scheme or host (cached: a
-    crawl parses a page's URL before its download, after its check, and
-    again as the page a later copy duplicates)."""
+    """The parts of ``url``; None for a URL without scheme or host (cached)."""
     try:
         parts = urlsplit(url)
     except ValueError:
