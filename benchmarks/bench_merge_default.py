@@ -189,6 +189,8 @@ def main(argv=None):
     ap.add_argument("--t", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--probes", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     if args.worker:
         return worker(args)
     n, m = int(args.n), int(args.m)

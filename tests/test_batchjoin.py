@@ -605,6 +605,7 @@ def test_a_wide_radius_needs_no_low_bits():
     assert batchjoin.gathers_always(22, 9) and batchjoin.gathers_always(24, 9)
     assert not batchjoin.gathers_always(3, 1) and not batchjoin.gathers_always(20, 9)
     assert not batchjoin.gathers_always(4, 6)       # runs past h + 1: some run is skipped
+    assert not batchjoin.gathers_always(65, 9) and not batchjoin.gathers_always(-1, 1)
     try:
         batchjoin.join_gather(0)
         assert not batchjoin.gathers_always(22, 9)

@@ -159,7 +159,7 @@ def gathers_always(int h, int runs):
     the run of the most flips then passes too many entries on the low bits,
     so a probe table for it needs no low bits (``probe_table(low_bits=False)``)."""
     cdef int r
-    if _gather_mode == 0 or runs < 1 or runs > h + 1:
+    if _gather_mode == 0 or h < 0 or h > 64 or runs < 1 or runs > h + 1:
         return False
     for r in range(runs):
         # one chunk value in the bucket is the worst case of the rule in join_chunk
@@ -170,7 +170,8 @@ def gathers_always(int h, int runs):
 
 def join_gather(int mode=-1):
     """Set when :func:`join_chunk` gathers a bucket's full values by default:
-    -1 when it pays, 0 never, 1 always. Returns the mode set. For tests and
+    -1 when it pays, 0 never, 1 always (but a probe table without its low
+    bits is always gathered). Returns the mode set. For tests and
     benchmarks; every mode gives the same results."""
     global _gather_mode
     if mode < -1 or mode > 1:
@@ -227,9 +228,9 @@ cdef enum:
     CAND_BATCH = 256        # at least a block's candidates: 16 entries x 8 values
 
 
-# a candidate the low-bit sweep found (its distance and the pair rule not
-# checked yet), and one the pair sweep found (both checked: its distance is
-# computed if it matches)
+# a candidate whose distance and pair rule are not checked yet (the low-bit
+# sweep's, or the gathered sweep's without partner keys), and one the pair
+# sweep found (both checked: its distance is computed if it matches)
 cdef enum:
     UNCHECKED = 255
     PAIR_PASSED = 254
@@ -261,10 +262,10 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
         qs[c] = idx[ce[c]]
         if qs[c] < n_active:
             __builtin_prefetch(&active[qs[c]])
-            if cd[c] == UNCHECKED:
+            if cd[c] == UNCHECKED or qsk == NULL:     # (without sketches: every one matches)
                 __builtin_prefetch(&q_values[qs[c]])
-                if qp != NULL:
-                    __builtin_prefetch(&qp[qs[c]])
+            if cd[c] == UNCHECKED and qp != NULL:
+                __builtin_prefetch(&qp[qs[c]])
             if qsk != NULL and cd[c] != UNCHECKED:
                 # both sketches (32 bytes each, a cache line at most two) of a
                 # candidate the pair sweep checked in full: it reads them

@@ -102,8 +102,8 @@ class SideSpec:
 
     def table_bytes(self, m: int) -> int:
         """Bytes of the two keys' probe tables for a batch of ``m``: an entry
-        per element and probe, its own header included (8 bytes, 4 at a wide
-        radius: :func:`probe_entry_bytes`)."""
+        per element and probe, its own header included (8 bytes, or 4 where
+        the join gathers every bucket: :func:`probe_entry_bytes`)."""
         entry = 8 if self.exact or self.engine != "join" else probe_entry_bytes(self.t,
                                                                                  self.distance)
         return 2 * m * entry * ((self.probes or 0) + 1)

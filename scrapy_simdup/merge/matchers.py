@@ -47,7 +47,7 @@ def probe_runs(t: int, distance: int) -> int:
 def probe_entry_bytes(t: int, distance: int) -> int:
     """Bytes a probe-table entry takes: the element's number and its low 32
     bits, or its number alone where the join gathers every bucket's full
-    values anyway (a wide radius: :func:`batchjoin.gathers_always`)."""
+    values anyway (from radius 22: :func:`batchjoin.gathers_always`)."""
     return 4 if batchjoin.gathers_always(distance, probe_runs(t, distance)) else 8
 
 
@@ -107,7 +107,7 @@ class PSMBatchMatcher(SharedMatcher):
         # the probe table does not need each element's sets in VOSH order
         masks, nprobes = probe_masks(q_cq, t, distance, probes, high32=t > 16, header16=t <= 16,
                                      rows=rows, ordered=False)
-        # at a wide radius the join sweeps gathered full values, never the low bits
+        # where the join gathers every bucket (h >= 22), it never reads the low bits
         self.offsets, self.low, self.idx = batchjoin.probe_table(
             self.values, masks, nprobes, t, runs=probe_runs(t, distance),
             low_bits=probe_entry_bytes(t, distance) == 8)
