@@ -99,8 +99,8 @@ DEFAULT_WIDE_MERGE_RECALL = 0.95
 HEADER_SLACK = 5
 HEADER_SLACK_SCALAR = 3
 #: ... and at a radius of the verified rule: buckets of about 64 pages
-#: (bench_merge_default: against 128, more recall at about the same CPU,
-#: for a larger probe table)
+#: (bench_merge_default: against 128, more recall, and less CPU from about
+#: ten chunks on; more for a batch's probe table)
 WIDE_HEADER_SLACK = 6
 
 
