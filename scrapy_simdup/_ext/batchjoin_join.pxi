@@ -228,15 +228,8 @@ cdef enum:
     CAND_BATCH = 256        # at least a block's candidates: 16 entries x 8 values
 
 
-# a candidate whose distance and pair rule are not checked yet (the low-bit
-# sweep's, or the gathered sweep's without partner keys), and one the pair
-# sweep found (both checked: its distance is computed if it matches)
-cdef enum:
-    UNCHECKED = 255
-    PAIR_PASSED = 254
-
-
-cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, const uint8_t *cd,
+cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj,
+                           const uint8_t *swept,
                            const uint32_t[::1] idx, const uint64_t[::1] q_values,
                            const uint64_t[::1] chunk, uint8_t[::1] active, int h,
                            bint first_only, const uint8_t *qsk, const uint8_t *ysk,
@@ -244,8 +237,10 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
                            const uint64_t *qp, const uint64_t *yp, int pair_limit,
                            PairBuf *buf) noexcept nogil:
     """Check candidates ``(probe entry ce[c], chunk entry cj[c])`` in order;
-    matches go to ``buf``. ``cd[c]``: ``PAIR_PASSED`` for a candidate the
-    pair sweep checked in full (key and pair rule), or ``UNCHECKED``. With
+    matches go to ``buf``. ``swept[c]``: 1 for a candidate the pair sweep
+    checked in full (key and pair rule: its distance is computed if it
+    matches), 0 for one whose distance is not checked yet (the low-bit
+    sweep's, or the gathered sweep's without partner keys). With
     partner keys (``qp`` not NULL), an unchecked pair within ``h`` whose two
     key distances add up to more than ``pair_limit`` is dropped before its
     sketches are read. With sketches (``qsk`` not NULL), a pair within ``h`` is a match
@@ -262,11 +257,11 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
         qs[c] = idx[ce[c]]
         if qs[c] < n_active:
             __builtin_prefetch(&active[qs[c]])
-            if cd[c] == UNCHECKED or qsk == NULL:     # (without sketches: every one matches)
+            if not swept[c] or qsk == NULL:     # (without sketches: every one matches)
                 __builtin_prefetch(&q_values[qs[c]])
-            if cd[c] == UNCHECKED and qp != NULL:
+            if not swept[c] and qp != NULL:
                 __builtin_prefetch(&qp[qs[c]])
-            if qsk != NULL and cd[c] != UNCHECKED:
+            if qsk != NULL and swept[c]:
                 # both sketches (32 bytes each, a cache line at most two) of a
                 # candidate the pair sweep checked in full: it reads them
                 __builtin_prefetch(qsk + <int64_t>qs[c] * qstride)
@@ -279,7 +274,7 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
             return 2
         if not active[qi]:
             continue
-        if cd[c] == UNCHECKED:
+        if not swept[c]:
             dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
             if dist > h:
                 continue
@@ -289,7 +284,7 @@ cdef int _check_candidates(int64_t nc, const int64_t *ce, const int64_t *cj, con
             agree = simdup_sketch_matches(qsk + <int64_t>qi * qstride, ysk + cj[c] * ystride)
             if agree < needed:
                 continue
-        if cd[c] != UNCHECKED:
+        if swept[c]:
             dist = simdup_popcount64(q_values[qi] ^ chunk[cj[c]])
         if _push(buf, qi, cj[c], <uint8_t>dist, <uint8_t>agree) != 0:
             return 1
@@ -433,7 +428,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
     cdef int64_t ce[CAND_BATCH]
     cdef int64_t cj[CAND_BATCH]
     cdef uint8_t cs[CAND_BATCH]
-    cdef uint8_t cd[CAND_BATCH]
+    cdef uint8_t swept[CAND_BATCH]
     cdef int64_t nc = 0
     cdef int got
     cdef const uint32_t *lp = &low[0] if low.shape[0] else NULL
@@ -519,7 +514,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                         e = plo - p0
                         while e < phi - p0:
                             if CAND_BATCH - nc < width * ny:
-                                failed = _check_candidates(nc, ce, cj, cd, idx, q_values, chunk,
+                                failed = _check_candidates(nc, ce, cj, swept, idx, q_values, chunk,
                                                            active, h, first_only, qsk, ysk,
                                                            qstride, ystride, needed,
                                                            qp, yp, pair_limit, &buf)
@@ -532,7 +527,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                             for k in range(nc, nc + got):
                                 ce[k] += p0
                                 cj[k] = j0 + cs[k]
-                                cd[k] = PAIR_PASSED
+                                swept[k] = 1
                             nc += got
                         if failed:
                             break
@@ -549,7 +544,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                             mk = masks[s]
                             while mk:
                                 if nc == CAND_BATCH:
-                                    failed = _check_candidates(nc, ce, cj, cd, idx, q_values,
+                                    failed = _check_candidates(nc, ce, cj, swept, idx, q_values,
                                                                chunk, active, h, first_only,
                                                                qsk, ysk, qstride, ystride,
                                                                needed, qp, yp, pair_limit,
@@ -559,7 +554,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
                                         break
                                 ce[nc] = e0 + ctz32(mk)
                                 cj[nc] = j0 + s
-                                cd[nc] = UNCHECKED
+                                swept[nc] = 0
                                 nc += 1
                                 mk &= mk - 1
                             if failed:
@@ -579,7 +574,7 @@ def join_chunk(const uint64_t[::1] chunk, const int64_t[::1] chunk_offsets,
             if failed:
                 break
         if not failed and nc:
-            failed = _check_candidates(nc, ce, cj, cd, idx, q_values, chunk, active, h,
+            failed = _check_candidates(nc, ce, cj, swept, idx, q_values, chunk, active, h,
                                        first_only, qsk, ysk, qstride, ystride, needed,
                                        qp, yp, pair_limit, &buf)
     free(gv)
