@@ -76,6 +76,38 @@ def test_large_distances_find_every_match_within_eight_header_flips(seed, h, t):
             assert got == want
 
 
+def _near(rng, q, n, max_bits):
+    """``n`` values within ``max_bits`` of ``q``."""
+    out = np.empty(n, np.uint64)
+    for i in range(n):
+        bits = rng.choice(64, int(rng.integers(0, max_bits + 1)), replace=False)
+        out[i] = np.uint64(q) ^ np.uint64(sum(1 << int(b) for b in bits))
+    return out
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_crowded_buckets_give_every_match_in_probe_order(first):
+    """Buckets holding more matches than the search checks in one deferred
+    pass (hundreds near the query, among unrelated values): the same matches
+    as brute force, and PSM-F's match is the first one the probe order reaches."""
+    rng = np.random.default_rng(3)
+    q = int(rng.integers(0, 2**63)) * 2 + 1
+    stored = np.concatenate([_near(rng, q, 1500, 6),
+                             rng.integers(0, 2**63, 3000, dtype=np.int64).astype(np.uint64)])
+    rng.shuffle(stored)
+    idx = PSMIndex(distance=6, header_bits=7, model=MODEL)   # 127 flip sets: not pipelined
+    ids = idx.add(stored)
+    want, _ = ref_matches(stored, ids, np.uint64(q), 6)
+    assert len(want) > 1000
+    got = idx.query(q, None, first=first)
+    if first:
+        # the first match of the bucket probed first: the query's own header
+        own = [(i, d) for i, d in want if stored[i] >> np.uint64(57) == np.uint64(q) >> np.uint64(57)]
+        assert len(got) == 1 and got[0] in own
+    else:
+        assert sorted(got) == want
+
+
 @settings(max_examples=20)
 @given(seed=st.integers(0, 2**32 - 1), probes=st.integers(1, 60))
 def test_precision_is_one_with_few_probes(seed, probes):

@@ -146,6 +146,33 @@ def test_online_verdicts_equal_the_reference_on_real_pages(real_pages, distance,
     assert 0 < flagged < len(real_pages)
 
 
+def test_crowded_buckets_give_every_verified_match():
+    """More candidates in the probed buckets than the search checks in one
+    deferred pass, on both keys: exactly the reference's verified matches."""
+    rng = np.random.default_rng(4)
+    q1, q2 = (int(rng.integers(0, 2**63)) * 2 + 1 for _ in range(2))
+    qsk = rng.integers(0, 256, SKETCH_BYTES, dtype=np.uint8)
+    n = 3000
+
+    def near(q, bits):
+        masks = np.zeros(n, np.uint64)
+        for _ in range(bits):
+            masks |= np.uint64(1) << rng.integers(0, 64, n).astype(np.uint64)
+        return np.uint64(q) ^ masks
+
+    v1, v2 = near(q1, 12), near(q2, 14)
+    sk = rng.integers(0, 256, (n, SKETCH_BYTES), dtype=np.uint8)
+    agree = rng.random((n, SKETCH_BYTES)) < rng.random((n, 1))   # from no bin to every bin
+    sk[agree] = np.broadcast_to(qsk, sk.shape)[agree]
+    index = VerifiedIndex(distance=22, min_similarity=0.15, max_probes=None, header_bits=4)
+    index.add(v1, v2, sk)
+    stored = [(int(a), int(b), bytes(c)) for a, b, c in zip(v1, v2, sk)]
+    want = ref.verified_matches((q1, q2, bytes(qsk)), stored, 22, 0.15)
+    assert len(want) > 1000
+    got = index.query(q1, q2, bytes(qsk), first=False)
+    assert [m.id for m in got] == want
+
+
 def test_real_stories_match_and_unrelated_pages_do_not(real_pages):
     index = VerifiedIndex()
     story_of = []

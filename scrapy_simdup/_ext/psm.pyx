@@ -37,6 +37,7 @@ cdef enum:
     MAX_T = 32
     STACK_HEAP = 600
     BATCH = 8
+    CAND_CAP = 256  # candidates of one batch of probes checked in a second pass
     VERIFY_AHEAD = 8     # candidates whose sketch is prefetched ahead
     GROUP = 8       # queries pipelined together in query_many
     FIRST_STAGE = 4 # PSM-F probes of the first pipelined stage

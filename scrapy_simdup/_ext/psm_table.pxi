@@ -331,6 +331,10 @@ cdef class PSMCore:
         cdef uint32_t hq[BATCH]
         cdef uint32_t lo[BATCH]
         cdef uint32_t hi[BATCH]
+        cdef uint32_t cand[CAND_CAP]
+        cdef int cbeg[BATCH]
+        cdef int cend[BATCH]
+        cdef int ncand, spill, ci
         cdef int t = self.t, h = self.distance, shift = 64 - self.t
         cdef int bshift = self.t - self.tb
         cdef int nb, i, size, rc, d
@@ -342,6 +346,7 @@ cdef class PSMCore:
         cdef const uint32_t *off = self.off
         cdef const uint64_t *vals = self.vals
         cdef const uint64_t *vals2 = self.vals2
+        cdef const int64_t *ids = self.ids
         cdef bint paired = self.paired
         cdef int plim = self._pair_limit
         cdef int keep = t if maxk >= t else <int>maxk
@@ -369,17 +374,52 @@ cdef class PSMCore:
                 # bucket is scanned at the memory's bandwidth, not its latency
                 for j in range(lo[i], hi[i], 8):
                     __builtin_prefetch(&vals[j])
+            # Two passes over the batch's buckets. The first finds the
+            # entries within h on this key and starts loading what checking
+            # them reads (the partner key, the id: random reads in arrays of
+            # the whole index); the second checks them in the same order, by
+            # which time the loads have arrived. Candidates past CAND_CAP fall
+            # back to checking in place, from the bucket that overflowed.
+            ncand = 0
+            spill = nb
             for i in range(nb):
+                cbeg[i] = ncand
                 for j in range(lo[i], hi[i]):
-                    d = simdup_popcount64(vals[j] ^ x)
-                    if d <= h:
+                    if simdup_popcount64(vals[j] ^ x) <= h:
+                        if ncand == CAND_CAP:
+                            spill = i
+                            break
+                        cand[ncand] = j
+                        ncand += 1
+                        if paired:
+                            __builtin_prefetch(&vals2[j])
+                        __builtin_prefetch(&ids[j])
+                if spill < nb:
+                    break
+                cend[i] = ncand
+            for i in range(nb):
+                if i < spill:
+                    for ci in range(cbeg[i], cend[i]):
+                        j = cand[ci]
+                        d = simdup_popcount64(vals[j] ^ x)
                         if paired and d + simdup_popcount64(vals2[j] ^ x2) > plim:
                             continue
-                        if res_push(res, qi, self.ids[j], d) < 0:
+                        if res_push(res, qi, ids[j], d) < 0:
                             return -2
                         found += 1
                         if first:
                             return found
+                else:
+                    for j in range(lo[i], hi[i]):
+                        d = simdup_popcount64(vals[j] ^ x)
+                        if d <= h:
+                            if paired and d + simdup_popcount64(vals2[j] ^ x2) > plim:
+                                continue
+                            if res_push(res, qi, ids[j], d) < 0:
+                                return -2
+                            found += 1
+                            if first:
+                                return found
                 if self.n_buf:
                     hdr = hq[i]
                     c = self.bhead[hdr >> bshift]
