@@ -1,4 +1,5 @@
 """The compact per-page columns of a backend against plain-Python references."""
+import os
 import random
 
 import numpy as np
@@ -137,3 +138,33 @@ def test_large_arrays_have_mappings_of_their_own():
         assert z.reshape(-1)[-1] == 3
         assert isinstance(mapping_of(z), mmap.mmap) == (z.nbytes >= mapped.MAPPED_BYTES)
     assert mapped.zeros(big, np.uint32).nbytes < mapped.MAPPED_BYTES    # (half: not mapped)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+def test_large_mapped_arrays_are_private_and_ask_for_huge_pages():
+    """A mapped array is the process's own (a shared mapping would be shmem,
+    which gets no transparent huge pages), and a large one asked to be is
+    marked for them."""
+    from scrapy_simdup._ext import mapped
+
+    def mapping(a):
+        start = a.ctypes.data
+        fields = None
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split()
+                if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+                    lo, hi = (int(x, 16) for x in head[0].split("-"))
+                    fields = head if lo <= start < hi else None
+                elif fields is not None and line.startswith("VmFlags:"):
+                    return fields[1], set(line.split()[1:])
+        raise AssertionError("no mapping holds the array")
+
+    n = mapped.HUGE_BYTES // 8
+    huge, plain = mapped.empty(n, np.uint64, huge=True), mapped.zeros(n, np.uint64)
+    (perms, flags), (plain_perms, plain_flags) = mapping(huge), mapping(plain)
+    assert perms.endswith("p") and plain_perms.endswith("p")   # rw-p: private
+    assert "hg" not in plain_flags
+    thp = "/sys/kernel/mm/transparent_hugepage/enabled"
+    if os.path.exists(thp) and "[never]" not in open(thp).read():
+        assert "hg" in flags                                    # MADV_HUGEPAGE

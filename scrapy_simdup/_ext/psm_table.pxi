@@ -20,6 +20,40 @@ cdef inline int auto_header_bits(Py_ssize_t n, int drop=2) noexcept nogil:
     return t
 
 
+cdef inline int _next_batch(vosh_gen *g, uint64_t x, int shift, const uint32_t *off,
+                            uint32_t *hq, long *k, long maxk, int *rc) noexcept nogil:
+    """The headers of up to BATCH more flip sets (fewer at the budget or when
+    the sets run out: ``rc`` <= 0), their bucket offsets requested."""
+    cdef int nb = 0, size
+    cdef uint64_t m
+    while nb < BATCH and k[0] < maxk:
+        rc[0] = vosh_next(g, &m, &size)
+        if rc[0] <= 0:
+            break
+        hq[nb] = <uint32_t>((x ^ m) >> shift)
+        __builtin_prefetch(&off[hq[nb]])
+        nb += 1
+        k[0] += 1
+    return nb
+
+
+cdef inline void _load_buckets(const uint32_t *off, const uint64_t *vals,
+                               const int32_t *bhead, int bshift, const uint32_t *hq,
+                               uint32_t *lo, uint32_t *hi, int nb) noexcept nogil:
+    """Bucket bounds of a batch, and a request for every cache line of its
+    buckets (a large bucket is scanned at the memory's bandwidth, not its
+    latency) and for the write buffer's chain heads."""
+    cdef int i
+    cdef uint32_t j
+    for i in range(nb):
+        lo[i] = off[hq[i]]
+        hi[i] = off[hq[i] + 1]
+        for j in range(lo[i], hi[i], 8):
+            __builtin_prefetch(&vals[j])
+        if bhead != NULL:
+            __builtin_prefetch(&bhead[hq[i] >> bshift])
+
+
 cdef class PSMCore:
     """Bucketed single-copy table with compiled PSM-F / PSM-A queries."""
     cdef public int distance
@@ -305,10 +339,11 @@ cdef class PSMCore:
         n = sum(p.shape[0] for p in parts_v)
         t = self.fixed_t if self.fixed_t > 0 else auto_header_bits(n, self.header_drop)
         # (in mappings of their own: the arrays they replace go back to the system)
-        vals = mapped.empty(n, np.uint64)
-        ids = mapped.empty(n, np.int64)
-        vals2 = mapped.empty(n, np.uint64) if self.paired else None
-        offsets = mapped.zeros((1 << t) + 1, np.uint32)
+        # the table's arrays, written in full and read at random: huge pages
+        vals = mapped.empty(n, np.uint64, huge=True)
+        ids = mapped.empty(n, np.int64, huge=True)
+        vals2 = mapped.empty(n, np.uint64, huge=True) if self.paired else None
+        offsets = mapped.zeros((1 << t) + 1, np.uint32, huge=True)
         _counting_sort(parts_v, parts_i, t, vals, ids, offsets,
                        parts_v2 if self.paired else None, vals2)
         self._set_main(vals, ids, t, offsets, vals2)
@@ -323,21 +358,25 @@ cdef class PSMCore:
                      long heapcap, uint64_t x2=0) noexcept nogil:
         """Probe buckets in VOSH order (``x2``: the partner key of a paired
         table's query). Returns the number of matches found, -1 for a bad W,
-        -2 for out of memory."""
+        -2 for out of memory.
+
+        Buckets are probed in batches of BATCH, and the next batch's loads are
+        started before the current one is read: its sets are generated and its
+        bucket offsets requested first, then its buckets while the current
+        batch's candidates are still arriving."""
         cdef double lw[MAX_T]
         cdef uint64_t mk[MAX_T]
         cdef vosh_gen g
-        cdef uint64_t masks[BATCH]
-        cdef uint32_t hq[BATCH]
-        cdef uint32_t lo[BATCH]
-        cdef uint32_t hi[BATCH]
+        cdef uint32_t hq[2 * BATCH]
+        cdef uint32_t lo[2 * BATCH]
+        cdef uint32_t hi[2 * BATCH]
         cdef uint32_t cand[CAND_CAP]
         cdef int cbeg[BATCH]
         cdef int cend[BATCH]
-        cdef int ncand, spill, ci
+        cdef int ncand, spill, ci, cur, nxt, nb_next
         cdef int t = self.t, h = self.distance, shift = 64 - self.t
         cdef int bshift = self.t - self.tb
-        cdef int nb, i, size, rc, d
+        cdef int nb, i, rc = 1, d
         cdef long k = 0
         cdef int found = 0
         cdef uint32_t j
@@ -347,6 +386,7 @@ cdef class PSMCore:
         cdef const uint64_t *vals = self.vals
         cdef const uint64_t *vals2 = self.vals2
         cdef const int64_t *ids = self.ids
+        cdef const int32_t *bhead = self.bhead if self.n_buf else NULL
         cdef bint paired = self.paired
         cdef int plim = self._pair_limit
         cdef int keep = t if maxk >= t else <int>maxk
@@ -354,26 +394,14 @@ cdef class PSMCore:
             return -1
         vosh_init(&g, lw, mk, keep, h, heap, heapcap)
         vosh_limit(&g, maxk)            # the query takes at most maxk sets
-        while k < maxk:
-            nb = 0
-            while nb < BATCH and k < maxk:
-                rc = vosh_next(&g, &masks[nb], &size)
-                if rc <= 0:
-                    break
-                nb += 1
-                k += 1
-            if nb == 0:
-                break
-            for i in range(nb):
-                hq[i] = <uint32_t>((x ^ masks[i]) >> shift)
-                __builtin_prefetch(&off[hq[i]])
-            for i in range(nb):
-                lo[i] = off[hq[i]]
-                hi[i] = off[hq[i] + 1]
-                # every cache line of the bucket, not only its first: a large
-                # bucket is scanned at the memory's bandwidth, not its latency
-                for j in range(lo[i], hi[i], 8):
-                    __builtin_prefetch(&vals[j])
+        cur = 0
+        nb = _next_batch(&g, x, shift, off, hq, &k, maxk, &rc)
+        _load_buckets(off, vals, bhead, bshift, hq, lo, hi, nb)
+        while nb > 0:
+            nxt = BATCH - cur
+            nb_next = 0
+            if rc > 0 and k < maxk:
+                nb_next = _next_batch(&g, x, shift, off, &hq[nxt], &k, maxk, &rc)
             # Two passes over the batch's buckets. The first finds the
             # entries within h on this key and starts loading what checking
             # them reads (the partner key, the id: random reads in arrays of
@@ -384,7 +412,7 @@ cdef class PSMCore:
             spill = nb
             for i in range(nb):
                 cbeg[i] = ncand
-                for j in range(lo[i], hi[i]):
+                for j in range(lo[cur + i], hi[cur + i]):
                     if simdup_popcount64(vals[j] ^ x) <= h:
                         if ncand == CAND_CAP:
                             spill = i
@@ -397,6 +425,7 @@ cdef class PSMCore:
                 if spill < nb:
                     break
                 cend[i] = ncand
+            _load_buckets(off, vals, bhead, bshift, &hq[nxt], &lo[nxt], &hi[nxt], nb_next)
             for i in range(nb):
                 if i < spill:
                     for ci in range(cbeg[i], cend[i]):
@@ -410,7 +439,7 @@ cdef class PSMCore:
                         if first:
                             return found
                 else:
-                    for j in range(lo[i], hi[i]):
+                    for j in range(lo[cur + i], hi[cur + i]):
                         d = simdup_popcount64(vals[j] ^ x)
                         if d <= h:
                             if paired and d + simdup_popcount64(vals2[j] ^ x2) > plim:
@@ -420,9 +449,9 @@ cdef class PSMCore:
                             found += 1
                             if first:
                                 return found
-                if self.n_buf:
-                    hdr = hq[i]
-                    c = self.bhead[hdr >> bshift]
+                if bhead != NULL:
+                    hdr = hq[cur + i]
+                    c = bhead[hdr >> bshift]
                     while c >= 0:
                         v = self.bvals[c]
                         if (v >> shift) == hdr:
@@ -435,8 +464,8 @@ cdef class PSMCore:
                                 if first:
                                     return found
                         c = self.bnext[c]
-            if rc <= 0:
-                break
+            cur = nxt
+            nb = nb_next
         return found
 
     cdef Py_ssize_t _search_group(self, const uint64_t *xs, const double *Ws,
