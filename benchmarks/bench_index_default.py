@@ -1,6 +1,7 @@
 """The crawl's default index at a million pages and more.
 
-    .venv/bin/python benchmarks/bench_index_default.py [--n 1e6,1e7] [--probes 512,1024] [--plain]
+    .venv/bin/python benchmarks/bench_index_default.py [--n 1e6,1e7] [--probes 512,1024]
+        [--buffered 125000] [--plain]
 
 Part 1, the crawl's index (``VerifiedIndex()`` defaults: two keys, radius 22,
 the pair rule, 512 probes per key on headers of log2(n) - 7 bits, sketch
@@ -20,6 +21,10 @@ an exhaustive search of the same pages (every flip set). Targets of issue 29
 are checked at 10^7 and 10^8 when those sizes are run, at the default budget.
 ``--probes``: also other budgets (probes per key), each in an index of its
 own at every size: what more probes buy in recall and cost in time.
+``--buffered N``: the last N background pages are added a thousand at a
+time after the rest, so that they wait in the tables' write buffers (a
+buffer holds up to 2 pages per header before it is merged: 131,072 at 10^7),
+as in a crawl between two merges; each row says how many wait there.
 
 Part 2 (``--plain``) measures PSM against exact BPHS for the plain 64-bit key
 at h = 9 (``--distance``), where block-permuted search needs G >= 10 blocks:
@@ -121,7 +126,7 @@ def background_pages(m, seed=11, chunk=10_000_000):
                rng.integers(0, 256, (k, SKETCH_BYTES), dtype=np.uint8))
 
 
-def crawl_index_at_scale(sizes, pages, log, budgets=(None,)):
+def crawl_index_at_scale(sizes, pages, log, budgets=(None,), buffered=0):
     """The crawl's default index at each size (and each probe budget, None
     for the default): P, R, look-up times, bytes, and the recall the index
     states against the recall it has."""
@@ -137,15 +142,21 @@ def crawl_index_at_scale(sizes, pages, log, budgets=(None,)):
     for n, budget in ((n, b) for n in sizes for b in budgets):
         index = VerifiedIndex() if budget is None else VerifiedIndex(max_probes=budget)
         t0 = time.perf_counter()
-        for v1, v2, sk in background_pages(n - len(pages)):
+        late = min(buffered, n - len(pages))
+        for v1, v2, sk in background_pages(n - len(pages) - late):
             index.add(v1, v2, sk)
+        for v1, v2, sk in background_pages(late, seed=12):
+            for a in range(0, late, 1000):
+                index.add(v1[a:a + 1000], v2[a:a + 1000], sk[a:a + 1000])
         build = time.perf_counter() - t0
+        in_buffer = index.tables[0]._n_buffered()
         stated = index.expected_recall
         correct, wrong, bg, n_true, times = run_index(index, pages)
         flags = correct + wrong + bg
         p = correct / flags if flags else 1.0
         r = correct / n_true
-        row = dict(n=n, default=budget is None, P=p, R=r, bg=bg, median_ms=float(np.median(times)) * 1e3,
+        row = dict(n=n, default=budget is None, P=p, R=r, bg=bg,
+                   median_ms=float(np.median(times)) * 1e3,
                    p99_ms=float(np.percentile(times, 99)) * 1e3,
                    bytes_per_page=index.nbytes / len(index), t=index.header_bits,
                    probes=index.max_probes, stated=stated, measured=r / ceiling, build_s=build)
@@ -153,7 +164,8 @@ def crawl_index_at_scale(sizes, pages, log, budgets=(None,)):
         log(f"{n:>11,}  {p:5.3f} {r:5.3f}  {bg:3d}  {row['median_ms']:9.3f} {row['p99_ms']:6.2f}  "
             f"{row['bytes_per_page']:6.1f}  {row['t']:2d} {row['probes']:>6}  "
             f"{stated if stated is None else f'{stated:.3f}':>13} {row['measured']:16.3f}"
-            f"   (built in {build:.0f} s)")
+            f"   (built in {build:.0f} s"
+            + (f", {in_buffer:,} in the write buffer)" if buffered else ")"))
         del index
     return out
 
@@ -167,6 +179,9 @@ def main(argv=None):
     ap.add_argument("--probes", default="",
                     help="other probe budgets (per key) to run beside the default, "
                          "comma-separated (e.g. 1024,2048)")
+    ap.add_argument("--buffered", type=int, default=0,
+                    help="background pages left in the write buffers (added last, "
+                         "1,000 at a time)")
     ap.add_argument("--queries", type=int, default=20_000)
     ap.add_argument("--distance", type=int, default=PLAIN_DISTANCE)
     args = ap.parse_args(argv)
@@ -181,7 +196,9 @@ def main(argv=None):
     budgets = [None] + [int(x) for x in args.probes.split(",") if x]
     if any(b < 1 for b in budgets[1:]):
         ap.error("--probes: budgets are at least 1 probe per key")
-    rows = crawl_index_at_scale(sizes, pages, log, budgets)
+    if args.buffered < 0:
+        ap.error("--buffered: a number of pages, at least 0")
+    rows = crawl_index_at_scale(sizes, pages, log, budgets, args.buffered)
     at = {row["n"]: row for row in rows if row["default"]}
     for n, want_r, want_ms in ((10**7, 0.955, 1.0), (10**8, 0.95, 2.0)):
         if n in at:

@@ -96,7 +96,8 @@ def test_crowded_buckets_give_every_match_in_probe_order(first):
                              rng.integers(0, 2**63, 3000, dtype=np.int64).astype(np.uint64)])
     rng.shuffle(stored)
     idx = PSMIndex(distance=6, header_bits=7, model=MODEL)   # 127 flip sets: not pipelined
-    ids = idx.add(stored)
+    ids = np.concatenate([idx.add(stored[:4000]), idx.add(stored[4000:])])
+    assert idx._n_buffered() == len(stored) - 4000     # the rest in the write buffer
     want, _ = ref_matches(stored, ids, np.uint64(q), 6)
     assert len(want) > 1000
     got = idx.query(q, None, first=first)

@@ -148,7 +148,8 @@ def test_online_verdicts_equal_the_reference_on_real_pages(real_pages, distance,
 
 def test_crowded_buckets_give_every_verified_match():
     """More candidates in the probed buckets than the search checks in one
-    deferred pass, on both keys: exactly the reference's verified matches."""
+    deferred pass, on both keys, and more in the write buffer's chains:
+    exactly the reference's verified matches."""
     rng = np.random.default_rng(4)
     q1, q2 = (int(rng.integers(0, 2**63)) * 2 + 1 for _ in range(2))
     qsk = rng.integers(0, 256, SKETCH_BYTES, dtype=np.uint8)
@@ -165,7 +166,9 @@ def test_crowded_buckets_give_every_verified_match():
     agree = rng.random((n, SKETCH_BYTES)) < rng.random((n, 1))   # from no bin to every bin
     sk[agree] = np.broadcast_to(qsk, sk.shape)[agree]
     index = VerifiedIndex(distance=22, min_similarity=0.15, max_probes=None, header_bits=4)
-    index.add(v1, v2, sk)
+    index.add(v1[:-30], v2[:-30], sk[:-30])
+    index.add(v1[-30:], v2[-30:], sk[-30:])      # these stay in the write buffer
+    assert all(table._n_buffered() == 30 for table in index.tables)
     stored = [(int(a), int(b), bytes(c)) for a, b, c in zip(v1, v2, sk)]
     want = ref.verified_matches((q1, q2, bytes(qsk)), stored, 22, 0.15)
     assert len(want) > 1000

@@ -54,6 +54,14 @@ cdef inline void _load_buckets(const uint32_t *off, const uint64_t *vals,
             __builtin_prefetch(&bhead[hq[i] >> bshift])
 
 
+cdef inline void _request_entry(PSMCore core, int32_t c) noexcept nogil:
+    """Request what walking a write-buffer chain reads of its entry ``c``."""
+    __builtin_prefetch(&core.bvals[c])
+    __builtin_prefetch(&core.bnext[c])
+    if core.paired:
+        __builtin_prefetch(&core.bvals2[c])
+
+
 cdef class PSMCore:
     """Bucketed single-copy table with compiled PSM-F / PSM-A queries."""
     cdef public int distance
@@ -373,6 +381,7 @@ cdef class PSMCore:
         cdef uint32_t cand[CAND_CAP]
         cdef int cbeg[BATCH]
         cdef int cend[BATCH]
+        cdef int32_t chain[BATCH]
         cdef int ncand, spill, ci, cur, nxt, nb_next
         cdef int t = self.t, h = self.distance, shift = 64 - self.t
         cdef int bshift = self.t - self.tb
@@ -410,6 +419,13 @@ cdef class PSMCore:
             # back to checking in place, from the bucket that overflowed.
             ncand = 0
             spill = nb
+            if bhead != NULL:
+                # the write buffer's chains: their heads were requested with
+                # the buckets; request each chain's first entry now
+                for i in range(nb):
+                    chain[i] = bhead[hq[cur + i] >> bshift]
+                    if chain[i] >= 0:
+                        _request_entry(self, chain[i])
             for i in range(nb):
                 cbeg[i] = ncand
                 for j in range(lo[cur + i], hi[cur + i]):
@@ -425,6 +441,10 @@ cdef class PSMCore:
                 if spill < nb:
                     break
                 cend[i] = ncand
+            if bhead != NULL:
+                for i in range(nb):     # and each chain's second entry
+                    if chain[i] >= 0 and self.bnext[chain[i]] >= 0:
+                        _request_entry(self, self.bnext[chain[i]])
             _load_buckets(off, vals, bhead, bshift, &hq[nxt], &lo[nxt], &hi[nxt], nb_next)
             for i in range(nb):
                 if i < spill:
@@ -451,7 +471,7 @@ cdef class PSMCore:
                                 return found
                 if bhead != NULL:
                     hdr = hq[cur + i]
-                    c = bhead[hdr >> bshift]
+                    c = chain[i]
                     while c >= 0:
                         v = self.bvals[c]
                         if (v >> shift) == hdr:
