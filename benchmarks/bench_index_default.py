@@ -146,7 +146,7 @@ def crawl_index_at_scale(sizes, pages, log, budgets=(None,), buffered=0):
         for v1, v2, sk in background_pages(n - len(pages) - late):
             index.add(v1, v2, sk)
         for v1, v2, sk in background_pages(late, seed=12):
-            for a in range(0, late, 1000):
+            for a in range(0, len(v1), 1000):
                 index.add(v1[a:a + 1000], v2[a:a + 1000], sk[a:a + 1000])
         build = time.perf_counter() - t0
         in_buffer = index.tables[0]._n_buffered()
@@ -193,7 +193,10 @@ def main(argv=None):
     log("== the crawl's index, VerifiedIndex() defaults, the real pages after unrelated "
         "background pages")
     pages = real_pages(log)
-    budgets = [None] + [int(x) for x in args.probes.split(",") if x]
+    try:
+        budgets = [None] + [int(float(x)) for x in args.probes.split(",") if x]
+    except ValueError:
+        ap.error(f"--probes: numbers of probes per key, comma-separated, not {args.probes!r}")
     if any(b < 1 for b in budgets[1:]):
         ap.error("--probes: budgets are at least 1 probe per key")
     if args.buffered < 0:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrapy_simdup import BPHSIndex, CorruptIndexError, PSMIndex, VolatilityModel, simhash
-from tests.reference.index import clustered_values, ref_matches
+from tests.reference.index import clustered_values, crowded_values, ref_matches
 
 MODEL = VolatilityModel.laplace(0.5)
 
@@ -76,35 +76,29 @@ def test_large_distances_find_every_match_within_eight_header_flips(seed, h, t):
             assert got == want
 
 
-def _near(rng, q, n, max_bits):
-    """``n`` values within ``max_bits`` of ``q``."""
-    out = np.empty(n, np.uint64)
-    for i in range(n):
-        bits = rng.choice(64, int(rng.integers(0, max_bits + 1)), replace=False)
-        out[i] = np.uint64(q) ^ np.uint64(sum(1 << int(b) for b in bits))
-    return out
-
-
 @pytest.mark.parametrize("first", [False, True])
 def test_crowded_buckets_give_every_match_in_probe_order(first):
-    """Buckets holding more matches than the search checks in one deferred
-    pass (hundreds near the query, among unrelated values): the same matches
-    as brute force, and PSM-F's match is the first one the probe order reaches."""
+    """The first buckets probed hold more matches than the search checks in
+    one deferred pass (it overflows after deferring some), among unrelated
+    values, some in the write buffer: the same matches as brute force, and
+    PSM-F's match is the first the probe order reaches (the own bucket's
+    first match in the table)."""
     rng = np.random.default_rng(3)
     q = int(rng.integers(0, 2**63)) * 2 + 1
-    stored = np.concatenate([_near(rng, q, 1500, 6),
+    t = 7
+    stored = np.concatenate([crowded_values(rng, q, t, 40, 200, 5),
                              rng.integers(0, 2**63, 3000, dtype=np.int64).astype(np.uint64)])
     rng.shuffle(stored)
-    idx = PSMIndex(distance=6, header_bits=7, model=MODEL)   # 127 flip sets: not pipelined
+    idx = PSMIndex(distance=6, header_bits=t, model=MODEL)   # 127 flip sets: not pipelined
     ids = np.concatenate([idx.add(stored[:4000]), idx.add(stored[4000:])])
     assert idx._n_buffered() == len(stored) - 4000     # the rest in the write buffer
     want, _ = ref_matches(stored, ids, np.uint64(q), 6)
-    assert len(want) > 1000
+    assert len(want) == 40 + 200 * t
     got = idx.query(q, None, first=first)
     if first:
-        # the first match of the bucket probed first: the query's own header
-        own = [(i, d) for i, d in want if stored[i] >> np.uint64(57) == np.uint64(q) >> np.uint64(57)]
-        assert len(got) == 1 and got[0] in own
+        shift = np.uint64(64 - t)
+        own = [(i, d) for i, d in want if i < 4000 and stored[i] >> shift == np.uint64(q) >> shift]
+        assert got == [own[0]]
     else:
         assert sorted(got) == want
 

@@ -27,6 +27,7 @@ from scrapy_simdup.fingerprint.sketch import (
     similarity,
 )
 from tests.reference import sketch as ref
+from tests.reference.index import crowded_values
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 31, 32, 100, 5000])
@@ -147,25 +148,22 @@ def test_online_verdicts_equal_the_reference_on_real_pages(real_pages, distance,
 
 
 def test_crowded_buckets_give_every_verified_match():
-    """More candidates in the probed buckets than the search checks in one
-    deferred pass, on both keys, and more in the write buffer's chains:
-    exactly the reference's verified matches."""
+    """The first buckets probed on each key hold more candidates than the
+    search checks in one deferred pass (it overflows after deferring some),
+    and more wait in the write buffer's chains: exactly the reference's
+    verified matches."""
     rng = np.random.default_rng(4)
     q1, q2 = (int(rng.integers(0, 2**63)) * 2 + 1 for _ in range(2))
     qsk = rng.integers(0, 256, SKETCH_BYTES, dtype=np.uint8)
-    n = 3000
-
-    def near(q, bits):
-        masks = np.zeros(n, np.uint64)
-        for _ in range(bits):
-            masks |= np.uint64(1) << rng.integers(0, 64, n).astype(np.uint64)
-        return np.uint64(q) ^ masks
-
-    v1, v2 = near(q1, 12), near(q2, 14)
+    t = 4
+    v1 = crowded_values(rng, q1, t, 100, 700, 12)      # within 13 bits on each key
+    v2 = crowded_values(rng, q2, t, 100, 700, 12)
+    rng.shuffle(v2)
+    n = len(v1)
     sk = rng.integers(0, 256, (n, SKETCH_BYTES), dtype=np.uint8)
     agree = rng.random((n, SKETCH_BYTES)) < rng.random((n, 1))   # from no bin to every bin
     sk[agree] = np.broadcast_to(qsk, sk.shape)[agree]
-    index = VerifiedIndex(distance=22, min_similarity=0.15, max_probes=None, header_bits=4)
+    index = VerifiedIndex(distance=22, min_similarity=0.15, max_probes=None, header_bits=t)
     index.add(v1[:-30], v2[:-30], sk[:-30])
     index.add(v1[-30:], v2[-30:], sk[-30:])      # these stay in the write buffer
     assert all(table._n_buffered() == 30 for table in index.tables)

@@ -48,7 +48,10 @@ def zeros(shape, dtype, huge: bool = False) -> np.ndarray:
         return np.zeros(shape, dtype)
     m = mmap.mmap(-1, nbytes, **_PRIVATE)
     if huge and nbytes >= HUGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
-        m.madvise(mmap.MADV_HUGEPAGE)
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:     # a kernel without transparent huge pages: small pages it is
+            pass
     return np.frombuffer(m, dtype).reshape(shape)
 
 

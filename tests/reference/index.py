@@ -37,3 +37,16 @@ def clustered_values(rng, n_base, n, max_flips):
             v ^= 1 << int(b)
         out[i] = v
     return out
+
+
+def crowded_values(rng, q, t, n_own, n_each, max_flips):
+    """Values within ``max_flips + 1`` bits of ``q`` that crowd the buckets a
+    search probes first (header: the top ``t`` bits): ``n_own`` in ``q``'s own
+    bucket and ``n_each`` in each bucket one header bit away, whatever the
+    probe order among those. Only bits below the header are flipped beyond that."""
+    centres = [q] * n_own + [q ^ (1 << (63 - b)) for b in range(t) for _ in range(n_each)]
+    out = np.empty(len(centres), np.uint64)
+    for i, centre in enumerate(centres):
+        bits = rng.choice(64 - t, int(rng.integers(0, max_flips + 1)), replace=False)
+        out[i] = np.uint64(centre ^ sum(1 << int(b) for b in bits))
+    return out
