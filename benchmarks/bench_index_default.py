@@ -186,13 +186,6 @@ def main(argv=None):
     ap.add_argument("--distance", type=int, default=PLAIN_DISTANCE)
     args = ap.parse_args(argv)
     sizes = [int(float(x)) for x in args.n.split(",")]
-
-    def log(*a):
-        print(*a, flush=True)
-    log(f"# run {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())} on {os.cpu_count()} cores")
-    log("== the crawl's index, VerifiedIndex() defaults, the real pages after unrelated "
-        "background pages")
-    pages = real_pages(log)
     try:
         budgets = [None] + [int(float(x)) for x in args.probes.split(",") if x]
     except ValueError:
@@ -201,6 +194,13 @@ def main(argv=None):
         ap.error("--probes: budgets are at least 1 probe per key")
     if args.buffered < 0:
         ap.error("--buffered: a number of pages, at least 0")
+
+    def log(*a):
+        print(*a, flush=True)
+    log(f"# run {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())} on {os.cpu_count()} cores")
+    log("== the crawl's index, VerifiedIndex() defaults, the real pages after unrelated "
+        "background pages")
+    pages = real_pages(log)
     rows = crawl_index_at_scale(sizes, pages, log, budgets, args.buffered)
     at = {row["n"]: row for row in rows if row["default"]}
     for n, want_r, want_ms in ((10**7, 0.955, 1.0), (10**8, 0.95, 2.0)):
