@@ -379,7 +379,6 @@ cdef class PSMCore:
         cdef uint32_t lo[2 * BATCH]
         cdef uint32_t hi[2 * BATCH]
         cdef uint32_t cand[CAND_CAP]
-        cdef int cbeg[BATCH]
         cdef int cend[BATCH]
         cdef int32_t chain[BATCH]
         cdef int ncand, spill, ci, cur, nxt, nb_next
@@ -427,7 +426,6 @@ cdef class PSMCore:
                     if chain[i] >= 0:
                         _request_entry(self, chain[i])
             for i in range(nb):
-                cbeg[i] = ncand
                 for j in range(lo[cur + i], hi[cur + i]):
                     if simdup_popcount64(vals[j] ^ x) <= h:
                         if ncand == CAND_CAP:
@@ -446,10 +444,12 @@ cdef class PSMCore:
                     if chain[i] >= 0 and self.bnext[chain[i]] >= 0:
                         _request_entry(self, self.bnext[chain[i]])
             _load_buckets(off, vals, bhead, bshift, &hq[nxt], &lo[nxt], &hi[nxt], nb_next)
+            ci = 0
             for i in range(nb):
                 if i < spill:
-                    for ci in range(cbeg[i], cend[i]):
+                    while ci < cend[i]:     # the batch's candidates, in order
                         j = cand[ci]
+                        ci += 1
                         d = simdup_popcount64(vals[j] ^ x)
                         if paired and d + simdup_popcount64(vals2[j] ^ x2) > plim:
                             continue

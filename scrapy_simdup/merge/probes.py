@@ -98,9 +98,8 @@ DEFAULT_WIDE_MERGE_RECALL = 0.95
 #: AVX-512), 3 with the scalar one (see header_bits)
 HEADER_SLACK = 5
 HEADER_SLACK_SCALAR = 3
-#: ... and at a radius of the verified rule: buckets of about 64 pages
-#: (bench_merge_default: against 128, more recall, and less CPU from about
-#: ten chunks on; more for a batch's probe table)
+#: ... and at a radius of the verified rule: buckets of about 64 pages (a
+#: larger probe table per batch, for more recall and less time per chunk)
 WIDE_HEADER_SLACK = 6
 
 
