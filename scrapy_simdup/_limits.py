@@ -27,6 +27,15 @@ def pair_limit(distance: int) -> int:
     return distance + PAIR_SLACK
 
 
+# Sketch bands (pairs of bins, exact-match tables) of the verified index: a
+# candidate they find has two bins equal already, so it needs both keys near
+# too, more loosely than a candidate of the keys' own search: random pages
+# pass 8% of the time, real near-duplicates nearly always
+# (benchmarks/study_sketch_bands.py).
+MAX_BANDS = 16
+BAND_PAIR_SLACK = 8
+
+
 # Buckets probed per key and look-up by the verified index, whose header is
 # floor(log2 n) - VERIFIED_HEADER_DROP bits (buckets of 128-256 pages): at
 # the radius of loose near-duplicates a few large buckets find more of them

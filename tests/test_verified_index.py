@@ -147,6 +147,60 @@ def test_online_verdicts_equal_the_reference_on_real_pages(real_pages, distance,
     assert 0 < flagged < len(real_pages)
 
 
+@pytest.mark.parametrize("bands", [1, 12, 16])
+def test_verdicts_with_bands_equal_the_reference_on_real_pages(real_pages, bands):
+    """Every flip set probed and sketch bands: the keys' candidates and the
+    bands' (equal on a band, the two key distances within the looser limit)."""
+    index = VerifiedIndex(max_probes=None, header_bits=4, bands=bands)
+    stored = []
+    for _, fp in real_pages:
+        page = (fp.value, fp.value2, fp.sketch)
+        want = ref.verified_matches(page, stored, 22, index.min_similarity, bands)
+        got = index.query(fp.value, fp.value2, fp.sketch, fp.W, fp.W2, first=False)
+        assert [m.id for m in got] == want
+        best = index.query_fingerprint(fp)
+        assert (best is None and not want) or best.id == want[0]
+        index.add_fingerprint(fp)
+        stored.append(page)
+    assert index.expected_recall is None        # (the calibration counts no bands)
+
+
+def test_bands_find_a_loose_pair_beyond_the_keys_radius():
+    """A page whose keys are both 26 bits away (beyond the radius) but whose
+    sketch agrees on a band and in 8 bins: found with bands only, at its
+    key distance; an exclusion and a far pair rule leave it out."""
+    rng = np.random.default_rng(8)
+    n = 5000
+    v1 = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64)
+    v2 = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64)
+    sk = rng.integers(0, 256, (n, SKETCH_BYTES), dtype=np.uint8)
+    q1, q2 = int(v1[77]) ^ ((1 << 26) - 1), int(v2[77]) ^ (((1 << 26) - 1) << 30)
+    qsk = rng.integers(0, 256, SKETCH_BYTES, dtype=np.uint8)
+    qsk[[6, 7, 1, 3, 9, 12, 20, 30]] = sk[77, [6, 7, 1, 3, 9, 12, 20, 30]]    # band 3 equal
+    plain, banded = VerifiedIndex(), VerifiedIndex(bands=4)
+    for index in (plain, banded):
+        index.add(v1, v2, sk)
+    assert plain.query(q1, q2, qsk.tobytes()) is None
+    agree = int((qsk == sk[77]).sum())
+    assert agree >= 8
+    assert banded.query(q1, q2, qsk.tobytes()) == (77, similarity(agree), 26)
+    assert banded.query(q1, q2, qsk.tobytes(), exclude=77) is None
+    assert VerifiedIndex(bands=3).query(q1, q2, qsk.tobytes()) is None   # (empty index)
+    three = VerifiedIndex(bands=3)
+    three.add(v1, v2, sk)
+    assert three.query(q1, q2, qsk.tobytes()) is None   # band 3 is not searched
+    far = int(v2[77]) ^ ((1 << 40) - 1)                  # 26 + 40 > 22 + 34
+    assert banded.query(q1, far, qsk.tobytes()) is None
+    assert "bands=4" in repr(banded)
+    assert banded.nbytes > plain.nbytes + 20 * n
+
+
+@pytest.mark.parametrize("bands", [-1, 17, 2.0, True, "4"])
+def test_bad_bands_are_refused(bands):
+    with pytest.raises(ValueError, match="bands must be an int in 0..16"):
+        VerifiedIndex(bands=bands)
+
+
 def test_crowded_buckets_give_every_verified_match():
     """The first buckets probed on each key hold more candidates than the
     search checks in one deferred pass (it overflows after deferring some),

@@ -14,10 +14,19 @@ The radius is wide (22 by default, where a plain 64-bit key would flag one
 unrelated page in about 120) because the verification, not the radius, keeps
 chance matches out: docs/algorithms.rst gives the numbers.
 
+With ``bands``, the first ``bands`` pairs of sketch bins are also exact-match
+tables (:mod:`scrapy_simdup._ext.bands`): every stored page that agrees with
+the query on a band, whose two key distances add up to at most ``pair_limit
++ BAND_PAIR_SLACK``, is a candidate too, whatever the probes reached. A pair
+of Jaccard similarity J agrees on a band with probability about J**2 at
+any index size, so they find the loose pairs that a probe budget misses as
+the header grows.
+
 Memory: each key table keeps the key, the other key (for the pair rule,
 checked in the scan before a sketch is read) and the row (24 bytes), and the
 sketch takes ``SKETCH_BYTES``: 80 bytes a page at the defaults, plus 8 when
-the caller gives its own ids.
+the caller gives its own ids. Bands add 4 bytes a page each and the keys by
+row (16 bytes).
 """
 from __future__ import annotations
 
@@ -27,11 +36,14 @@ from math import comb
 
 import numpy as np
 
+from scrapy_simdup._ext import bands as _bands
 from scrapy_simdup._ext import hashing, mapped
 from scrapy_simdup._limits import (
+    BAND_PAIR_SLACK,
     DEFAULT_DISTANCE,
     DEFAULT_MIN_SIMILARITY,
     DEFAULT_PROBES_PER_KEY,
+    MAX_BANDS,
     MAX_CALIBRATED_DISTANCE,
     MAX_RECALL_PROBES,
     VERIFIED_HEADER_DROP,
@@ -118,14 +130,15 @@ class VerifiedIndex:
     calibrated at ``distance`` 12..24, below that each key's model decides).
     ``pair_limit``: the
     largest sum of a candidate's two key distances (default ``distance +
-    26``; 128 turns the pair rule off).
+    26``; 128 turns the pair rule off). ``bands``: sketch bands searched
+    beside the keys (0..16; 0: none).
     """
 
     def __init__(self, distance: int = DEFAULT_DISTANCE,
                  min_similarity: float = DEFAULT_MIN_SIMILARITY,
                  max_probes: int | None = DEFAULT_PROBES_PER_KEY,
                  header_bits: int | None = None, model=None, recall: float | None = None,
-                 pair_limit: int | None = None):
+                 pair_limit: int | None = None, bands: int = 0):
         self.distance = _check_distance(distance)
         self.min_similarity = check_min_similarity(min_similarity)
         self.needed = matches_needed(self.min_similarity)
@@ -158,6 +171,11 @@ class VerifiedIndex:
                 or not 0 <= pair_limit <= 128:
             raise ValueError(f"pair_limit must be an int in 0..128, got {pair_limit!r}")
         self.pair_limit = int(pair_limit)
+        if isinstance(bands, bool) or not isinstance(bands, (int, np.integer)) \
+                or not 0 <= bands <= MAX_BANDS:
+            raise ValueError(f"bands must be an int in 0..{MAX_BANDS}, got {bands!r}")
+        self.bands = _bands.SketchBands(int(bands)) if bands else None
+        self.band_pair_limit = min(128, self.pair_limit + BAND_PAIR_SLACK)
         self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
                                      recall=table_recall, header_bits=header_bits, model=model)
                             for _ in range(2))
@@ -170,6 +188,9 @@ class VerifiedIndex:
         self._probes = 0
         self._sketches = np.zeros((0, SKETCH_BYTES), np.uint8)
         self._ids: np.ndarray | None = None      # None while every id equals its row
+        # the keys by row, for the bands' candidates (None without bands)
+        self._keys: tuple[np.ndarray, np.ndarray] | None = \
+            (np.zeros(0, np.uint64), np.zeros(0, np.uint64)) if self.bands is not None else None
         for table in self.tables:
             table._set_sketches(self._sketches, 0, self.needed)
         self._rebudget()
@@ -192,7 +213,10 @@ class VerifiedIndex:
         that a look-up finds at the current size and budget, from the
         calibration of the shipped model (``benchmarks/calibrate_recall.py``,
         real near-duplicate pages); None where it is not calibrated (another
-        radius, or fewer than 16 probes per key)."""
+        radius, or fewer than 16 probes per key, or with bands: they find
+        more, and the calibration does not count them)."""
+        if self.bands is not None:
+            return None
         key = (self.header_bits, self.max_probes)
         if self._stated is None or self._stated[0] != key:     # read once per header
             self._stated = (key, self.model.expected_recall(self.distance, *key))
@@ -221,12 +245,15 @@ class VerifiedIndex:
     def nbytes(self) -> int:
         """Bytes held by the tables, sketches and ids."""
         total = sum(t.nbytes for t in self.tables) + self._n * SKETCH_BYTES
+        if self.bands is not None:
+            total += self.bands.nbytes + 16 * self._n
         return total + (self._ids.nbytes if self._ids is not None else 0)
 
     def __repr__(self) -> str:
         return (f"VerifiedIndex(n={self._n}, distance={self.distance}, "
                 f"min_similarity={self.min_similarity}, header_bits={self.header_bits}, "
-                f"max_probes={self.max_probes})")
+                f"max_probes={self.max_probes}"
+                + (f", bands={self.bands.bands})" if self.bands is not None else ")"))
 
     def _reserve(self, extra: int) -> None:
         need = self._n + extra
@@ -239,6 +266,11 @@ class VerifiedIndex:
                 ids = mapped.zeros(cap, np.int64)
                 ids[: self._n] = self._ids[: self._n]
                 self._ids = ids
+            if self._keys is not None:
+                keys = tuple(mapped.zeros(cap, np.uint64) for _ in range(2))
+                for old, new in zip(self._keys, keys):
+                    new[: self._n] = old[: self._n]
+                self._keys = keys
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(values, values2, sketches, ids)`` of every stored page, in row order."""
@@ -260,14 +292,17 @@ class VerifiedIndex:
         """Within it, many batches of :meth:`add` cost time linear in the pages
         added (the tables merge their buffers geometrically, not every few
         pages per header); queries stay correct but slower until it ends."""
-        for table in self.tables:
+        for table in self._growing():
             table._set_bulk(True)
         try:
             yield self
         finally:
-            for table in self.tables:
+            for table in self._growing():
                 table._set_bulk(False)
             self._rebudget()        # (the last merge may have grown the headers)
+
+    def _growing(self):
+        return self.tables + ((self.bands,) if self.bands is not None else ())
 
     def add(self, values, values2, sketches, ids=None) -> np.ndarray:
         """Store pages by their two keys and sketches; returns their int64 ids
@@ -310,10 +345,17 @@ class VerifiedIndex:
         """Append checked pages (room reserved) to both tables and the sketches."""
         self.tables[0]._add_arrays(v1, rows, v2)
         self.tables[1]._add_arrays(v2, rows, v1)
-        self._sketches[self._n: self._n + rows.shape[0]] = sketches
-        self._n += rows.shape[0]
+        n = rows.shape[0]
+        self._sketches[self._n: self._n + n] = sketches
+        if self._keys is not None:
+            self._keys[0][self._n: self._n + n] = v1
+            self._keys[1][self._n: self._n + n] = v2
+        self._n += n
         for table in self.tables:
             table._set_sketches(self._sketches, self._n, self.needed)
+        if self.bands is not None:
+            self.bands._set_rows(self._sketches, self._keys[0], self._keys[1], self._n)
+            self.bands.add(n)
         self._rebudget()
 
     # -- query ------------------------------------------------------------
@@ -339,9 +381,20 @@ class VerifiedIndex:
         if exclude is not None and rows.shape[0]:
             keep = ids != exclude
             rows, dist, ids = rows[keep], dist[keep], ids[keep]
+        agree = hashing.sketch_matches(q, self._sketches, rows).astype(np.int16)
+        if self.bands is not None:
+            brows, bagree, bdist = self.bands.query(q, value, value2, self.band_pair_limit,
+                                                    self.needed)
+            bids = brows if self._ids is None else self._ids[brows]
+            if exclude is not None and brows.shape[0]:
+                keep = bids != exclude
+                brows, bagree, bdist, bids = brows[keep], bagree[keep], bdist[keep], bids[keep]
+            if brows.shape[0]:
+                rows, ids = np.concatenate((rows, brows)), np.concatenate((ids, bids))
+                dist = np.concatenate((dist, bdist))
+                agree = np.concatenate((agree, bagree.astype(np.int16)))
         if not rows.shape[0]:
             return None if first else []
-        agree = hashing.sketch_matches(q, self._sketches, rows).astype(np.int16)
         if first:   # the most agreeing bins, then the smaller distance, then the earlier row
             best = agree.max()
             tied = np.flatnonzero(agree == best)

@@ -56,10 +56,12 @@ def needed(min_similarity: float) -> int:
     return next(m for m in range(BINS + 1) if (m / BINS - c) / (1 - c) >= min_similarity - 1e-12)
 
 
-def verified_matches(query, stored, distance: int, min_similarity: float):
+def verified_matches(query, stored, distance: int, min_similarity: float, bands: int = 0):
     """Every stored page (index into ``stored``) that is a verified match of
     ``query``, best first: within ``distance`` on either key, the two
-    distances adding up to at most ``distance + 26``, enough equal bins.
+    distances adding up to at most ``distance + 26``, enough equal bins; with
+    ``bands``, also a page equal on one of the first ``bands`` pairs of bins
+    whose two distances add up to at most ``distance + 34``.
     Pages are ``(value, value2, sketch)`` tuples."""
     need = needed(min_similarity)
     found = []
@@ -67,6 +69,28 @@ def verified_matches(query, stored, distance: int, min_similarity: float):
         d1, d2 = bin(v1 ^ query[0]).count("1"), bin(v2 ^ query[1]).count("1")
         d = min(d1, d2)
         m = matches(query[2], sk)
-        if d <= distance and d1 + d2 <= distance + 26 and m >= need:
+        banded = any(sk[2 * b: 2 * b + 2] == query[2][2 * b: 2 * b + 2] for b in range(bands))
+        if m >= need and ((d <= distance and d1 + d2 <= distance + 26)
+                          or (banded and d1 + d2 <= distance + 34)):
             found.append((-m, d, row))
     return [row for _, _, row in sorted(found)]
+
+
+def band_matches(stored, query, bands, pair_limit, needed, exclude=-1):
+    """Every stored ``(value, value2, sketch)`` (by row) that agrees with
+    ``query`` on one of the first ``bands`` pairs of bins (2b, 2b + 1), whose
+    two key distances add up to at most ``pair_limit`` and whose sketch
+    agrees in at least ``needed`` bins: sorted ``[(row, agree, min distance)]``."""
+    qv, qv2, qs = query
+    out = []
+    for row, (v, v2, s) in enumerate(stored):
+        if row == exclude:
+            continue
+        if not any(s[2 * b] == qs[2 * b] and s[2 * b + 1] == qs[2 * b + 1]
+                   for b in range(bands)):
+            continue
+        d1, d2 = bin(v ^ qv).count("1"), bin(v2 ^ qv2).count("1")
+        agree = sum(a == b for a, b in zip(s, qs))
+        if d1 + d2 <= pair_limit and agree >= needed:
+            out.append((row, agree, min(d1, d2)))
+    return out

@@ -1,0 +1,287 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled sketch bands: exact-match tables over pairs of sketch bins.
+
+Band ``b`` of a sketch is its bins ``2b`` and ``2b + 1`` read as one 16-bit
+value; a table per band groups the stored rows by that value. A page and a
+near-duplicate of Jaccard similarity ``J`` agree on a band with probability
+about ``J**2`` whatever the number of stored pages, an unrelated page one time
+in 65,536, so a look-up reads ``bands`` buckets of ``n / 65,536`` rows.
+
+Layout, per band (rows are added in order: 0, 1, 2, ...):
+
+* ``main``: ``rows`` uint32[bands, cap] grouped by band value, in row order
+  within a value, with ``offsets`` uint32[bands, 65,537]: rows ``0 .. n_main``.
+* ``buffer``: rows ``n_main .. n``, chained per value (``head`` int32[bands,
+  65,536], ``nxt`` int32[bands, buffer cap], newest first) and counted
+  (``bcount``). It is merged when it holds more than ``n_main / 16`` rows (at
+  least 2 a value): in place, buckets moved up from the last value down, so a
+  merge moves ``n`` rows per band and reads no sketch.
+
+The rows' sketches and keys stay in the caller's row-indexed arrays
+(``_set_rows``): a candidate is checked against them.
+"""
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memmove
+
+from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch
+from scrapy_simdup._ext.popcount cimport simdup_popcount64
+from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
+
+import numpy as np
+
+from scrapy_simdup._ext import mapped
+
+cdef enum:
+    VALUES = 65536          # 16-bit band values
+    MAX_BANDS = SIMDUP_SKETCH_BINS // 2
+    MIN_BUFFER = 2 * VALUES
+    AHEAD = 8               # candidates whose key and sketch are prefetched ahead
+
+
+cdef inline uint32_t band_value(const uint8_t *sketch, int b) noexcept nogil:
+    return sketch[2 * b] | (<uint32_t>sketch[2 * b + 1] << 8)
+
+
+cdef class SketchBands:
+    """``bands`` (1..16) exact-match tables over pairs of sketch bins."""
+    cdef readonly int bands
+    cdef readonly Py_ssize_t n_main, n_buf
+    cdef Py_ssize_t cap, buf_cap
+    cdef bint bulk
+    cdef object _rows, _offsets, _head, _nxt, _bcount
+    cdef uint32_t *rows
+    cdef uint32_t *offsets
+    cdef int32_t *head
+    cdef int32_t *nxt
+    cdef uint32_t *bcount
+    # the caller's row-indexed arrays
+    cdef object _sk_arr, _k1_arr, _k2_arr
+    cdef const uint8_t *sk
+    cdef const uint64_t *k1
+    cdef const uint64_t *k2
+    cdef Py_ssize_t known
+
+    def __cinit__(self, int bands):
+        if not 1 <= bands <= MAX_BANDS:
+            raise ValueError(f"bands must be 1..{MAX_BANDS}, got {bands}")
+        self.bands = bands
+        self.n_main = self.n_buf = self.cap = self.buf_cap = self.known = 0
+        self._offsets = np.zeros((bands, VALUES + 1), np.uint32)
+        self._head = np.full((bands, VALUES), -1, np.int32)
+        self._bcount = np.zeros((bands, VALUES), np.uint32)
+        self._set_rows_array(np.zeros((bands, 0), np.uint32))
+        self._set_buffer(np.zeros((bands, 0), np.int32))
+        self.offsets = <uint32_t *> <size_t> self._offsets.ctypes.data
+        self.head = <int32_t *> <size_t> self._head.ctypes.data
+        self.bcount = <uint32_t *> <size_t> self._bcount.ctypes.data
+        self.sk = NULL
+        self.k1 = self.k2 = NULL
+
+    cdef void _set_rows_array(self, arr):
+        self._rows = arr
+        self.cap = arr.shape[1]
+        self.rows = <uint32_t *> <size_t> arr.ctypes.data
+
+    cdef void _set_buffer(self, arr):
+        self._nxt = arr
+        self.buf_cap = arr.shape[1]
+        self.nxt = <int32_t *> <size_t> arr.ctypes.data
+
+    def __len__(self):
+        return self.n_main + self.n_buf
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the row tables (with their room to grow), offsets and buffer."""
+        return int(self._rows.nbytes + self._offsets.nbytes + self._head.nbytes
+                   + self._nxt.nbytes + self._bcount.nbytes)
+
+    def _set_rows(self, const uint8_t[:, ::1] sketches, const uint64_t[::1] keys1,
+                  const uint64_t[::1] keys2, Py_ssize_t known):
+        """The rows' sketches and keys (row-indexed, the first ``known`` rows valid)."""
+        if sketches.shape[1] != SIMDUP_SKETCH_BINS or known > sketches.shape[0] \
+                or known > keys1.shape[0] or known > keys2.shape[0]:
+            raise ValueError("bad row arrays")
+        self._sk_arr, self._k1_arr, self._k2_arr = sketches, keys1, keys2
+        self.sk = &sketches[0, 0] if sketches.shape[0] else NULL
+        self.k1 = &keys1[0] if keys1.shape[0] else NULL
+        self.k2 = &keys2[0] if keys2.shape[0] else NULL
+        self.known = known
+
+    def _set_bulk(self, bint on):
+        """While on, the buffer may grow to the size of the main table (a
+        whole index loaded: the merges' total work stays linear)."""
+        self.bulk = on
+        if not on and self.n_buf > self._limit():
+            self._merge()
+
+    cdef Py_ssize_t _limit(self):
+        lim = self.n_main if self.bulk else self.n_main // 16
+        return lim if lim > MIN_BUFFER else MIN_BUFFER
+
+    def add(self, Py_ssize_t n):
+        """Rows ``len(self) .. len(self) + n`` (their sketches given by
+        ``_set_rows`` already)."""
+        cdef Py_ssize_t first = self.n_main + self.n_buf, chunk
+        if n < 0 or first + n > self.known:
+            raise ValueError("rows to add must be in the row arrays")
+        if first + n >= (<Py_ssize_t>1 << 31):
+            raise OverflowError("sketch bands hold fewer than 2**31 rows")
+        while n > 0:      # a buffer's worth at a time: the chains never outgrow it
+            chunk = min(n, self._limit() + 1 - self.n_buf)
+            self._chain(chunk)
+            n -= chunk
+            if self.n_buf > self._limit():
+                self._merge()
+
+    cdef void _chain(self, Py_ssize_t n):
+        """The next ``n`` rows into the buffer's chains."""
+        cdef Py_ssize_t first = self.n_main + self.n_buf, r, i
+        cdef int b
+        cdef uint32_t v
+        if self.n_buf + n > self.buf_cap:
+            self._grow_buffer(self.n_buf + n)
+        with nogil:
+            for r in range(first, first + n):
+                i = r - self.n_main
+                for b in range(self.bands):
+                    v = band_value(self.sk + r * SIMDUP_SKETCH_BINS, b)
+                    self.nxt[b * self.buf_cap + i] = self.head[b * VALUES + v]
+                    self.head[b * VALUES + v] = <int32_t>i
+                    self.bcount[b * VALUES + v] += 1
+            self.n_buf += n
+
+    cdef void _grow_buffer(self, Py_ssize_t need):
+        cap = max(need, min(2 * self.buf_cap, self._limit() + 1), 1024)
+        grown = np.empty((self.bands, cap), np.int32)
+        if self.n_buf:
+            grown[:, : self.n_buf] = self._nxt[:, : self.n_buf]
+        self._set_buffer(grown)
+
+    def _merge(self):
+        """The buffer into the main tables, in place."""
+        cdef Py_ssize_t total = self.n_main + self.n_buf
+        cdef int b
+        if not self.n_buf:
+            return
+        if total > self.cap:
+            cap = max(total, self.cap + self.cap // 2)
+            grown = mapped.empty((self.bands, cap), np.uint32, huge=True)
+            if self.n_main:
+                grown[:, : self.n_main] = self._rows[:, : self.n_main]
+            self._set_rows_array(grown)
+        with nogil:
+            for b in range(self.bands):
+                self._place(b)
+                self.offsets[b * (VALUES + 1) + VALUES] = <uint32_t>total
+            self.n_main = total
+            self.n_buf = 0
+        self._head.fill(-1)
+        self._bcount.fill(0)
+        if self.buf_cap > 2 * (self._limit() + 1):      # (after a bulk load)
+            self._set_buffer(np.empty((self.bands, self._limit() + 1), np.int32))
+
+    cdef void _place(self, int b) noexcept nogil:
+        """Band ``b``: old bucket ``v`` moved up by the buffer rows of lower
+        values, then the buffer rows of ``v`` after it (in row order)."""
+        cdef uint32_t *rows = self.rows + b * self.cap
+        cdef uint32_t *off = self.offsets + b * (VALUES + 1)
+        cdef uint32_t *cnt = self.bcount + b * VALUES
+        cdef Py_ssize_t shift = self.n_buf, old_start, old_end, new_start, end
+        cdef int64_t v = VALUES - 1
+        cdef int32_t i
+        old_end = self.n_main
+        while v >= 0:
+            shift -= cnt[v]
+            old_start = off[v]
+            new_start = old_start + shift
+            end = new_start + (old_end - old_start) + cnt[v]
+            if old_end > old_start and shift:
+                memmove(rows + new_start, rows + old_start,
+                        (old_end - old_start) * sizeof(uint32_t))
+            i = self.head[b * VALUES + v]
+            while i >= 0:                       # newest first: fill from the end
+                end -= 1
+                rows[end] = <uint32_t>(self.n_main + i)
+                i = self.nxt[b * self.buf_cap + i]
+            off[v] = <uint32_t>new_start
+            old_end = old_start
+            v -= 1
+
+    def query(self, const uint8_t[::1] sketch, uint64_t value, uint64_t value2,
+              int pair_limit, int needed, int64_t exclude=-1):
+        """Stored rows agreeing with ``sketch`` on a band, whose two key
+        distances add up to at most ``pair_limit`` and whose sketch agrees in
+        at least ``needed`` bins: ``(rows int64, agree uint8, distance int16)``
+        (the smaller key distance); a row found by several bands comes once
+        per band. ``exclude``: a row left out."""
+        if sketch.shape[0] != SIMDUP_SKETCH_BINS:
+            raise ValueError(f"a sketch must be {SIMDUP_SKETCH_BINS} bytes")
+        cdef Py_ssize_t total = self.n_main + self.n_buf
+        if total > self.known:
+            raise ValueError("the row arrays do not hold every stored row")
+        cdef Py_ssize_t n_cand = 0, cap = 256, k, j, n_out = 0
+        cdef uint32_t *cand = <uint32_t *> malloc(cap * sizeof(uint32_t))
+        cdef uint32_t *tmp
+        cdef int b, d1, d2, agree
+        cdef uint32_t v, lo, hi, r
+        cdef int32_t i
+        cdef const uint8_t *q = &sketch[0]
+        if cand == NULL:
+            raise MemoryError()
+        with nogil:
+            for b in range(self.bands):
+                v = band_value(q, b)
+                if self.n_main:
+                    lo = self.offsets[b * (VALUES + 1) + v]
+                    hi = self.offsets[b * (VALUES + 1) + v + 1]
+                else:
+                    lo = hi = 0
+                if n_cand + (hi - lo) + self.bcount[b * VALUES + v] > cap:
+                    cap = 2 * (n_cand + (hi - lo) + self.bcount[b * VALUES + v])
+                    tmp = <uint32_t *> realloc(cand, cap * sizeof(uint32_t))
+                    if tmp == NULL:
+                        free(cand)
+                        cand = NULL
+                        break
+                    cand = tmp
+                for j in range(lo, hi):
+                    cand[n_cand] = self.rows[b * self.cap + j]
+                    n_cand += 1
+                i = self.head[b * VALUES + v]
+                while i >= 0:
+                    cand[n_cand] = <uint32_t>(self.n_main + i)
+                    n_cand += 1
+                    i = self.nxt[b * self.buf_cap + i]
+        if cand == NULL:
+            raise MemoryError()
+        out_rows = np.empty(n_cand, np.int64)
+        out_agree = np.empty(n_cand, np.uint8)
+        out_dist = np.empty(n_cand, np.int16)
+        cdef int64_t[::1] o_rows = out_rows
+        cdef uint8_t[::1] o_agree = out_agree
+        cdef int16_t[::1] o_dist = out_dist
+        with nogil:
+            for k in range(n_cand):
+                if k + AHEAD < n_cand:
+                    r = cand[k + AHEAD]
+                    __builtin_prefetch(self.k1 + r)
+                    __builtin_prefetch(self.k2 + r)
+                    __builtin_prefetch(self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS)
+                r = cand[k]
+                if <int64_t>r == exclude:
+                    continue
+                d1 = simdup_popcount64(self.k1[r] ^ value)
+                d2 = simdup_popcount64(self.k2[r] ^ value2)
+                if d1 + d2 > pair_limit:
+                    continue
+                agree = simdup_sketch_matches(q, self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS)
+                if agree < needed:
+                    continue
+                o_rows[n_out] = r
+                o_agree[n_out] = <uint8_t>agree
+                o_dist[n_out] = <int16_t>(d1 if d1 < d2 else d2)
+                n_out += 1
+            free(cand)
+        return out_rows[:n_out], out_agree[:n_out], out_dist[:n_out]
