@@ -1,7 +1,7 @@
 """The crawl's default index at a million pages and more.
 
     .venv/bin/python benchmarks/bench_index_default.py [--n 1e6,1e7] [--probes 512,1024]
-        [--buffered 125000] [--plain]
+        [--buffered 125000] [--bands 12] [--plain]
 
 Part 1, the crawl's index (``VerifiedIndex()`` defaults: two keys, radius 22,
 the pair rule, 512 probes per key on headers of log2(n) - 7 bits, sketch
@@ -25,6 +25,7 @@ own at every size: what more probes buy in recall and cost in time.
 time after the rest, so that they wait in the tables' write buffers (a
 buffer holds up to 2 pages per header before it is merged: 131,072 at 10^7),
 as in a crawl between two merges; each row says how many wait there.
+``--bands B``: every index also searches ``B`` sketch bands.
 
 Part 2 (``--plain``) measures PSM against exact BPHS for the plain 64-bit key
 at h = 9 (``--distance``), where block-permuted search needs G >= 10 blocks:
@@ -126,7 +127,7 @@ def background_pages(m, seed=11, chunk=10_000_000):
                rng.integers(0, 256, (k, SKETCH_BYTES), dtype=np.uint8))
 
 
-def crawl_index_at_scale(sizes, pages, log, budgets=(None,), buffered=0):
+def crawl_index_at_scale(sizes, pages, log, budgets=(None,), buffered=0, bands=0):
     """The crawl's default index at each size (and each probe budget, None
     for the default): P, R, look-up times, bytes, and the recall the index
     states against the recall it has."""
@@ -140,7 +141,8 @@ def crawl_index_at_scale(sizes, pages, log, budgets=(None,), buffered=0):
         f"{'B/page':>6}  {'t':>2} {'probes':>6}  {'recall stated':>13} {'found/exhaustive':>16}")
     out = []
     for n, budget in ((n, b) for n in sizes for b in budgets):
-        index = VerifiedIndex() if budget is None else VerifiedIndex(max_probes=budget)
+        index = VerifiedIndex(bands=bands) if budget is None else \
+            VerifiedIndex(max_probes=budget, bands=bands)
         t0 = time.perf_counter()
         late = min(buffered, n - len(pages))
         for v1, v2, sk in background_pages(n - len(pages) - late):
@@ -182,6 +184,8 @@ def main(argv=None):
     ap.add_argument("--buffered", type=int, default=0,
                     help="background pages left in the write buffers (added last, "
                          "1,000 at a time)")
+    ap.add_argument("--bands", type=int, default=0,
+                    help="sketch bands of every index (VerifiedIndex(bands=...), 0..16)")
     ap.add_argument("--queries", type=int, default=20_000)
     ap.add_argument("--distance", type=int, default=PLAIN_DISTANCE)
     args = ap.parse_args(argv)
@@ -194,6 +198,8 @@ def main(argv=None):
         ap.error("--probes: budgets are at least 1 probe per key")
     if args.buffered < 0:
         ap.error("--buffered: a number of pages, at least 0")
+    if not 0 <= args.bands <= 16:
+        ap.error("--bands: 0..16")
 
     def log(*a):
         print(*a, flush=True)
@@ -201,7 +207,9 @@ def main(argv=None):
     log("== the crawl's index, VerifiedIndex() defaults, the real pages after unrelated "
         "background pages")
     pages = real_pages(log)
-    rows = crawl_index_at_scale(sizes, pages, log, budgets, args.buffered)
+    if args.bands:
+        log(f"every index with bands={args.bands}")
+    rows = crawl_index_at_scale(sizes, pages, log, budgets, args.buffered, args.bands)
     at = {row["n"]: row for row in rows if row["default"]}
     for n, want_r, want_ms in ((10**7, 0.955, 1.0), (10**8, 0.95, 2.0)):
         if n in at:
