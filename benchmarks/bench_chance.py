@@ -1,6 +1,6 @@
 """Chance matches: distinct pages wrongly matched as near-duplicates, by index size.
 
-    .venv/bin/python benchmarks/bench_chance.py [--n 1e5,1e6] [--queries 5000]
+    .venv/bin/python benchmarks/bench_chance.py [--n 1e5,1e6] [--queries 5000] [--bands 12]
 
 An index is filled with ``n`` distinct synthetic articles (a Zipf(1.1)
 vocabulary of 200,000 words, 30% of the words from a list of 120 stop words,
@@ -16,7 +16,9 @@ rule, both distances adding up to at most ``h + 26``) and whose sketch is
 therefore compared; then the matches among them at 5 equal bins of 32
 (``SIMDUP_MIN_SIMILARITY = 0.15``, the earlier default) and at 6 (0.18, the
 default now). Rows: the rule without the pair limit (the rule before) and with
-it (the default now).
+it (the default now); with ``--bands B``, also the pair rule with ``B`` sketch
+bands, whose candidates (equal on a band, both key distances within the
+looser limit) are counted the same way.
 
 Projection to 10^7 pages: the candidates per look-up grow with ``n`` (fitted
 as a power of ``n`` between the two sizes), and a candidate passes the sketch
@@ -146,7 +148,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", default="1e5,1e6")
     ap.add_argument("--queries", type=int, default=5000)
+    ap.add_argument("--bands", type=int, default=0, help="also the index with B sketch bands")
     args = ap.parse_args(argv)
+    if not 0 <= args.bands <= 16:
+        ap.error("--bands: 0..16")
+    variants = [("before (no pair rule)", 128, 0), ("pair rule (default)", None, 0)]
+    if args.bands:
+        variants.append((f"pair rule + {args.bands} bands", None, args.bands))
     sizes = [int(float(x)) for x in args.n.split(",")]
     print(f"# run {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())} on {os.cpu_count()} cores")
     t0 = time.time()
@@ -160,19 +168,19 @@ def main(argv=None):
         groups["distractors"] = real
     rows = {}
     for n in sizes:
-        for label, limit in (("before (no pair rule)", 128), ("pair rule (default)", None)):
-            index = VerifiedIndex(min_similarity=0.0, pair_limit=limit)
+        for label, limit, bands in variants:
+            index = VerifiedIndex(min_similarity=0.0, pair_limit=limit, bands=bands)
             index.add(stored["v"][:n], stored["v2"][:n], stored["sk"][:n])
             for g, queries in groups.items():
                 t = time.time()
                 c = count(index, queries)
                 rows[label, g, n] = (c, len(queries))
-                print(f"n {n:>10,}  {label:<22} {g:<12} look-ups {len(queries):>5}  "
+                print(f"n {n:>10,}  {label:<24} {g:<12} look-ups {len(queries):>5}  "
                       f"candidates/look-up {c[0] / len(queries):8.1f}  matches at 5 bins {c[1]:4d}"
                       f"  at 6 bins {c[2]:4d}  ({time.time() - t:.0f}s)", flush=True)
     print("\nprojected to 10^7 pages (candidates per look-up as a power of n; pass rate pooled):")
     target_ok = True
-    for label in ("before (no pair rule)", "pair rule (default)"):
+    for label, _, _ in variants:
         for g in groups:
             per = [rows[label, g, n][0][0] / rows[label, g, n][1] for n in sizes]
             if len(sizes) > 1 and per[0] > 0 and per[-1] > 0:
@@ -186,10 +194,10 @@ def main(argv=None):
                 rate, src = (passed / total, "measured") if passed and total else \
                     (binomial(need), "binomial")
                 proj = cand7 * rate
-                if label.startswith("pair") and need == DEFAULT_NEED:
+                if label == "pair rule (default)" and need == DEFAULT_NEED:
                     target_ok = target_ok and proj <= 1e-3
                 bound = f", at most {cand7 * 3 / total:.1e} (95%)" if not passed and total else ""
-                print(f"  {label:<22} {g:<12} min_similarity {name}: {cand7:9.1f} candidates x "
+                print(f"  {label:<24} {g:<12} min_similarity {name}: {cand7:9.1f} candidates x "
                       f"{rate:.2e} ({src}, {passed} passes in {total:,}) = {proj:.2e} per look-up"
                       f"{bound}  (growth n^{slope:.2f})")
     print(f"target (the defaults: pair rule, {DEFAULT_NEED} bins): <= 1e-3 chance matches per "

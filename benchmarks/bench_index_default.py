@@ -133,7 +133,7 @@ def crawl_index_at_scale(sizes, pages, log, budgets=(None,), buffered=0, bands=0
     states against the recall it has."""
     # the ceiling: every candidate of the real pages (background pages do not
     # pass the rule: see the "bg" column), so R of an exhaustive search
-    full = VerifiedIndex(max_probes=None, header_bits=4)
+    full = VerifiedIndex(max_probes=None, header_bits=4, bands=bands)
     c, _, _, n_true, _ = run_index(full, pages)
     ceiling = c / n_true
     log(f"every candidate (exhaustive, the real pages alone): R {ceiling:.3f}")
@@ -165,7 +165,7 @@ def crawl_index_at_scale(sizes, pages, log, budgets=(None,), buffered=0, bands=0
         out.append(row)
         log(f"{n:>11,}  {p:5.3f} {r:5.3f}  {bg:3d}  {row['median_ms']:9.3f} {row['p99_ms']:6.2f}  "
             f"{row['bytes_per_page']:6.1f}  {row['t']:2d} {row['probes']:>6}  "
-            f"{stated if stated is None else f'{stated:.3f}':>13} {row['measured']:16.3f}"
+            f"{'-' if stated is None else f'{stated:.3f}':>13} {row['measured']:16.3f}"
             f"   (built in {build:.0f} s"
             + (f", {in_buffer:,} in the write buffer)" if buffered else ")"))
         del index

@@ -19,8 +19,8 @@ and both; with the PSM budget of K probes per key at the header sizes of
 10^7 and 10^8 pages (``psm.ranks_of``: the probe that reaches each pair).
 Page P and R as in bench_index_default (distractor pairs left out). A band's
 candidate also needs its two key distances to add up to at most ``pair_limit
-+ BAND_PAIR_SLACK`` (56), as in the index, where it keeps random pages out;
-"alone" rows show what that costs. ``bench_index_default.py --bands``
++ BAND_PAIR_SLACK`` (56) and one equal bin more, as in the index, where this
+keeps random pages out; the "alone" rows show what that costs. ``bench_index_default.py --bands``
 measures the index itself at scale.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ def exhaustive(pages, log, band_counts, budgets):
     key_ok = ((d1 <= DEFAULT_DISTANCE) & (d1 + d2 <= limit),
               (d2 <= DEFAULT_DISTANCE) & (d1 + d2 <= limit))
     band_any = np.stack([eq[:, 2 * b: 2 * b + 2].all(axis=1) for b in range(16)], axis=1)
-    band_hit = band_any & (d1 + d2 <= limit + BAND_PAIR_SLACK)[:, None]
+    band_hit = band_any & ((d1 + d2 <= limit + BAND_PAIR_SLACK) & (agree > NEEDED))[:, None]
 
     def score(cand):
         """Page P and R when each page takes its best candidate (most equal
@@ -104,7 +104,7 @@ def exhaustive(pages, log, band_counts, budgets):
     rows = []
     for name, cand in [("today's rule, exhaustive", key_ok[0] | key_ok[1]),
                        ("the sketch alone (every earlier page)", np.ones(len(q), bool))] + \
-            [(f"{b} bands alone, no key distance", band_any[:, :b].any(axis=1))
+            [(f"{b} bands alone, no key distance nor extra bin", band_any[:, :b].any(axis=1))
              for b in band_counts] + \
             [(f"{b} bands alone", band_hit[:, :b].any(axis=1)) for b in band_counts]:
         pr = score(cand)

@@ -28,12 +28,17 @@ def pair_limit(distance: int) -> int:
 
 
 # Sketch bands (pairs of bins, exact-match tables) of the verified index: a
-# candidate they find has two bins equal already, so it needs both keys near
-# too, more loosely than a candidate of the keys' own search: random pages
-# pass 8% of the time, real near-duplicates nearly always
-# (benchmarks/study_sketch_bands.py).
+# candidate they find has two bins equal already, which makes the sketch test
+# easier to pass by chance, so it needs one equal bin more than a candidate
+# of the keys, and both its keys near too, more loosely than for a candidate
+# of the keys' own search: their distances add up to at most pair_limit +
+# BAND_PAIR_SLACK (56 at the default radius), which a random page passes 9%
+# of the time and a real near-duplicate nearly always
+# (benchmarks/study_sketch_bands.py, bench_chance.py --bands).
 MAX_BANDS = 16
 BAND_PAIR_SLACK = 8
+# Bands of the crawl's index (SIMDUP_BANDS).
+DEFAULT_BANDS = 0
 
 
 # Buckets probed per key and look-up by the verified index, whose header is

@@ -464,6 +464,8 @@ def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
      "pages"),
     ({"SIMDUP_INDEX": "redis://h:6379/0", "SIMDUP_DISTANCE": 12, "SIMDUP_RECALL": 0.98},
      "(PSM, recall 0.98), Redis index"),
+    ({"SIMDUP_BANDS": 12, "SIMDUP_MAX_PROBES": 128},
+     "(PSM, 128 probes per key and 12 sketch bands), memory index"),
 ])
 def test_the_start_up_line_gives_the_effective_setup(settings, expected):
     crawler = make_crawler({"SIMDUP_ENABLED": True, **settings})

@@ -30,7 +30,7 @@ def test_defaults():
     assert config.search == "psm" and config.index == "memory" and config.dir is None
     assert config.batch_size == 100_000 and config.on_error == "keep"
     assert config.redis_key == "simdup:%(spider)s" and config.redis_params == {}
-    assert config.feature_options == {}
+    assert config.feature_options == {} and config.bands == 0
     assert set(SETTINGS_DEFAULTS) >= {
         "SIMDUP_ENABLED", "SIMDUP_ACTION", "SIMDUP_DISTANCE", "SIMDUP_RECALL",
         "SIMDUP_MAX_PROBES", "SIMDUP_SEARCH", "SIMDUP_CONTENT_XPATH", "SIMDUP_CONTENT_CSS",
@@ -46,8 +46,10 @@ def test_parsing_of_good_values():
         "SIMDUP_CONTENT_CSS": "article", "SIMDUP_MIN_FEATURES": "8",
         "SIMDUP_ITEM_FIELDS": "title, body", "SIMDUP_INDEX": "redis://localhost:6379/0",
         "SIMDUP_REDIS_PARAMS": '{"socket_timeout": 5}', "SIMDUP_LOG_INTERVAL": "30",
-        "SIMDUP_DEBUG": 1, "SIMDUP_ON_ERROR": "stop", "SIMDUP_BATCH_SIZE": 1000.0}))
+        "SIMDUP_DEBUG": 1, "SIMDUP_ON_ERROR": "stop", "SIMDUP_BATCH_SIZE": 1000.0,
+        "SIMDUP_BANDS": "12"}))
     assert config.enabled and config.action == "tag" and config.distance == 5
+    assert config.bands == 12
     assert config.recall == 0.95 and config.search == "psm"
     assert config.feature_options == {"shingle_size": 4, "content_css": "article",
                                       "min_features": 8}
@@ -77,6 +79,9 @@ def test_simdup_dir_defaults_to_jobdir():
     ("SIMDUP_RECALL", 1.5),
     ("SIMDUP_RECALL", "nan"),
     ("SIMDUP_MAX_PROBES", 0),
+    ("SIMDUP_BANDS", 17),
+    ("SIMDUP_BANDS", -1),
+    ("SIMDUP_BANDS", "all"),
     ("SIMDUP_SEARCH", "fuzzy"),
     ("SIMDUP_SHINGLE_SIZE", "x"),
     ("SIMDUP_MIN_FEATURES", 0),

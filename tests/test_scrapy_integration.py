@@ -385,3 +385,27 @@ def test_bad_setting_fails_the_crawl_at_start_up(site, tmp_path):
                        [{"url": site.url("/page/a0v0")}], expect_error=True)
     assert result["error"].startswith("ValueError") and "SIMDUP_DISTANCE" in result["error"]
     assert not result["responses"]
+
+
+def test_sketch_bands_in_a_crawl_and_in_the_index_it_restores(site, tmp_path):
+    """SIMDUP_BANDS: the start-up line says so, and a second crawl with the
+    same SIMDUP_DIR restores the index (its bands built again) and drops the
+    variants of the first crawl's pages."""
+    settings = {**ADDON, "SIMDUP_BANDS": 12, "SIMDUP_MAX_PROBES": 128,
+                "SIMDUP_DIR": str(tmp_path / "simdup")}
+    first = [{"url": site.url(f"/page/a{a}v0")} for a in range(N_ARTICLES)]
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    result = run_crawl(tmp_path / "one", settings, first)
+    assert result["stats"]["simdup/checked"] == N_ARTICLES
+    assert result["stats"].get("simdup/duplicates", 0) == 0
+    assert any("128 probes per key and 12 sketch bands" in line for line in result["log"])
+    rest = [{"url": site.url(f"/page/a{a}v{v}")} for a in range(N_ARTICLES)
+            for v in range(1, N_VARIANTS)]
+    result = run_crawl(tmp_path / "two", settings, rest)
+    stats = result["stats"]
+    assert stats["simdup/checked"] == len(rest) and stats["simdup/dropped"] == len(rest)
+    assert stats["simdup/index_size"] == N_ARTICLES + len(rest)
+    for drop in result["dropped"]:
+        assert drop["duplicate_of"].endswith("v0")
+        assert site.clusters[_name(drop["url"])] == site.clusters[_name(drop["duplicate_of"])]

@@ -14,22 +14,21 @@ class Rows:
     """Row-indexed keys and sketches, with room to grow (as VerifiedIndex keeps them)."""
 
     def __init__(self, cap):
-        self.k1 = np.zeros(cap, np.uint64)
-        self.k2 = np.zeros(cap, np.uint64)
+        self.keys = np.zeros((cap, 2), np.uint64)
         self.sk = np.zeros((cap, BINS), np.uint8)
         self.n = 0
 
     def add(self, bands, k1, k2, sk):
         m = len(k1)
-        self.k1[self.n: self.n + m], self.k2[self.n: self.n + m] = k1, k2
+        self.keys[self.n: self.n + m, 0], self.keys[self.n: self.n + m, 1] = k1, k2
         self.sk[self.n: self.n + m] = sk
         self.n += m
-        bands._set_rows(self.sk, self.k1, self.k2, self.n)
+        bands._set_rows(self.sk, self.keys, self.n)
         bands.add(m)
 
     def stored(self):
-        return [(int(a), int(b), bytes(s)) for a, b, s in
-                zip(self.k1[: self.n], self.k2[: self.n], self.sk[: self.n])]
+        return [(int(a), int(b), bytes(s)) for (a, b), s in
+                zip(self.keys[: self.n], self.sk[: self.n])]
 
 
 def near(rng, k1, k2, sk, flips, keep):
@@ -164,5 +163,6 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="32 bytes"):
         bands.query(np.zeros(31, np.uint8), 0, 0, 128, 0)
     with pytest.raises(ValueError, match="bad row arrays"):
-        bands._set_rows(np.zeros((1, BINS), np.uint8), np.zeros(1, np.uint64),
-                        np.zeros(1, np.uint64), 2)
+        bands._set_rows(np.zeros((1, BINS), np.uint8), np.zeros((1, 2), np.uint64), 2)
+    with pytest.raises(ValueError, match="bad row arrays"):
+        bands._set_rows(np.zeros((2, BINS), np.uint8), np.zeros((2, 3), np.uint64), 2)

@@ -162,7 +162,7 @@ def test_verdicts_with_bands_equal_the_reference_on_real_pages(real_pages, bands
         assert (best is None and not want) or best.id == want[0]
         index.add_fingerprint(fp)
         stored.append(page)
-    assert index.expected_recall is None        # (the calibration counts no bands)
+    assert (index.expected_recall is None) == (bands < 4)   # (calibrated from 4 bands)
 
 
 def test_bands_find_a_loose_pair_beyond_the_keys_radius():
@@ -199,6 +199,8 @@ def test_bands_find_a_loose_pair_beyond_the_keys_radius():
 def test_bad_bands_are_refused(bands):
     with pytest.raises(ValueError, match="bands must be an int in 0..16"):
         VerifiedIndex(bands=bands)
+    with pytest.raises(ValueError, match="bands need the sketch test"):
+        VerifiedIndex(bands=4, min_similarity=0)
 
 
 def test_crowded_buckets_give_every_verified_match():
@@ -414,23 +416,47 @@ def _found(index, pages, background):
     return found
 
 
-@pytest.mark.parametrize("header_bits, probes", [(16, 256), (20, 512), (24, 2048)])
-def test_the_stated_recall_is_what_the_search_finds(shared_data, header_bits, probes):
+@pytest.mark.parametrize("header_bits, probes, bands", [
+    (16, 256, 0), (20, 512, 0), (24, 2048, 0), (20, 128, 12), (24, 64, 8), (24, 32, 4)])
+def test_the_stated_recall_is_what_the_search_finds(shared_data, header_bits, probes, bands):
     """``expected_recall`` against an exhaustive search of the same seeded
     index: the share of the pages the exhaustive search flags that the probe
     budget flags too, within the calibration's spread between halves of the
     stories (0.02) plus two standard errors. The whole of spotsigs-dev: the
     committed sample's 60-odd near-duplicates are too few to hold a recall
-    to a few hundredths."""
+    to a few hundredths. With sketch bands, both searches have them."""
     pages = _story_pages(shared_data)
-    exhaustive = _found(VerifiedIndex(max_probes=None, header_bits=4), pages, 20_000)
-    index = VerifiedIndex(max_probes=probes, header_bits=header_bits)
+    exhaustive = _found(VerifiedIndex(max_probes=None, header_bits=4, bands=bands), pages,
+                        20_000)
+    index = VerifiedIndex(max_probes=probes, header_bits=header_bits, bands=bands)
     found = _found(index, pages, 20_000)
     assert found <= exhaustive | found and len(exhaustive) >= 50
     measured = len(found & exhaustive) / len(exhaustive)
     stated = index.expected_recall
     spread = 0.02 + 2 * (stated * (1 - stated) / len(exhaustive)) ** 0.5
     assert abs(stated - measured) <= spread, (stated, measured, len(exhaustive))
+
+
+def test_the_stated_recall_with_bands_between_levels_and_outside_them():
+    model = VolatilityModel.default()
+    at = {b: model.expected_recall(22, 20, 128, b) for b in (0, 3, 4, 8, 10, 12, 16, 17)}
+    assert at[3] is None and at[17] is None                 # calibrated from 4 to 16
+    assert at[0] < at[4] <= at[8] <= at[12] <= at[16] <= 1.0
+    assert at[10] == pytest.approx((at[8] + at[12]) / 2)
+    assert model.expected_recall(22, 20, None, 12) == 1.0
+    assert model.expected_recall(30, 20, 128, 12) is None    # no radius 30
+    # bands need fewer probes for the same target
+    assert model.probes_for_expected_recall(22, 20, 0.95, 12) < \
+        model.probes_for_expected_recall(22, 20, 0.95)
+    banded = VerifiedIndex(recall=0.95, header_bits=20, bands=12)
+    assert banded.recall_held and banded.expected_recall >= 0.95
+    assert banded.max_probes < VerifiedIndex(recall=0.95, header_bits=20).max_probes
+    again = VolatilityModel.from_json(model.to_json())
+    assert again.expected_recall(22, 20, 128, 10) == at[10]
+    bad = model.to_dict()
+    bad["band_levels"] = [1, 2]
+    with pytest.raises(ValueError, match="band_levels"):
+        VolatilityModel.from_dict(bad)
 
 
 def test_a_target_recall_picks_the_probes_and_says_when_it_cannot_be_held():

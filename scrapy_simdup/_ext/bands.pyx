@@ -36,7 +36,7 @@ cdef enum:
     VALUES = 65536          # 16-bit band values
     MAX_BANDS = SIMDUP_SKETCH_BINS // 2
     MIN_BUFFER = 2 * VALUES
-    AHEAD = 8               # candidates whose key and sketch are prefetched ahead
+    AHEAD = 16              # candidates whose keys are prefetched ahead
 
 
 cdef inline uint32_t band_value(const uint8_t *sketch, int b) noexcept nogil:
@@ -56,10 +56,9 @@ cdef class SketchBands:
     cdef int32_t *nxt
     cdef uint32_t *bcount
     # the caller's row-indexed arrays
-    cdef object _sk_arr, _k1_arr, _k2_arr
+    cdef object _sk_arr, _keys_arr
     cdef const uint8_t *sk
-    cdef const uint64_t *k1
-    cdef const uint64_t *k2
+    cdef const uint64_t *keys     # row r: keys[2 r], keys[2 r + 1]
     cdef Py_ssize_t known
 
     def __cinit__(self, int bands):
@@ -76,17 +75,19 @@ cdef class SketchBands:
         self.head = <int32_t *> <size_t> self._head.ctypes.data
         self.bcount = <uint32_t *> <size_t> self._bcount.ctypes.data
         self.sk = NULL
-        self.k1 = self.k2 = NULL
+        self.keys = NULL
 
-    cdef void _set_rows_array(self, arr):
+    cdef int _set_rows_array(self, arr) except -1:
         self._rows = arr
         self.cap = arr.shape[1]
         self.rows = <uint32_t *> <size_t> arr.ctypes.data
+        return 0
 
-    cdef void _set_buffer(self, arr):
+    cdef int _set_buffer(self, arr) except -1:
         self._nxt = arr
         self.buf_cap = arr.shape[1]
         self.nxt = <int32_t *> <size_t> arr.ctypes.data
+        return 0
 
     def __len__(self):
         return self.n_main + self.n_buf
@@ -97,16 +98,16 @@ cdef class SketchBands:
         return int(self._rows.nbytes + self._offsets.nbytes + self._head.nbytes
                    + self._nxt.nbytes + self._bcount.nbytes)
 
-    def _set_rows(self, const uint8_t[:, ::1] sketches, const uint64_t[::1] keys1,
-                  const uint64_t[::1] keys2, Py_ssize_t known):
-        """The rows' sketches and keys (row-indexed, the first ``known`` rows valid)."""
-        if sketches.shape[1] != SIMDUP_SKETCH_BINS or known > sketches.shape[0] \
-                or known > keys1.shape[0] or known > keys2.shape[0]:
+    def _set_rows(self, const uint8_t[:, ::1] sketches, const uint64_t[:, ::1] keys,
+                  Py_ssize_t known):
+        """The rows' sketches and two keys (row-indexed, the first ``known``
+        rows valid; a row's two keys side by side, one read)."""
+        if sketches.shape[1] != SIMDUP_SKETCH_BINS or keys.shape[1] != 2 \
+                or known > sketches.shape[0] or known > keys.shape[0]:
             raise ValueError("bad row arrays")
-        self._sk_arr, self._k1_arr, self._k2_arr = sketches, keys1, keys2
+        self._sk_arr, self._keys_arr = sketches, keys
         self.sk = &sketches[0, 0] if sketches.shape[0] else NULL
-        self.k1 = &keys1[0] if keys1.shape[0] else NULL
-        self.k2 = &keys2[0] if keys2.shape[0] else NULL
+        self.keys = &keys[0, 0] if keys.shape[0] else NULL
         self.known = known
 
     def _set_bulk(self, bint on):
@@ -116,8 +117,8 @@ cdef class SketchBands:
         if not on and self.n_buf > self._limit():
             self._merge()
 
-    cdef Py_ssize_t _limit(self):
-        lim = self.n_main if self.bulk else self.n_main // 16
+    cdef Py_ssize_t _limit(self) noexcept:
+        cdef Py_ssize_t lim = self.n_main if self.bulk else self.n_main // 16
         return lim if lim > MIN_BUFFER else MIN_BUFFER
 
     def add(self, Py_ssize_t n):
@@ -135,7 +136,7 @@ cdef class SketchBands:
             if self.n_buf > self._limit():
                 self._merge()
 
-    cdef void _chain(self, Py_ssize_t n):
+    cdef int _chain(self, Py_ssize_t n) except -1:
         """The next ``n`` rows into the buffer's chains."""
         cdef Py_ssize_t first = self.n_main + self.n_buf, r, i
         cdef int b
@@ -151,13 +152,15 @@ cdef class SketchBands:
                     self.head[b * VALUES + v] = <int32_t>i
                     self.bcount[b * VALUES + v] += 1
             self.n_buf += n
+        return 0
 
-    cdef void _grow_buffer(self, Py_ssize_t need):
+    cdef int _grow_buffer(self, Py_ssize_t need) except -1:
         cap = max(need, min(2 * self.buf_cap, self._limit() + 1), 1024)
         grown = np.empty((self.bands, cap), np.int32)
         if self.n_buf:
             grown[:, : self.n_buf] = self._nxt[:, : self.n_buf]
         self._set_buffer(grown)
+        return 0
 
     def _merge(self):
         """The buffer into the main tables, in place."""
@@ -265,15 +268,12 @@ cdef class SketchBands:
         with nogil:
             for k in range(n_cand):
                 if k + AHEAD < n_cand:
-                    r = cand[k + AHEAD]
-                    __builtin_prefetch(self.k1 + r)
-                    __builtin_prefetch(self.k2 + r)
-                    __builtin_prefetch(self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS)
+                    __builtin_prefetch(self.keys + 2 * <Py_ssize_t>cand[k + AHEAD])
                 r = cand[k]
                 if <int64_t>r == exclude:
                     continue
-                d1 = simdup_popcount64(self.k1[r] ^ value)
-                d2 = simdup_popcount64(self.k2[r] ^ value2)
+                d1 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r] ^ value)
+                d2 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r + 1] ^ value2)
                 if d1 + d2 > pair_limit:
                     continue
                 agree = simdup_sketch_matches(q, self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS)

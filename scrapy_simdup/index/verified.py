@@ -17,7 +17,9 @@ chance matches out: docs/algorithms.rst gives the numbers.
 With ``bands``, the first ``bands`` pairs of sketch bins are also exact-match
 tables (:mod:`scrapy_simdup._ext.bands`): every stored page that agrees with
 the query on a band, whose two key distances add up to at most ``pair_limit
-+ BAND_PAIR_SLACK``, is a candidate too, whatever the probes reached. A pair
++ BAND_PAIR_SLACK``, is a candidate too, whatever the probes reached; it
+needs one equal bin more than the others (two of its bins are equal by
+selection, which makes the sketch test easier to pass by chance). A pair
 of Jaccard similarity J agrees on a band with probability about J**2 at
 any index size, so they find the loose pairs that a probe budget misses as
 the header grows.
@@ -174,6 +176,8 @@ class VerifiedIndex:
         if isinstance(bands, bool) or not isinstance(bands, (int, np.integer)) \
                 or not 0 <= bands <= MAX_BANDS:
             raise ValueError(f"bands must be an int in 0..{MAX_BANDS}, got {bands!r}")
+        if bands and not self.needed:
+            raise ValueError("bands need the sketch test: give a min_similarity above 0")
         self.bands = _bands.SketchBands(int(bands)) if bands else None
         self.band_pair_limit = min(128, self.pair_limit + BAND_PAIR_SLACK)
         self.tables = tuple(PSMIndex(distance=self.distance, max_probes=max_probes,
@@ -188,9 +192,9 @@ class VerifiedIndex:
         self._probes = 0
         self._sketches = np.zeros((0, SKETCH_BYTES), np.uint8)
         self._ids: np.ndarray | None = None      # None while every id equals its row
-        # the keys by row, for the bands' candidates (None without bands)
-        self._keys: tuple[np.ndarray, np.ndarray] | None = \
-            (np.zeros(0, np.uint64), np.zeros(0, np.uint64)) if self.bands is not None else None
+        # the two keys by row, for the bands' candidates (None without bands)
+        self._keys: np.ndarray | None = \
+            np.zeros((0, 2), np.uint64) if self.bands is not None else None
         for table in self.tables:
             table._set_sketches(self._sketches, 0, self.needed)
         self._rebudget()
@@ -212,14 +216,13 @@ class VerifiedIndex:
         """The share of the near-duplicates an exhaustive search would find
         that a look-up finds at the current size and budget, from the
         calibration of the shipped model (``benchmarks/calibrate_recall.py``,
-        real near-duplicate pages); None where it is not calibrated (another
-        radius, or fewer than 16 probes per key, or with bands: they find
-        more, and the calibration does not count them)."""
-        if self.bands is not None:
-            return None
+        real near-duplicate pages, with the bands if any); None where it is not
+        calibrated (another radius, fewer than 16 probes per key, fewer than 4
+        bands)."""
         key = (self.header_bits, self.max_probes)
         if self._stated is None or self._stated[0] != key:     # read once per header
-            self._stated = (key, self.model.expected_recall(self.distance, *key))
+            self._stated = (key, self.model.expected_recall(self.distance, *key,
+                                                            self._band_count))
         return self._stated[1]
 
     def _rebudget(self) -> None:
@@ -230,7 +233,8 @@ class VerifiedIndex:
         if self.recall is None or t == self._budget_t:
             return
         self._budget_t = t
-        k = self.model.probes_for_expected_recall(self.distance, t, self.recall)
+        k = self.model.probes_for_expected_recall(self.distance, t, self.recall,
+                                                  self._band_count)
         self.recall_held = k is not None and k <= MAX_RECALL_PROBES
         for table in self.tables:
             table.max_probes = k if self.recall_held else MAX_RECALL_PROBES
@@ -259,7 +263,7 @@ class VerifiedIndex:
         need = self._n + extra
         if need > self._sketches.shape[0]:
             cap = max(need, 2 * self._sketches.shape[0], 64)
-            grown = mapped.zeros((cap, SKETCH_BYTES), np.uint8)
+            grown = mapped.zeros((cap, SKETCH_BYTES), np.uint8, huge=True)
             grown[: self._n] = self._sketches[: self._n]
             self._sketches = grown
             if self._ids is not None:
@@ -267,9 +271,8 @@ class VerifiedIndex:
                 ids[: self._n] = self._ids[: self._n]
                 self._ids = ids
             if self._keys is not None:
-                keys = tuple(mapped.zeros(cap, np.uint64) for _ in range(2))
-                for old, new in zip(self._keys, keys):
-                    new[: self._n] = old[: self._n]
+                keys = mapped.zeros((cap, 2), np.uint64, huge=True)
+                keys[: self._n] = self._keys[: self._n]
                 self._keys = keys
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -300,6 +303,10 @@ class VerifiedIndex:
             for table in self._growing():
                 table._set_bulk(False)
             self._rebudget()        # (the last merge may have grown the headers)
+
+    @property
+    def _band_count(self) -> int:
+        return 0 if self.bands is None else self.bands.bands
 
     def _growing(self):
         return self.tables + ((self.bands,) if self.bands is not None else ())
@@ -348,13 +355,13 @@ class VerifiedIndex:
         n = rows.shape[0]
         self._sketches[self._n: self._n + n] = sketches
         if self._keys is not None:
-            self._keys[0][self._n: self._n + n] = v1
-            self._keys[1][self._n: self._n + n] = v2
+            self._keys[self._n: self._n + n, 0] = v1
+            self._keys[self._n: self._n + n, 1] = v2
         self._n += n
         for table in self.tables:
             table._set_sketches(self._sketches, self._n, self.needed)
         if self.bands is not None:
-            self.bands._set_rows(self._sketches, self._keys[0], self._keys[1], self._n)
+            self.bands._set_rows(self._sketches, self._keys, self._n)
             self.bands.add(n)
         self._rebudget()
 
@@ -383,8 +390,9 @@ class VerifiedIndex:
             rows, dist, ids = rows[keep], dist[keep], ids[keep]
         agree = hashing.sketch_matches(q, self._sketches, rows).astype(np.int16)
         if self.bands is not None:
+            # two bins of a band's candidate are equal already: one more bin
             brows, bagree, bdist = self.bands.query(q, value, value2, self.band_pair_limit,
-                                                    self.needed)
+                                                    self.needed + 1)
             bids = brows if self._ids is None else self._ids[brows]
             if exclude is not None and brows.shape[0]:
                 keep = bids != exclude

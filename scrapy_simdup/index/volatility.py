@@ -52,6 +52,8 @@ _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 RECALL_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0)
 # probes per key at which the verified index's recall is tabulated
 VERIFIED_PROBE_LEVELS = tuple(16 << i for i in range(13))      # 16 .. 65536
+# sketch bands at which the recall with bands is calibrated (between two: linear)
+BAND_LEVELS = (4, 8, 12, 16)
 # flip probability assumed for every header bit when a query has no weights
 UNIFORM_P = 0.1
 _P_MIN = 1e-300
@@ -77,7 +79,7 @@ class VolatilityModel:
 
     def __init__(self, grid_max: float, survival, tail_rate: float,
                  probes: dict | None = None, meta: dict | None = None,
-                 verified_recall: dict | None = None):
+                 verified_recall: dict | None = None, banded_recall: dict | None = None):
         survival = np.asarray(survival, dtype=np.float64)
         if survival.ndim != 1 or survival.shape[0] < 2:
             raise ValueError("survival must be a 1-D table of at least 2 points")
@@ -101,6 +103,18 @@ class VolatilityModel:
         for tab in self.verified_recall.values():
             if any(len(row) != len(VERIFIED_PROBE_LEVELS) for row in tab.values()):
                 raise ValueError("a verified_recall row needs one value per probe level")
+        # banded_recall[distance][bands][t]: the same with that many sketch bands
+        # (out of what an exhaustive search with them finds), at BAND_LEVELS
+        self.banded_recall = {
+            int(d): {int(b): {int(t): [float(r) for r in row] for t, row in tab.items()}
+                     for b, tab in by_bands.items()}
+            for d, by_bands in (banded_recall or {}).items()}
+        for by_bands in self.banded_recall.values():
+            if sorted(by_bands) != list(BAND_LEVELS):
+                raise ValueError("banded_recall needs a table at each of the band levels")
+            if any(len(row) != len(VERIFIED_PROBE_LEVELS)
+                   for tab in by_bands.values() for row in tab.values()):
+                raise ValueError("a banded_recall row needs one value per probe level")
         K = self.survival.shape[0]
         self.dc = self.grid_max / (K - 1)
         p = np.clip(0.5 * self.survival, _P_MIN, _P_MAX)
@@ -145,12 +159,30 @@ class VolatilityModel:
                 return None if level >= 1.0 or k < 0 else int(k)
         return None
 
-    def expected_recall(self, distance: int, header_bits: int, probes) -> float | None:
+    def expected_recall(self, distance: int, header_bits: int, probes,
+                        bands: int = 0) -> float | None:
         """The share of near-duplicate pages the verified index finds with
-        ``probes`` buckets per key (None: every flip set) and a
-        ``header_bits``-bit header, out of those an exhaustive search finds
-        (``benchmarks/calibrate_recall.py``); None where it is not calibrated."""
-        tab = self.verified_recall.get(int(distance))
+        ``probes`` buckets per key (None: every flip set), a
+        ``header_bits``-bit header and ``bands`` sketch bands, out of those an
+        exhaustive search finds (``benchmarks/calibrate_recall.py``); None
+        where it is not calibrated (bands: from BAND_LEVELS[0] on, linear
+        between two levels)."""
+        if not bands:
+            return self._recall_in(self.verified_recall.get(int(distance)), header_bits, probes)
+        by_bands = self.banded_recall.get(int(distance))
+        if not by_bands or not BAND_LEVELS[0] <= bands <= BAND_LEVELS[-1]:
+            return None
+        lo = max(b for b in BAND_LEVELS if b <= bands)
+        hi = min(b for b in BAND_LEVELS if b >= bands)
+        r_lo = self._recall_in(by_bands[lo], header_bits, probes)
+        r_hi = self._recall_in(by_bands[hi], header_bits, probes)
+        if r_lo is None or r_hi is None:
+            return None
+        return r_lo if hi == lo else r_lo + (bands - lo) / (hi - lo) * (r_hi - r_lo)
+
+    @staticmethod
+    def _recall_in(tab, header_bits: int, probes) -> float | None:
+        """Recall of a ``{t: row by probe level}`` table at a header and budget."""
         if not tab:
             return None
         if probes is None:
@@ -173,12 +205,12 @@ class VolatilityModel:
         return row[i] + f * (row[i + 1] - row[i])
 
     def probes_for_expected_recall(self, distance: int, header_bits: int,
-                                   recall: float) -> int | None:
+                                   recall: float, bands: int = 0) -> int | None:
         """The fewest probes per key (a tabulated level) at which
         :meth:`expected_recall` reaches ``recall``; None when no level does
         (or the setting is not calibrated)."""
         for k in VERIFIED_PROBE_LEVELS:
-            got = self.expected_recall(distance, header_bits, k)
+            got = self.expected_recall(distance, header_bits, k, bands)
             if got is None:
                 return None
             if got >= recall - 1e-12:
@@ -252,6 +284,10 @@ class VolatilityModel:
             "verified_probe_levels": list(VERIFIED_PROBE_LEVELS),
             "verified_recall": {str(d): {str(t): row for t, row in tab.items()}
                                 for d, tab in self.verified_recall.items()},
+            "band_levels": list(BAND_LEVELS),
+            "banded_recall": {str(d): {str(b): {str(t): row for t, row in tab.items()}
+                                       for b, tab in by_bands.items()}
+                              for d, by_bands in self.banded_recall.items()},
             "meta": self.meta,
         }
 
@@ -263,9 +299,12 @@ class VolatilityModel:
             if list(data.get("verified_probe_levels", VERIFIED_PROBE_LEVELS)) \
                     != list(VERIFIED_PROBE_LEVELS):
                 raise ValueError("verified_probe_levels differ from this version's")
+            if list(data.get("band_levels", BAND_LEVELS)) != list(BAND_LEVELS):
+                raise ValueError("band_levels differ from this version's")
             return cls(data["grid_max"], data["survival"], data["tail_rate"],
                        probes=data.get("probes"), meta=data.get("meta"),
-                       verified_recall=data.get("verified_recall"))
+                       verified_recall=data.get("verified_recall"),
+                       banded_recall=data.get("banded_recall"))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a volatility model: {exc!r}") from None
 

@@ -43,6 +43,7 @@ PARAMETER_SETTINGS = {
     "min_similarity": "SIMDUP_MIN_SIMILARITY",
     "recall": "SIMDUP_RECALL",
     "max_probes": "SIMDUP_MAX_PROBES",
+    "bands": "SIMDUP_BANDS",
     "fingerprint": "SIMDUP_INDEX",
 }
 #: What a user can change besides, when the value does not match a stored index.
@@ -91,7 +92,8 @@ def _corrupt_and_stopping(what: str, exc: CorruptFileError) -> None:
 
 # Settings the index constructor takes, for error messages naming the setting.
 _INDEX_OPTIONS = {"distance": "SIMDUP_DISTANCE", "min_similarity": "SIMDUP_MIN_SIMILARITY",
-                  "recall": "SIMDUP_RECALL", "max_probes": "SIMDUP_MAX_PROBES"}
+                  "recall": "SIMDUP_RECALL", "max_probes": "SIMDUP_MAX_PROBES",
+                  "bands": "SIMDUP_BANDS"}
 
 
 def _index_error(exc: Exception, options: dict) -> ValueError:
@@ -100,15 +102,17 @@ def _index_error(exc: Exception, options: dict) -> ValueError:
         if re.search(rf"(?<!\w){option}(?!\w)", message) and options.get(option) is not None:
             return ValueError(f"{setting}: {message}")
     return ValueError(f"invalid index settings (SIMDUP_SEARCH, SIMDUP_DISTANCE, "
-                      f"SIMDUP_MIN_SIMILARITY, SIMDUP_RECALL, SIMDUP_MAX_PROBES): {message}")
+                      f"SIMDUP_MIN_SIMILARITY, SIMDUP_RECALL, SIMDUP_MAX_PROBES, "
+                      f"SIMDUP_BANDS): {message}")
 
 
 def make_index(config: SimdupConfig) -> VerifiedIndex:
     """A fresh in-memory index for ``config``: SIMDUP_MAX_PROBES buckets per key
     (default ``DEFAULT_PROBES_PER_KEY``), the budget of SIMDUP_RECALL, or every
-    flip set with SIMDUP_SEARCH = "exact"."""
+    flip set with SIMDUP_SEARCH = "exact"; SIMDUP_BANDS sketch bands."""
     options: dict[str, Any] = {"distance": config.distance,
-                               "min_similarity": config.min_similarity}
+                               "min_similarity": config.min_similarity,
+                               "bands": config.bands}
     if config.search == "exact":
         options["max_probes"] = None
     elif config.recall is not None:

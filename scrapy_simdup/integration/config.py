@@ -19,9 +19,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from scrapy_simdup._limits import (
+    DEFAULT_BANDS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_DISTANCE,
     DEFAULT_MIN_SIMILARITY,
+    MAX_BANDS,
     MAX_BATCH_SIZE,
     MAX_CALIBRATED_DISTANCE,
     MAX_DISTANCE,
@@ -280,6 +282,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_MIN_SIMILARITY": DEFAULT_MIN_SIMILARITY,
     "SIMDUP_RECALL": None,
     "SIMDUP_MAX_PROBES": None,
+    "SIMDUP_BANDS": DEFAULT_BANDS,
     "SIMDUP_SEARCH": "psm",
     "SIMDUP_FEATURES": None,
     "SIMDUP_SHINGLE_SIZE": None,
@@ -333,6 +336,7 @@ class SimdupConfig:
     min_similarity: float = DEFAULT_MIN_SIMILARITY   # verification: estimated Jaccard
     recall: float | None = None           # PSM target recall in (0, 1] (calibrated radii)
     max_probes: int | None = None         # PSM probe budget per key (flip sets per query)
+    bands: int = DEFAULT_BANDS            # sketch bands searched beside the keys
     search: str = "psm"                   # "psm" | "exact" (every flip set)
     #: keyword arguments for Fingerprinter (only the settings the user set)
     feature_options: dict = field(default_factory=dict)
@@ -464,6 +468,7 @@ class SimdupConfig:
                                   lo=0.0, hi=1.0),
             recall=recall,
             max_probes=max_probes,
+            bands=_int("SIMDUP_BANDS", get("SIMDUP_BANDS"), lo=0, hi=MAX_BANDS),
             search=search,
             feature_options=feature_options,
             item_fields=_str_list("SIMDUP_ITEM_FIELDS", get("SIMDUP_ITEM_FIELDS")),

@@ -119,6 +119,8 @@ class SimdupLogStats:
             search = f"PSM, recall {config.recall:g}"
         else:
             search = f"PSM, {DEFAULT_PROBES_PER_KEY} probes per key"
+        if config.bands:
+            search += f" and {config.bands} sketch bands"
         recall = get("simdup/expected_recall")
         if recall is not None and config.search != "exact":
             search += f", expected recall {recall:.3f} at this size"

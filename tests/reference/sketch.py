@@ -61,7 +61,8 @@ def verified_matches(query, stored, distance: int, min_similarity: float, bands:
     ``query``, best first: within ``distance`` on either key, the two
     distances adding up to at most ``distance + 26``, enough equal bins; with
     ``bands``, also a page equal on one of the first ``bands`` pairs of bins
-    whose two distances add up to at most ``distance + 34``.
+    whose two distances add up to at most ``distance + 34``, with one equal
+    bin more.
     Pages are ``(value, value2, sketch)`` tuples."""
     need = needed(min_similarity)
     found = []
@@ -70,8 +71,8 @@ def verified_matches(query, stored, distance: int, min_similarity: float, bands:
         d = min(d1, d2)
         m = matches(query[2], sk)
         banded = any(sk[2 * b: 2 * b + 2] == query[2][2 * b: 2 * b + 2] for b in range(bands))
-        if m >= need and ((d <= distance and d1 + d2 <= distance + 26)
-                          or (banded and d1 + d2 <= distance + 34)):
+        if (m >= need and d <= distance and d1 + d2 <= distance + 26) \
+                or (m >= need + 1 and banded and d1 + d2 <= distance + 34):
             found.append((-m, d, row))
     return [row for _, _, row in sorted(found)]
 
