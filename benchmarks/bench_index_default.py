@@ -1,12 +1,11 @@
 """The crawl's default index at a million pages and more.
 
     .venv/bin/python benchmarks/bench_index_default.py [--n 1e6,1e7] [--probes 512,1024]
-        [--buffered 125000] [--bands 12] [--plain]
+        [--buffered 125000] [--bands 0] [--plain]
 
-Part 1, the crawl's index (``VerifiedIndex()`` defaults: two keys, radius 22,
-the pair rule, 512 probes per key on headers of log2(n) - 7 bits, sketch
-verification at 6 equal bins of
-32), filled with ``n - 2,498`` unrelated background pages (random keys and
+Part 1, the crawl's index (its defaults: two keys, radius 22, the pair rule,
+128 probes per key on headers of log2(n) - 7 bits, 12 sketch bands, sketch
+verification at 6 equal bins of 32), filled with ``n - 2,498`` unrelated background pages (random keys and
 sketches, which is what unrelated pages look like to both: their key
 distances follow Binomial(64, 1/2)) and then the real labelled pages
 (spotsigs-dev stories among distractors-dragnet pages, the online protocol of
@@ -25,7 +24,8 @@ own at every size: what more probes buy in recall and cost in time.
 time after the rest, so that they wait in the tables' write buffers (a
 buffer holds up to 2 pages per header before it is merged: 131,072 at 10^7),
 as in a crawl between two merges; each row says how many wait there.
-``--bands B``: every index also searches ``B`` sketch bands.
+``--bands B``: ``B`` sketch bands instead of 12 (0: none, and 512 probes
+per key by default, as the crawl does).
 
 Part 2 (``--plain``) measures PSM against exact BPHS for the plain 64-bit key
 at h = 9 (``--distance``), where block-permuted search needs G >= 10 blocks:
@@ -53,7 +53,12 @@ from pathlib import Path
 from bench_index import background, best_time, pairs_of, query_set
 
 from scrapy_simdup import BPHSIndex, Fingerprinter, PSMIndex, SkippedPage, VerifiedIndex
-from scrapy_simdup._limits import DEFAULT_RECALL
+from scrapy_simdup._limits import (
+    BANDED_PROBES_PER_KEY,
+    DEFAULT_BANDS,
+    DEFAULT_PROBES_PER_KEY,
+    DEFAULT_RECALL,
+)
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES
 
 PLAIN_DISTANCE = 9      # the previous default: one 64-bit key, no verification
@@ -141,8 +146,8 @@ def crawl_index_at_scale(sizes, pages, log, budgets=(None,), buffered=0, bands=0
         f"{'B/page':>6}  {'t':>2} {'probes':>6}  {'recall stated':>13} {'found/exhaustive':>16}")
     out = []
     for n, budget in ((n, b) for n in sizes for b in budgets):
-        index = VerifiedIndex(bands=bands) if budget is None else \
-            VerifiedIndex(max_probes=budget, bands=bands)
+        default = BANDED_PROBES_PER_KEY if bands else DEFAULT_PROBES_PER_KEY
+        index = VerifiedIndex(max_probes=default if budget is None else budget, bands=bands)
         t0 = time.perf_counter()
         late = min(buffered, n - len(pages))
         for v1, v2, sk in background_pages(n - len(pages) - late):
@@ -184,8 +189,8 @@ def main(argv=None):
     ap.add_argument("--buffered", type=int, default=0,
                     help="background pages left in the write buffers (added last, "
                          "1,000 at a time)")
-    ap.add_argument("--bands", type=int, default=0,
-                    help="sketch bands of every index (VerifiedIndex(bands=...), 0..16)")
+    ap.add_argument("--bands", type=int, default=DEFAULT_BANDS,
+                    help=f"sketch bands of every index (0..16, default {DEFAULT_BANDS})")
     ap.add_argument("--queries", type=int, default=20_000)
     ap.add_argument("--distance", type=int, default=PLAIN_DISTANCE)
     args = ap.parse_args(argv)
@@ -204,11 +209,10 @@ def main(argv=None):
     def log(*a):
         print(*a, flush=True)
     log(f"# run {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())} on {os.cpu_count()} cores")
-    log("== the crawl's index, VerifiedIndex() defaults, the real pages after unrelated "
+    log("== the crawl's index at its defaults, the real pages after unrelated "
         "background pages")
     pages = real_pages(log)
-    if args.bands:
-        log(f"every index with bands={args.bands}")
+    log(f"every index with {args.bands} sketch bands")
     rows = crawl_index_at_scale(sizes, pages, log, budgets, args.buffered, args.bands)
     at = {row["n"]: row for row in rows if row["default"]}
     for n, want_r, want_ms in ((10**7, 0.955, 1.0), (10**8, 0.95, 2.0)):

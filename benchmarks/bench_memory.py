@@ -1,6 +1,6 @@
 """Memory per checked page in a long crawl: the process's RSS with the plugin minus without.
 
-    .venv/bin/python benchmarks/bench_memory.py [--pages 100000]
+    .venv/bin/python benchmarks/bench_memory.py [--pages 100000] [--bands 12]
 
 Each mode runs in a fresh child process, which builds ``--pages`` responses of
 distinct synthetic articles (``bench_chance``'s Zipf-vocabulary text in a news
@@ -15,7 +15,8 @@ batch files (``SIMDUP_DIR``): the writer holds up to ``SIMDUP_BATCH_SIZE``
 pages between flushes, a bounded share. The warm-up mark is read once the
 allocator has handed back the memory it holds free (glibc's ``malloc_trim``);
 the end mark both as the process holds it and after the same trim (what is
-left is what the live objects take, without fragmentation).
+left is what the live objects take, without fragmentation). ``--bands B``
+sets ``SIMDUP_BANDS`` in the crawl.
 
 Target: at most 150 bytes per checked page, URLs included.
 """
@@ -90,7 +91,7 @@ def pages(n, seed=5):
                     "</body></html>")
 
 
-def child(mode: str, n: int, out: str, directory: str | None) -> None:
+def child(mode: str, n: int, out: str, directory: str | None, bands: int | None) -> None:
     from scrapy.http import HtmlResponse, Request
 
     middleware = None
@@ -102,6 +103,8 @@ def child(mode: str, n: int, out: str, directory: str | None) -> None:
                     "SIMDUP_URL_RULES": False}
         if directory:
             settings["SIMDUP_DIR"] = directory
+        if bands is not None:
+            settings["SIMDUP_BANDS"] = bands
         crawler = get_crawler(settings_dict=settings)
         middleware = SimdupDownloaderMiddleware.from_crawler(crawler)
     loop = asyncio.new_event_loop()
@@ -131,12 +134,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pages", type=int, default=100_000)
     ap.add_argument("--dir", action="store_true", help="also write batch files (SIMDUP_DIR)")
+    ap.add_argument("--bands", type=int, default=None, help="SIMDUP_BANDS of the crawl")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--directory", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.child, args.pages, args.out, args.directory)
+        return child(args.child, args.pages, args.out, args.directory, args.bands)
     print(f"# run {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())} on {os.cpu_count()} cores, "
           f"{args.pages:,} pages (RSS measured after {WARM:,})")
     result = {}
@@ -147,6 +151,8 @@ def main(argv=None):
                    "--out", out]
             if args.dir:
                 cmd += ["--directory", os.path.join(tmp, "simdup")]
+            if args.bands is not None:
+                cmd += ["--bands", str(args.bands)]
             subprocess.run(cmd, check=True)
             result[mode] = json.loads(Path(out).read_text())
             m = result[mode]["marks"]

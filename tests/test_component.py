@@ -450,7 +450,8 @@ def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
 
 @pytest.mark.parametrize("settings, expected", [
     ({}, "Simdup: drop near-duplicate pages within 22 bits of either key and similarity >= "
-         "0.18 (PSM, 512 probes per key), memory index, no SIMDUP_DIR (nothing is kept after "
+         "0.18 (PSM, 128 probes per key and 12 sketch bands), memory index, no SIMDUP_DIR "
+         "(nothing is kept after "
          "the crawl); revisits kept, start requests not dropped"),
     ({"SIMDUP_ACTION": "tag", "SIMDUP_SEARCH": "exact", "SIMDUP_DISTANCE": 4,
       "SIMDUP_MIN_SIMILARITY": 0},
@@ -459,13 +460,15 @@ def test_an_index_json_that_is_a_directory(tmp_path, on_error, caplog):
     ({"SIMDUP_INDEX": "redis://user:secret@h:6379/0", "SIMDUP_MAX_PROBES": 20,
       "SIMDUP_DIR": "/data/x", "SIMDUP_ON_REVISIT": "drop", "SIMDUP_DROP_START_REQUESTS": True},
      "Simdup: drop near-duplicate pages within 22 bits of either key and similarity >= 0.18 "
-     "(PSM, 20 probes per key), Redis index redis://***@h:6379/0 key 'simdup:news', "
+     "(PSM, 20 probes per key and 12 sketch bands), Redis index redis://***@h:6379/0 key "
+     "'simdup:news', "
      "SIMDUP_DIR=/data/x (batch files); revisits dropped, start requests dropped like other "
      "pages"),
     ({"SIMDUP_INDEX": "redis://h:6379/0", "SIMDUP_DISTANCE": 12, "SIMDUP_RECALL": 0.98},
-     "(PSM, recall 0.98), Redis index"),
-    ({"SIMDUP_BANDS": 12, "SIMDUP_MAX_PROBES": 128},
-     "(PSM, 128 probes per key and 12 sketch bands), memory index"),
+     "(PSM, recall 0.98 and 12 sketch bands), Redis index"),
+    ({"SIMDUP_BANDS": 0}, "(PSM, 512 probes per key), memory index"),
+    ({"SIMDUP_BANDS": 4, "SIMDUP_MAX_PROBES": 256},
+     "(PSM, 256 probes per key and 4 sketch bands), memory index"),
 ])
 def test_the_start_up_line_gives_the_effective_setup(settings, expected):
     crawler = make_crawler({"SIMDUP_ENABLED": True, **settings})
@@ -483,7 +486,8 @@ def test_the_start_up_line_says_what_was_restored(tmp_path):
     SimdupPipeline.from_crawler(crawler)
     assert middleware.logstats.setup("news").startswith(
         f"Simdup: drop near-duplicate pages and items within 22 bits of either key and "
-        f"similarity >= 0.18 (PSM, 512 probes per key, expected recall 1.000 at this size), "
+        f"similarity >= 0.18 (PSM, 128 probes per key and 12 sketch bands, expected recall 1.000 "
+        f"at this size), "
         f"memory index, SIMDUP_DIR={d}: restored 1,234 fingerprints and 0 items; ")
 
 

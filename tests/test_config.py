@@ -30,7 +30,8 @@ def test_defaults():
     assert config.search == "psm" and config.index == "memory" and config.dir is None
     assert config.batch_size == 100_000 and config.on_error == "keep"
     assert config.redis_key == "simdup:%(spider)s" and config.redis_params == {}
-    assert config.feature_options == {} and config.bands == 0
+    assert config.feature_options == {}
+    assert config.bands == 12 and config.probes_per_key == 128
     assert set(SETTINGS_DEFAULTS) >= {
         "SIMDUP_ENABLED", "SIMDUP_ACTION", "SIMDUP_DISTANCE", "SIMDUP_RECALL",
         "SIMDUP_MAX_PROBES", "SIMDUP_SEARCH", "SIMDUP_CONTENT_XPATH", "SIMDUP_CONTENT_CSS",
@@ -59,6 +60,18 @@ def test_parsing_of_good_values():
     assert config.log_interval == 30.0 and config.debug is True
     assert config.on_error == "stop" and config.batch_size == 1000
     assert config.redis_key_for("news") == "simdup:news"
+
+
+def test_bands_follow_the_sketch_test_and_set_the_default_probes():
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_BANDS": 0}))
+    assert config.bands == 0 and config.probes_per_key == 512
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_BANDS": 4, "SIMDUP_MAX_PROBES": 64}))
+    assert config.bands == 4 and config.probes_per_key == 64
+    # without the sketch test the keys alone decide: no bands unless asked for
+    config = SimdupConfig.from_settings(Settings({"SIMDUP_MIN_SIMILARITY": 0}))
+    assert config.bands == 0 and config.probes_per_key == 512
+    with pytest.raises(ValueError, match="SIMDUP_BANDS needs the sketch test"):
+        SimdupConfig.from_settings(Settings({"SIMDUP_MIN_SIMILARITY": 0, "SIMDUP_BANDS": 8}))
 
 
 def test_simdup_dir_defaults_to_jobdir():

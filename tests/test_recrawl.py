@@ -79,7 +79,8 @@ def test_a_recrawl_follows_the_links_and_keeps_the_revisits(site, tmp_path):
     line = _setup_line(first)
     assert line.startswith("INFO scrapy_simdup") and (
         "drop near-duplicate pages and items within 22 bits of either key and similarity "
-        ">= 0.18 (PSM, 512 probes per key, expected recall 1.000 at this size), memory "
+        ">= 0.18 (PSM, 128 probes per key and 12 sketch bands, expected recall 1.000 at this "
+        "size), memory "
         "index") in line
     assert f"SIMDUP_DIR={d}: restored 0 fingerprints and 0 items" in line
     assert "revisits kept, start requests not dropped" in line

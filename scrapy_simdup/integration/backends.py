@@ -107,9 +107,10 @@ def _index_error(exc: Exception, options: dict) -> ValueError:
 
 
 def make_index(config: SimdupConfig) -> VerifiedIndex:
-    """A fresh in-memory index for ``config``: SIMDUP_MAX_PROBES buckets per key
-    (default ``DEFAULT_PROBES_PER_KEY``), the budget of SIMDUP_RECALL, or every
-    flip set with SIMDUP_SEARCH = "exact"; SIMDUP_BANDS sketch bands."""
+    """A fresh in-memory index for ``config``: SIMDUP_BANDS sketch bands and
+    SIMDUP_MAX_PROBES buckets per key (``SimdupConfig.probes_per_key``), the
+    budget of SIMDUP_RECALL,
+    or every flip set with SIMDUP_SEARCH = "exact"."""
     options: dict[str, Any] = {"distance": config.distance,
                                "min_similarity": config.min_similarity,
                                "bands": config.bands}
@@ -117,8 +118,8 @@ def make_index(config: SimdupConfig) -> VerifiedIndex:
         options["max_probes"] = None
     elif config.recall is not None:
         options["recall"] = config.recall
-    elif config.max_probes is not None:
-        options["max_probes"] = config.max_probes
+    else:
+        options["max_probes"] = config.probes_per_key
     try:
         return VerifiedIndex(**options)
     except (TypeError, ValueError) as exc:

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from scrapy_simdup._limits import (
+    BANDED_PROBES_PER_KEY,
     DEFAULT_BANDS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_DISTANCE,
     DEFAULT_MIN_SIMILARITY,
+    DEFAULT_PROBES_PER_KEY,
     MAX_BANDS,
     MAX_BATCH_SIZE,
     MAX_CALIBRATED_DISTANCE,
@@ -282,7 +284,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "SIMDUP_MIN_SIMILARITY": DEFAULT_MIN_SIMILARITY,
     "SIMDUP_RECALL": None,
     "SIMDUP_MAX_PROBES": None,
-    "SIMDUP_BANDS": DEFAULT_BANDS,
+    "SIMDUP_BANDS": None,
     "SIMDUP_SEARCH": "psm",
     "SIMDUP_FEATURES": None,
     "SIMDUP_SHINGLE_SIZE": None,
@@ -458,17 +460,25 @@ class SimdupConfig:
                             f"has no effect with SIMDUP_SEARCH = 'exact' (it finds every "
                             f"match within SIMDUP_DISTANCE)")
 
+        min_similarity = _float("SIMDUP_MIN_SIMILARITY", get("SIMDUP_MIN_SIMILARITY"),
+                                lo=0.0, hi=1.0)
+        bands = _int("SIMDUP_BANDS", get("SIMDUP_BANDS"), lo=0, hi=MAX_BANDS, optional=True)
+        if bands is None:       # the sketch's bands need the sketch test
+            bands = DEFAULT_BANDS if min_similarity > 0 else 0
+        elif bands and not min_similarity > 0:
+            raise ValueError("SIMDUP_BANDS needs the sketch test: with SIMDUP_MIN_SIMILARITY = 0 "
+                             "set SIMDUP_BANDS = 0 (or leave it unset)")
+
         directory, dir_from_jobdir = crawl_directory(settings)
 
         config = cls(
             enabled=_bool("SIMDUP_ENABLED", get("SIMDUP_ENABLED")),
             action=_choice("SIMDUP_ACTION", get("SIMDUP_ACTION"), _ACTIONS),
             distance=distance,
-            min_similarity=_float("SIMDUP_MIN_SIMILARITY", get("SIMDUP_MIN_SIMILARITY"),
-                                  lo=0.0, hi=1.0),
+            min_similarity=min_similarity,
             recall=recall,
             max_probes=max_probes,
-            bands=_int("SIMDUP_BANDS", get("SIMDUP_BANDS"), lo=0, hi=MAX_BANDS),
+            bands=bands,
             search=search,
             feature_options=feature_options,
             item_fields=_str_list("SIMDUP_ITEM_FIELDS", get("SIMDUP_ITEM_FIELDS")),
@@ -520,6 +530,14 @@ class SimdupConfig:
             setting_of = {kwarg: name for name, kwarg in FEATURE_SETTINGS.items()}
             names = " / ".join(setting_of.get(p, p) for p in exc.parameter.split(","))
             raise ValueError(f"{names}: {exc}") from None
+
+    @property
+    def probes_per_key(self) -> int:
+        """PSM probes per key and look-up: SIMDUP_MAX_PROBES, else the
+        default for the bands (fewer with them: they find the loose pairs)."""
+        if self.max_probes is not None:
+            return self.max_probes
+        return BANDED_PROBES_PER_KEY if self.bands else DEFAULT_PROBES_PER_KEY
 
     def redis_key_for(self, spider_name: str) -> str:
         return self.redis_key % {"spider": spider_name}

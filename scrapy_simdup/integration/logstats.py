@@ -12,7 +12,6 @@ import time
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_simdup._limits import DEFAULT_PROBES_PER_KEY
 from scrapy_simdup.index.redis.log import safe_url
 from scrapy_simdup.integration.config import SimdupConfig
 
@@ -113,12 +112,10 @@ class SimdupLogStats:
         memory = config.index == "memory"
         if config.search == "exact":
             search = "every flip set"
-        elif config.max_probes is not None:
-            search = f"PSM, {config.max_probes} probes per key"
         elif config.recall is not None:
             search = f"PSM, recall {config.recall:g}"
         else:
-            search = f"PSM, {DEFAULT_PROBES_PER_KEY} probes per key"
+            search = f"PSM, {config.probes_per_key} probes per key"
         if config.bands:
             search += f" and {config.bands} sketch bands"
         recall = get("simdup/expected_recall")
