@@ -62,11 +62,14 @@ def test_memory_backend_knows_its_keys_as_restored():
     assert backend.same_key("id%0A1", "id\n1") and not backend.same_key("id%0A1", "id 1")
 
 
-def test_memory_backend_remembers_the_entry_it_stored_exactly():
+@pytest.mark.parametrize("bands", [0, 12])
+def test_memory_backend_remembers_the_entry_it_stored_exactly(bands):
     """The entry a check remembers for its key (looked up again by
     note_checked and checked_here) is the one a fresh look-up finds, for
-    new, copied, restored and re-stored keys alike."""
-    backend = MemoryBackend(VerifiedIndex())
+    new, copied, restored and re-stored keys alike. With sketch bands the
+    index keeps the keys by row, and the backend reads them there."""
+    backend = MemoryBackend(VerifiedIndex(bands=bands))
+    assert (backend._values is None) == bool(bands)
     # three distinct pages, each met three times (copies, revisits)
     fps = [fingerprint_features([f"w{j + 1000 * (i % 3)}" for j in range(40)]) for i in range(9)]
     backend.load([fps[0].value], [fps[0].value2], [fps[0].sketch], ["id%0A1"])
@@ -78,6 +81,8 @@ def test_memory_backend_remembers_the_entry_it_stored_exactly():
             remembered = backend._entry(other)
             backend._last_entry = None
             assert backend._entry(other) == remembered, other
+        row, v1, v2, _ = backend._entry(key)[1]
+        assert (v1, v2) == (backend.index.arrays()[0][row], backend.index.arrays()[1][row])
         backend.note_checked(key)
         assert backend.checked_here(key)
 
@@ -142,7 +147,8 @@ def _key(rng) -> int:
 MIX = 0x9E3779B97F4A7C15
 
 
-def test_a_page_is_a_revisit_even_when_another_stored_page_is_found_first():
+@pytest.mark.parametrize("bands", [0, 12])
+def test_a_page_is_a_revisit_even_when_another_stored_page_is_found_first(bands):
     """The look-up returns the best match (the most agreeing sketch bins): the
     page's own entry is looked up by key, and is found when it verifies."""
     rng = np.random.default_rng(5)
@@ -162,7 +168,7 @@ def test_a_page_is_a_revisit_even_when_another_stored_page_is_found_first():
         # A2's sketch agrees with C's in more bins than with A's: C is the best match
         sketch_a2 = sketch_c.copy()
         sketch_a2[:agree_with_a] = sketch_a[:agree_with_a]
-        backend = MemoryBackend(VerifiedIndex())
+        backend = MemoryBackend(VerifiedIndex(bands=bands))
         # the second key moves with the first (the pair rule reads both)
         assert asyncio.run(backend.check_and_add(
             Page(a, rng.normal(size=64), a ^ MIX, rng.normal(size=64), sketch_a.tobytes()),

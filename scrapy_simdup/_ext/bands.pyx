@@ -20,7 +20,7 @@ Layout, per band (rows are added in order: 0, 1, 2, ...):
 The rows' sketches and keys stay in the caller's row-indexed arrays
 (``_set_rows``): a candidate is checked against them.
 """
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memmove
 
@@ -259,12 +259,12 @@ cdef class SketchBands:
                     i = self.nxt[b * self.buf_cap + i]
         if cand == NULL:
             raise MemoryError()
-        out_rows = np.empty(n_cand, np.int64)
-        out_agree = np.empty(n_cand, np.uint8)
-        out_dist = np.empty(n_cand, np.int16)
-        cdef int64_t[::1] o_rows = out_rows
-        cdef uint8_t[::1] o_agree = out_agree
-        cdef int16_t[::1] o_dist = out_dist
+        # the rows that pass go back into cand (never ahead of the one read),
+        # their bins and distance into found: the few that pass are copied out
+        cdef uint16_t *found = <uint16_t *> malloc((n_cand + 1) * sizeof(uint16_t))
+        if found == NULL:
+            free(cand)
+            raise MemoryError()
         with nogil:
             for k in range(n_cand):
                 if k + AHEAD < n_cand:
@@ -279,9 +279,19 @@ cdef class SketchBands:
                 agree = simdup_sketch_matches(q, self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS)
                 if agree < needed:
                     continue
-                o_rows[n_out] = r
-                o_agree[n_out] = <uint8_t>agree
-                o_dist[n_out] = <int16_t>(d1 if d1 < d2 else d2)
+                cand[n_out] = r
+                found[n_out] = <uint16_t>((agree << 8) | (d1 if d1 < d2 else d2))
                 n_out += 1
-            free(cand)
-        return out_rows[:n_out], out_agree[:n_out], out_dist[:n_out]
+        out_rows = np.empty(n_out, np.int64)
+        out_agree = np.empty(n_out, np.uint8)
+        out_dist = np.empty(n_out, np.int16)
+        cdef int64_t[::1] o_rows = out_rows
+        cdef uint8_t[::1] o_agree = out_agree
+        cdef int16_t[::1] o_dist = out_dist
+        for k in range(n_out):
+            o_rows[k] = cand[k]
+            o_agree[k] = <uint8_t>(found[k] >> 8)
+            o_dist[k] = <int16_t>(found[k] & 255)
+        free(cand)
+        free(found)
+        return out_rows, out_agree, out_dist

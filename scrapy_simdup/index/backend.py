@@ -142,8 +142,10 @@ class MemoryBackend(IndexBackend):
         # by row: the key stored (and from a key its newest row), the two
         # keys, and _KEPT / _CHECKED; compact, for long crawls
         self.keys = KeyColumn()
-        self._values = ChunkedColumn(np.uint64)
-        self._values2 = ChunkedColumn(np.uint64)
+        # (an index with sketch bands keeps the two keys by row itself)
+        own_keys = getattr(index, "bands", None) is None
+        self._values = ChunkedColumn(np.uint64) if own_keys else None
+        self._values2 = ChunkedColumn(np.uint64) if own_keys else None
         self._flags = ChunkedColumn(np.uint8)
         # what was stored since the last take_stored(), when logging
         self._stored_log: list | None = None
@@ -191,6 +193,8 @@ class MemoryBackend(IndexBackend):
         were added to the index directly get zeros)."""
         for column, data in ((self._values, values), (self._values2, values2),
                              (self._flags, flags)):
+            if column is None:
+                continue
             if column.n < first:
                 column.extend(np.zeros(first - column.n, column.dtype))
             if len(data) == 1:      # a crawl's page
@@ -209,8 +213,9 @@ class MemoryBackend(IndexBackend):
         for stored_key in (key,) if escaped == key else (key, escaped):
             row = self.keys.row_of(stored_key) if stored_key is not None else None
             if row is not None and row < self._flags.n:
-                found = stored_key, (row, self._values[row], self._values2[row],
-                                     bool(self._flags[row] & _KEPT))
+                keys = self.index.keys_of(row) if self._values is None else \
+                    (self._values[row], self._values2[row])
+                found = stored_key, (row, *keys, bool(self._flags[row] & _KEPT))
                 break
         self._last_entry = (key, found)
         return found
@@ -264,7 +269,7 @@ class MemoryBackend(IndexBackend):
     def nbytes(self) -> int:
         """Bytes held: the index, the keys and the per-row columns."""
         return self.index.nbytes + self.keys.nbytes + sum(
-            c.nbytes for c in (self._values, self._values2, self._flags))
+            c.nbytes for c in (self._values, self._values2, self._flags) if c is not None)
 
     async def check_and_add(self, page, key: str) -> Match | None:
         return self._check_and_add(page, key)

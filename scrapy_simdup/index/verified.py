@@ -217,7 +217,7 @@ class VerifiedIndex:
         that a look-up finds at the current size and budget, from the
         calibration of the shipped model (``benchmarks/calibrate_recall.py``,
         real near-duplicate pages, with the bands if any); None where it is not
-        calibrated (another radius, fewer than 16 probes per key, fewer than 4
+        calibrated (another radius, fewer than 16 probes per key, 1 to 3
         bands)."""
         key = (self.header_bits, self.max_probes)
         if self._stated is None or self._stated[0] != key:     # read once per header
@@ -283,6 +283,13 @@ class VerifiedIndex:
             vals, rows = table._arrays()[:2]
             out[np.asarray(rows)] = np.asarray(vals)
         return values, values2, self._sketches[: self._n].copy(), self._row_ids()
+
+    def keys_of(self, row: int) -> tuple[int, int] | None:
+        """The two keys of a stored row, when the index keeps them by row
+        (with sketch bands); else None."""
+        if self._keys is None or not 0 <= row < self._n:
+            return None
+        return int(self._keys[row, 0]), int(self._keys[row, 1])
 
     def _row_ids(self) -> np.ndarray:
         if self._ids is None:
