@@ -50,9 +50,10 @@ sys.path.insert(0, str(HERE.parent))
 
 from scrapy_simdup import Fingerprinter
 from scrapy_simdup._limits import (
+    BANDED_PROBES_PER_KEY,
+    DEFAULT_BANDS,
     DEFAULT_DISTANCE,
     DEFAULT_MIN_SIMILARITY,
-    DEFAULT_PROBES_PER_KEY,
 )
 from scrapy_simdup.index.backend import MemoryBackend, Page
 from scrapy_simdup.index.redis.backend import RedisBackend
@@ -191,8 +192,13 @@ def score(pages, flags_of):
 
 
 # ----------------------------------------------------------------- the memory index
+def crawl_index() -> VerifiedIndex:
+    """The crawl's index at its defaults."""
+    return VerifiedIndex(bands=DEFAULT_BANDS, max_probes=BANDED_PROBES_PER_KEY)
+
+
 def memory_run(pages, n):
-    index = VerifiedIndex()
+    index = crawl_index()
     for a in range(0, n, 10**6):
         v1, v2, sk = unrelated(min(n, a + 10**6) - a, seed=a + 7)
         index.add(v1, v2, sk)
@@ -217,7 +223,7 @@ def memory_run(pages, n):
 def fleet_process(url, pages, host, barrier, queue):
     """Open the index, wait for the others, check every page (16 in flight)."""
     t0 = time.perf_counter()
-    backend = RedisBackend.open(url, PREFIX, VerifiedIndex())
+    backend = RedisBackend.open(url, PREFIX, crawl_index())
     startup = time.perf_counter() - t0
     loaded = len(backend)
     barrier.wait()
@@ -292,7 +298,8 @@ def main():
     import redis as _r
     print(f"# python benchmarks/bench_redis.py {' '.join(sys.argv[1:])}")
     print(f"# default settings (distance {DEFAULT_DISTANCE}, min_similarity "
-          f"{DEFAULT_MIN_SIMILARITY}, {DEFAULT_PROBES_PER_KEY} probes per key); "
+          f"{DEFAULT_MIN_SIMILARITY}, {BANDED_PROBES_PER_KEY} probes per key, {DEFAULT_BANDS} "
+          f"sketch bands); "
           f"{n_spot} spotsigs-dev + {len(pages) - n_spot} distractors-dragnet pages; "
           f"{CONCURRENCY} checks in flight per process; cores {os.cpu_count()}")
     print(f"# redis-server {srv.client.info('server')['redis_version']}, "

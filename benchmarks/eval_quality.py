@@ -13,10 +13,11 @@ earlier pages and then stored, matched or not (the crawl's in-memory backend
 stores a near-duplicate too, under the key of the page it duplicates; the
 protocol of spotsigs-dev/README.md and ``eval_real.py``). Rows:
 
-* ``ours, defaults``: the product path, ``MemoryBackend(VerifiedIndex())``
-  (two 64-bit keys searched by PSM within ``SIMDUP_DISTANCE``,
-  ``DEFAULT_PROBES_PER_KEY`` buckets a key, the header growing with the
-  index, verified by the sketch) fed ``Page(value, W, value2, W2, sketch)`` of
+* ``ours, defaults``: the product path at the crawl's defaults,
+  ``MemoryBackend(VerifiedIndex(bands=12, max_probes=128))`` (two 64-bit
+  keys searched by PSM within ``SIMDUP_DISTANCE``, ``BANDED_PROBES_PER_KEY``
+  buckets a key, the header growing with the index, and ``DEFAULT_BANDS``
+  sketch bands, verified by the sketch) fed ``Page(value, W, value2, W2, sketch)`` of
   ``Fingerprinter()``'s pages by one ``check_and_add_many`` with the stream
   positions as keys; a flag is a returned ``Match``, and the page it names is
   ``Match.duplicate_of`` (the earlier page it resembles most: the one a crawl
@@ -135,9 +136,10 @@ from _real import (
 
 from scrapy_simdup import Fingerprinter, SkippedPage
 from scrapy_simdup._limits import (
+    BANDED_PROBES_PER_KEY,
+    DEFAULT_BANDS,
     DEFAULT_DISTANCE,
     DEFAULT_MIN_SIMILARITY,
-    DEFAULT_PROBES_PER_KEY,
     VERIFIED_HEADER_DROP,
 )
 from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, chance_pass, matches_needed
@@ -378,12 +380,13 @@ def compare(P, stream, quick, extra_texts=None, names=None):
     D = ours_matrix(H1, H2, M, DEFAULT_DISTANCE, need)
     pair = pair_pr(D < INF, P)
     every, every_named = stream.score_named(stream.sub(D))
-    for name, kw in (("ours, defaults (MemoryBackend(VerifiedIndex()))", {}),
-                     (f"ours, header_bits={MILLION_T}", {"header_bits": MILLION_T})):
+    crawl = {"bands": DEFAULT_BANDS, "max_probes": BANDED_PROBES_PER_KEY}
+    for name, kw in (("ours, defaults (the crawl's: 12 sketch bands, 128 probes per key)", crawl),
+                     (f"ours, header_bits={MILLION_T}", {**crawl, "header_bits": MILLION_T})):
         sc, nb, backend, named = run_backend(stream, P, **kw)
         idx = backend.index
         note = f"t={idx.header_bits}, {idx.probes / max(1, stream.valid.sum()):.0f} probes/look-up"
-        if kw:
+        if "header_bits" in kw:
             note += f"; bytes: 2 x 2^{MILLION_T} bucket offsets over {len(idx)} pages"
         same = sum(every_named.get(p) == k for p, k in named.items())
         note += f"; {same} of {len(named)} flags as every candidate"
@@ -598,7 +601,8 @@ def main(argv=None):
           + ("  [--quick subset]" if args.quick else ""))
     print(f"fingerprints: {Fingerprinter().version}, {n_fp} pages fingerprinted in {t_fp:.1f}s, "
           f"{P.n - n_fp} from benchmarks/.cache/; defaults: SIMDUP_DISTANCE {DEFAULT_DISTANCE}, "
-          f"SIMDUP_MIN_SIMILARITY {DEFAULT_MIN_SIMILARITY}, {DEFAULT_PROBES_PER_KEY} probes per key; "
+          f"SIMDUP_MIN_SIMILARITY {DEFAULT_MIN_SIMILARITY}, {BANDED_PROBES_PER_KEY} probes per key, "
+          f"{DEFAULT_BANDS} sketch bands; "
           + (f"trafilatura {tv}" if tv else "trafilatura not installed"))
     rows, mats, t_cmp, notes = compare(P, stream, args.quick, {"trafilatura text": tt} if tt else None, names)
     print("\n== spotsigs-dev + distractors-dragnet, every page stored (what a crawl does); P: mixed precision "

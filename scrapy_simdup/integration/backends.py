@@ -107,10 +107,10 @@ def _index_error(exc: Exception, options: dict) -> ValueError:
 
 
 def make_index(config: SimdupConfig) -> VerifiedIndex:
-    """A fresh in-memory index for ``config``: SIMDUP_BANDS sketch bands and
-    SIMDUP_MAX_PROBES buckets per key (``SimdupConfig.probes_per_key``), the
-    budget of SIMDUP_RECALL,
-    or every flip set with SIMDUP_SEARCH = "exact"."""
+    """A fresh in-memory index for ``config``: SIMDUP_BANDS sketch bands,
+    and SIMDUP_MAX_PROBES buckets per key (``SimdupConfig.probes_per_key``),
+    the budget of SIMDUP_RECALL, or every flip set with SIMDUP_SEARCH =
+    "exact"."""
     options: dict[str, Any] = {"distance": config.distance,
                                "min_similarity": config.min_similarity,
                                "bands": config.bands}
