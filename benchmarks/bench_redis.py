@@ -49,17 +49,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from scrapy_simdup import Fingerprinter
-from scrapy_simdup._limits import (
-    BANDED_PROBES_PER_KEY,
-    DEFAULT_BANDS,
-    DEFAULT_DISTANCE,
-    DEFAULT_MIN_SIMILARITY,
-)
+from scrapy_simdup._limits import DEFAULT_DISTANCE, DEFAULT_MIN_SIMILARITY
 from scrapy_simdup.index.backend import MemoryBackend, Page
 from scrapy_simdup.index.redis.backend import RedisBackend
 from scrapy_simdup.index.redis.log import APPEND, RedisLog
 from scrapy_simdup.index.replica import RECORD
-from scrapy_simdup.index.verified import VerifiedIndex
+from scrapy_simdup.integration.backends import make_index
+from scrapy_simdup.integration.config import SimdupConfig
 from tests.data_root import DATA_ROOT
 
 PREFIX = "bench"
@@ -192,9 +188,9 @@ def score(pages, flags_of):
 
 
 # ----------------------------------------------------------------- the memory index
-def crawl_index() -> VerifiedIndex:
-    """The crawl's index at its defaults."""
-    return VerifiedIndex(bands=DEFAULT_BANDS, max_probes=BANDED_PROBES_PER_KEY)
+def crawl_index():
+    """The crawl's index at its defaults (what the plugin builds)."""
+    return make_index(SimdupConfig())
 
 
 def memory_run(pages, n):
@@ -298,8 +294,8 @@ def main():
     import redis as _r
     print(f"# python benchmarks/bench_redis.py {' '.join(sys.argv[1:])}")
     print(f"# default settings (distance {DEFAULT_DISTANCE}, min_similarity "
-          f"{DEFAULT_MIN_SIMILARITY}, {BANDED_PROBES_PER_KEY} probes per key, {DEFAULT_BANDS} "
-          f"sketch bands); "
+          f"{DEFAULT_MIN_SIMILARITY}, {SimdupConfig().probes_per_key} probes per key, "
+          f"{SimdupConfig().bands} sketch bands); "
           f"{n_spot} spotsigs-dev + {len(pages) - n_spot} distractors-dragnet pages; "
           f"{CONCURRENCY} checks in flight per process; cores {os.cpu_count()}")
     print(f"# redis-server {srv.client.info('server')['redis_version']}, "
