@@ -9,13 +9,19 @@ in 65,536, so a look-up reads ``bands`` buckets of ``n / 65,536`` rows.
 
 Layout, per band (rows are added in order: 0, 1, 2, ...):
 
-* ``main``: ``rows`` uint32[bands, cap] grouped by band value, in row order
-  within a value, with ``offsets`` uint32[bands, 65,537]: rows ``0 .. n_main``.
+* ``main``: rows ``0 .. n_main`` grouped by band value, in row order within a
+  value, with ``offsets`` uint32[bands, 65,537]. A bucket holds about one row
+  in 65,536, so its rows are Elias-Fano coded with 16 low bits: ``low``
+  uint16[bands, cap] holds each row's low 16 bits, and ``high`` a bit vector
+  per band where the ``i``-th row of bucket ``v`` sets bit ``offsets[v] +
+  v * H + i + (row >> 16)`` (``H = ceil(n_main / 65,536)``: each bucket owns
+  ``rows + H`` bits). About 2.25 bytes a row instead of 4.
 * ``buffer``: rows ``n_main .. n``, chained per value (``head`` int32[bands,
   65,536], ``nxt`` int32[bands, buffer cap], newest first) and counted
   (``bcount``). It is merged when it holds more than ``n_main / 16`` rows (at
-  least 2 a value): in place, buckets moved up from the last value down, so a
-  merge moves ``n`` rows per band and reads no sketch.
+  least 2 a value): the low bits in place, buckets moved up from the last value
+  down, and the bit vectors written anew, so a merge moves ``n`` rows per band
+  and reads no sketch.
 
 The rows' sketches and keys stay in the caller's row-indexed arrays
 (``_set_rows``): a candidate is checked against them.
@@ -24,7 +30,7 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memmove
 
-from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch
+from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch, ctz64
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
 from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
 
@@ -34,6 +40,7 @@ from scrapy_simdup._ext import mapped
 
 cdef enum:
     VALUES = 65536          # 16-bit band values
+    LOW_BITS = 16           # a row's bits kept in ``low``
     MAX_BANDS = SIMDUP_SKETCH_BINS // 2
     MIN_BUFFER = 2 * VALUES
     AHEAD = 16              # candidates whose keys are prefetched ahead
@@ -43,14 +50,37 @@ cdef inline uint32_t band_value(const uint8_t *sketch, int b) noexcept nogil:
     return sketch[2 * b] | (<uint32_t>sketch[2 * b + 1] << 8)
 
 
+cdef inline Py_ssize_t next_one(const uint64_t *bits, Py_ssize_t p) noexcept nogil:
+    """The first set bit at or after ``p`` (there is one)."""
+    cdef Py_ssize_t w = p >> 6
+    cdef uint64_t word = bits[w] >> (p & 63)
+    if word:
+        return p + ctz64(word)
+    w += 1
+    while bits[w] == 0:
+        w += 1
+    return (w << 6) + ctz64(bits[w])
+
+
+cdef inline void set_bit(uint64_t *bits, Py_ssize_t p) noexcept nogil:
+    bits[p >> 6] |= (<uint64_t>1) << (p & 63)
+
+
+cdef inline Py_ssize_t high_words(Py_ssize_t n) noexcept nogil:
+    """Words of one band's bit vector over ``n`` rows (a spare word at the end)."""
+    cdef Py_ssize_t h = ((n - 1) >> LOW_BITS) + 1 if n else 0
+    return (n + VALUES * h + 63) // 64 + 1
+
+
 cdef class SketchBands:
     """``bands`` (1..16) exact-match tables over pairs of sketch bins."""
     cdef readonly int bands
     cdef readonly Py_ssize_t n_main, n_buf
-    cdef Py_ssize_t cap, buf_cap
+    cdef Py_ssize_t cap, buf_cap, H, hwords
     cdef bint bulk
-    cdef object _rows, _offsets, _head, _nxt, _bcount
-    cdef uint32_t *rows
+    cdef object _low, _high, _offsets, _head, _nxt, _bcount
+    cdef uint16_t *low
+    cdef uint64_t *high
     cdef uint32_t *offsets
     cdef int32_t *head
     cdef int32_t *nxt
@@ -69,7 +99,8 @@ cdef class SketchBands:
         self._offsets = np.zeros((bands, VALUES + 1), np.uint32)
         self._head = np.full((bands, VALUES), -1, np.int32)
         self._bcount = np.zeros((bands, VALUES), np.uint32)
-        self._set_rows_array(np.zeros((bands, 0), np.uint32))
+        self._set_low(np.zeros((bands, 0), np.uint16))
+        self._set_high(np.zeros((bands, high_words(0)), np.uint64), 0)
         self._set_buffer(np.zeros((bands, 0), np.int32))
         self.offsets = <uint32_t *> <size_t> self._offsets.ctypes.data
         self.head = <int32_t *> <size_t> self._head.ctypes.data
@@ -77,10 +108,17 @@ cdef class SketchBands:
         self.sk = NULL
         self.keys = NULL
 
-    cdef int _set_rows_array(self, arr) except -1:
-        self._rows = arr
+    cdef int _set_low(self, arr) except -1:
+        self._low = arr
         self.cap = arr.shape[1]
-        self.rows = <uint32_t *> <size_t> arr.ctypes.data
+        self.low = <uint16_t *> <size_t> arr.ctypes.data
+        return 0
+
+    cdef int _set_high(self, arr, Py_ssize_t n) except -1:
+        self._high = arr
+        self.hwords = arr.shape[1]
+        self.H = ((n - 1) >> LOW_BITS) + 1 if n else 0
+        self.high = <uint64_t *> <size_t> arr.ctypes.data
         return 0
 
     cdef int _set_buffer(self, arr) except -1:
@@ -95,8 +133,8 @@ cdef class SketchBands:
     @property
     def nbytes(self) -> int:
         """Bytes held: the row tables (with their room to grow), offsets and buffer."""
-        return int(self._rows.nbytes + self._offsets.nbytes + self._head.nbytes
-                   + self._nxt.nbytes + self._bcount.nbytes)
+        return int(self._low.nbytes + self._high.nbytes + self._offsets.nbytes
+                   + self._head.nbytes + self._nxt.nbytes + self._bcount.nbytes)
 
     def _set_rows(self, const uint8_t[:, ::1] sketches, const uint64_t[:, ::1] keys,
                   Py_ssize_t known):
@@ -163,32 +201,66 @@ cdef class SketchBands:
         return 0
 
     def _merge(self):
-        """The buffer into the main tables, in place."""
-        cdef Py_ssize_t total = self.n_main + self.n_buf
+        """The buffer into the main tables: low bits in place, bit vectors anew."""
+        cdef Py_ssize_t total = self.n_main + self.n_buf, words = high_words(total)
         cdef int b
+        cdef uint64_t *high
         if not self.n_buf:
             return
         if total > self.cap:
-            cap = max(total, self.cap + self.cap // 2)
-            grown = mapped.empty((self.bands, cap), np.uint32, huge=True)
+            # grown by an eighth: a merge adds a sixteenth, so every other one copies
+            cap = max(total, self.cap + self.cap // 8)
+            grown = mapped.empty((self.bands, cap), np.uint16, huge=True)
             if self.n_main:
-                grown[:, : self.n_main] = self._rows[:, : self.n_main]
-            self._set_rows_array(grown)
+                grown[:, : self.n_main] = self._low[:, : self.n_main]
+            self._set_low(grown)
+        high_arr = mapped.zeros((self.bands, words), np.uint64, huge=True)
+        high = <uint64_t *> <size_t> high_arr.ctypes.data
         with nogil:
             for b in range(self.bands):
+                self._encode_high(b, high + b * words, ((total - 1) >> LOW_BITS) + 1)
                 self._place(b)
                 self.offsets[b * (VALUES + 1) + VALUES] = <uint32_t>total
             self.n_main = total
             self.n_buf = 0
+        self._set_high(high_arr, total)
         self._head.fill(-1)
         self._bcount.fill(0)
         if self.buf_cap > 2 * (self._limit() + 1):      # (after a bulk load)
             self._set_buffer(np.empty((self.bands, self._limit() + 1), np.int32))
 
+    cdef void _encode_high(self, int b, uint64_t *out, Py_ssize_t H) noexcept nogil:
+        """Band ``b``'s bit vector after the merge into ``out`` (zeroed), from
+        its old bit vector and the buffer's chains (before ``_place`` moves
+        the offsets)."""
+        cdef const uint32_t *off = self.offsets + b * (VALUES + 1)
+        cdef const uint32_t *cnt = self.bcount + b * VALUES
+        cdef const uint64_t *old = self.high + b * self.hwords
+        cdef Py_ssize_t shift = 0, lo, k, i, p, start, old_start
+        cdef Py_ssize_t v
+        cdef int32_t j
+        for v in range(VALUES):
+            lo = off[v]
+            k = (off[v + 1] if v + 1 < VALUES else self.n_main) - lo
+            start = lo + shift + v * H
+            old_start = lo + v * self.H
+            p = old_start
+            for i in range(k):
+                p = next_one(old, p)
+                set_bit(out, start + i + (p - old_start - i))
+                p += 1
+            i = k + cnt[v] - 1
+            j = self.head[b * VALUES + v]
+            while j >= 0:                       # newest first: from the end
+                set_bit(out, start + i + ((self.n_main + j) >> LOW_BITS))
+                i -= 1
+                j = self.nxt[b * self.buf_cap + j]
+            shift += cnt[v]
+
     cdef void _place(self, int b) noexcept nogil:
-        """Band ``b``: old bucket ``v`` moved up by the buffer rows of lower
-        values, then the buffer rows of ``v`` after it (in row order)."""
-        cdef uint32_t *rows = self.rows + b * self.cap
+        """Band ``b``'s low bits: old bucket ``v`` moved up by the buffer rows
+        of lower values, then the buffer rows of ``v`` after it (in row order)."""
+        cdef uint16_t *low = self.low + b * self.cap
         cdef uint32_t *off = self.offsets + b * (VALUES + 1)
         cdef uint32_t *cnt = self.bcount + b * VALUES
         cdef Py_ssize_t shift = self.n_buf, old_start, old_end, new_start, end
@@ -201,12 +273,12 @@ cdef class SketchBands:
             new_start = old_start + shift
             end = new_start + (old_end - old_start) + cnt[v]
             if old_end > old_start and shift:
-                memmove(rows + new_start, rows + old_start,
-                        (old_end - old_start) * sizeof(uint32_t))
+                memmove(low + new_start, low + old_start,
+                        (old_end - old_start) * sizeof(uint16_t))
             i = self.head[b * VALUES + v]
             while i >= 0:                       # newest first: fill from the end
                 end -= 1
-                rows[end] = <uint32_t>(self.n_main + i)
+                low[end] = <uint16_t>(self.n_main + i)
                 i = self.nxt[b * self.buf_cap + i]
             off[v] = <uint32_t>new_start
             old_end = old_start
@@ -224,9 +296,11 @@ cdef class SketchBands:
         cdef Py_ssize_t total = self.n_main + self.n_buf
         if total > self.known:
             raise ValueError("the row arrays do not hold every stored row")
-        cdef Py_ssize_t n_cand = 0, cap = 256, k, j, n_out = 0
+        cdef Py_ssize_t n_cand = 0, cap = 256, k, j, n_out = 0, p, start
         cdef uint32_t *cand = <uint32_t *> malloc(cap * sizeof(uint32_t))
         cdef uint32_t *tmp
+        cdef const uint16_t *low
+        cdef const uint64_t *high
         cdef int b, d1, d2, agree
         cdef uint32_t v, lo, hi, r
         cdef int32_t i
@@ -249,9 +323,15 @@ cdef class SketchBands:
                         cand = NULL
                         break
                     cand = tmp
-                for j in range(lo, hi):
-                    cand[n_cand] = self.rows[b * self.cap + j]
+                low = self.low + b * self.cap
+                high = self.high + b * self.hwords
+                start = lo + v * self.H
+                p = start
+                for j in range(hi - lo):
+                    p = next_one(high, p)
+                    cand[n_cand] = (<uint32_t>(p - start - j) << LOW_BITS) | low[lo + j]
                     n_cand += 1
+                    p += 1
                 i = self.head[b * VALUES + v]
                 while i >= 0:
                     cand[n_cand] = <uint32_t>(self.n_main + i)
