@@ -66,10 +66,9 @@ def test_memory_backend_knows_its_keys_as_restored():
 def test_memory_backend_remembers_the_entry_it_stored_exactly(bands):
     """The entry a check remembers for its key (looked up again by
     note_checked and checked_here) is the one a fresh look-up finds, for
-    new, copied, restored and re-stored keys alike. With sketch bands the
-    index keeps the keys by row, and the backend reads them there."""
+    new, copied, restored and re-stored keys alike, with and without sketch
+    bands (the backend reads the two keys by row from the index)."""
     backend = MemoryBackend(VerifiedIndex(bands=bands))
-    assert (backend._values is None) == bool(bands)
     # three distinct pages, each met three times (copies, revisits)
     fps = [fingerprint_features([f"w{j + 1000 * (i % 3)}" for j in range(40)]) for i in range(9)]
     backend.load([fps[0].value], [fps[0].value2], [fps[0].sketch], ["id%0A1"])

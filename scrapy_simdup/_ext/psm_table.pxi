@@ -59,7 +59,16 @@ cdef inline void _request_entry(PSMCore core, int32_t c) noexcept nogil:
     __builtin_prefetch(&core.bvals[c])
     __builtin_prefetch(&core.bnext[c])
     if core.paired:
-        __builtin_prefetch(&core.bvals2[c])
+        __builtin_prefetch(&core.bids[c])
+
+
+cdef inline bint _partner_fails(const uint64_t *pk, Py_ssize_t pk_rows, int64_t row,
+                                int d, uint64_t x2, int plim) noexcept nogil:
+    """A paired table's test: is the row unknown, or its other key too far?
+    (``pk``: the row keys, already offset to the other key's column)"""
+    if not 0 <= row < pk_rows:
+        return True
+    return d + simdup_popcount64(pk[2 * row] ^ x2) > plim
 
 
 cdef class PSMCore:
@@ -69,16 +78,14 @@ cdef class PSMCore:
     cdef long _maxk                  # probes per query, -1 = all
     cdef _Model _model
     # main table
-    cdef object _vals_arr, _ids_arr, _off_arr, _vals2_arr
+    cdef object _vals_arr, _ids_arr, _off_arr
     cdef const uint64_t *vals
-    cdef const uint64_t *vals2       # the partner key by position (paired tables)
     cdef const int64_t *ids
     cdef const uint32_t *off
     cdef Py_ssize_t n_main
     # buffer
-    cdef object _bvals_arr, _bids_arr, _bnext_arr, _bhead_arr, _bvals2_arr
+    cdef object _bvals_arr, _bids_arr, _bnext_arr, _bhead_arr
     cdef uint64_t *bvals
-    cdef uint64_t *bvals2
     cdef int64_t *bids
     cdef int32_t *bnext
     cdef int32_t *bhead
@@ -89,11 +96,16 @@ cdef class PSMCore:
     cdef const uint8_t *vsk
     cdef Py_ssize_t vsk_rows
     cdef int vneed
-    # a paired table (index/verified.py) keeps each page's other key beside
-    # its own, and a candidate also needs the two distances to add up to at
-    # most pair_limit: checked in the scan, before its sketch is read
+    # a paired table (index/verified.py): its ids are rows of the caller's
+    # row keys (``pk``: row r's keys at pk[2 r], pk[2 r + 1]), and a candidate
+    # also needs its distance and its other key's (column ``pcol``) to add up
+    # to at most pair_limit: checked in the scan, before its sketch is read
     cdef bint paired
     cdef int _pair_limit
+    cdef int pcol
+    cdef object _pk_arr
+    cdef const uint64_t *pk
+    cdef Py_ssize_t pk_rows
     cdef int header_drop             # t = floor(log2 n) - header_drop
     # while a whole index is loaded (``_set_bulk``): the write buffer grows to
     # a quarter of the main table, so that the merges' total work stays linear
@@ -113,8 +125,9 @@ cdef class PSMCore:
         self._pair_limit = 128
         self.header_drop = 2
         self.bulk = False
-        self.vals2 = NULL
-        self.bvals2 = NULL
+        self.pcol = 1
+        self.pk = NULL
+        self.pk_rows = 0
 
     # -- state --------------------------------------------------------
     def _core_init(self, int distance, int header_bits, _Model model):
@@ -138,40 +151,38 @@ cdef class PSMCore:
         self.header_drop = drop
         if self.fixed_t == 0:
             self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.int64),
-                           auto_header_bits(0, drop),
-                           vals2=np.zeros(0, np.uint64) if self.paired else None)
+                           auto_header_bits(0, drop))
 
-    def _set_paired(self, int pair_limit):
-        """Keep a partner key beside each key (``_add_arrays(values, ids,
-        values2)``); a candidate needs both distances to add up to at most
-        ``pair_limit``. Only on an empty table."""
+    def _set_paired(self, int pair_limit, int column):
+        """Ids are rows of the row keys given by ``_set_partners``, and a
+        candidate needs its distance and that of its key in ``column`` (0 or
+        1) to add up to at most ``pair_limit``. Only on an empty table."""
         if self.n_main or self.n_buf:
             raise ValueError("a table is paired before anything is added")
+        if column not in (0, 1):
+            raise ValueError(f"column must be 0 or 1, got {column}")
         self.paired = True
         self._pair_limit = pair_limit
-        self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.int64), self.t,
-                       vals2=np.zeros(0, np.uint64))
+        self.pcol = column
+
+    def _set_partners(self, const uint64_t[:, ::1] keys, Py_ssize_t rows):
+        """A paired table's row keys (the first ``rows`` rows valid): a
+        candidate whose id is not one of them is left out."""
+        if keys.shape[1] != 2 or rows > keys.shape[0]:
+            raise ValueError("bad row key array")
+        self._pk_arr = keys
+        self.pk = &keys[0, 0] if keys.shape[0] else NULL
+        self.pk_rows = rows
 
     @property
     def pair_limit(self):
         return self._pair_limit if self.paired else None
 
-    def _set_main(self, vals, ids, int t, offsets=None, vals2=None):
-        """Install a main table (values grouped by t-bit header; ``vals2``
-        the partner keys in the same order, for a paired table)."""
+    def _set_main(self, vals, ids, int t, offsets=None):
+        """Install a main table (values grouped by t-bit header)."""
         cdef Py_ssize_t n = vals.shape[0]
         if offsets is None:
             offsets = _bucket_offsets(vals, t)
-        if self.paired != (vals2 is not None):
-            raise ValueError("partner keys go with a paired table only")
-        cdef const uint64_t[::1] v2v
-        self._vals2_arr = vals2
-        self.vals2 = NULL
-        if vals2 is not None:
-            if vals2.shape[0] != n:
-                raise ValueError("one partner key per key")
-            v2v = vals2
-            self.vals2 = &v2v[0] if n else NULL
         self._vals_arr = vals
         self._ids_arr = ids
         self._off_arr = offsets
@@ -189,9 +200,7 @@ cdef class PSMCore:
         self.n_buf = 0
         self.buf_cap = 0
         self._bvals_arr = self._bids_arr = self._bnext_arr = self._bhead_arr = None
-        self._bvals2_arr = None
         self.bvals = NULL
-        self.bvals2 = NULL
         self.bids = NULL
         self.bnext = NULL
         self.bhead = NULL
@@ -248,8 +257,7 @@ cdef class PSMCore:
         """Bytes held by the table's arrays (values, ids, offsets, buffer)."""
         total = 0
         for a in (self._vals_arr, self._ids_arr, self._off_arr, self._bvals_arr,
-                  self._bids_arr, self._bnext_arr, self._bhead_arr, self._vals2_arr,
-                  self._bvals2_arr):
+                  self._bids_arr, self._bnext_arr, self._bhead_arr):
             if a is not None:
                 total += a.nbytes
         return total
@@ -265,20 +273,15 @@ cdef class PSMCore:
         return self._vals_arr, self._ids_arr, self._off_arr
 
     # -- insert -------------------------------------------------------
-    def _add_arrays(self, const uint64_t[::1] values, const int64_t[::1] ids,
-                    const uint64_t[::1] values2=None):
+    def _add_arrays(self, const uint64_t[::1] values, const int64_t[::1] ids):
         cdef Py_ssize_t m = values.shape[0], i
         cdef Py_ssize_t total = self.n_main + self.n_buf + m
         if total >= 4294967295:
             raise ValueError("PSMIndex holds at most 2**32 - 1 fingerprints")
-        if self.paired != (values2 is not None) or (
-                values2 is not None and values2.shape[0] != m):
-            raise ValueError("a paired table takes one partner key per key, others none")
         if m == 0:
             return
         if self.n_buf + m > self.buffer_limit():
-            self._merge(np.asarray(values), np.asarray(ids),
-                        np.asarray(values2) if values2 is not None else None)
+            self._merge(np.asarray(values), np.asarray(ids))
             return
         if self.n_buf + m > self.buf_cap:
             self._grow_buffer(self.n_buf + m)
@@ -289,8 +292,6 @@ cdef class PSMCore:
             v = values[i]
             b = <int32_t>(v >> shift) if self.tb > 0 else 0
             self.bvals[self.n_buf] = v
-            if self.paired:
-                self.bvals2[self.n_buf] = values2[i]
             self.bids[self.n_buf] = ids[i]
             self.bnext[self.n_buf] = self.bhead[b]
             self.bhead[b] = <int32_t>self.n_buf
@@ -307,21 +308,14 @@ cdef class PSMCore:
         bv = mapped.empty(cap, np.uint64)
         bi = mapped.empty(cap, np.int64)
         bn = mapped.empty(cap, np.int32)
-        bv2 = mapped.empty(cap if self.paired else 0, np.uint64)
         if self.n_buf:
             bv[:self.n_buf] = self._bvals_arr[:self.n_buf]
-            if self.paired:
-                bv2[:self.n_buf] = self._bvals2_arr[:self.n_buf]
             bi[:self.n_buf] = self._bids_arr[:self.n_buf]
             bn[:self.n_buf] = self._bnext_arr[:self.n_buf]
         if self._bhead_arr is None:
             self._bhead_arr = mapped.full(1 << self.tb, -1, np.int32)
         self._bvals_arr, self._bids_arr, self._bnext_arr = bv, bi, bn
         cdef uint64_t[::1] bvv = bv
-        cdef uint64_t[::1] bv2v = bv2
-        if self.paired:
-            self._bvals2_arr = bv2
-            self.bvals2 = &bv2v[0]
         cdef int64_t[::1] biv = bi
         cdef int32_t[::1] bnv = bn
         cdef int32_t[::1] bhv = self._bhead_arr
@@ -331,30 +325,25 @@ cdef class PSMCore:
         self.bhead = &bhv[0]
         self.buf_cap = cap
 
-    def _merge(self, extra_vals=None, extra_ids=None, extra_vals2=None):
+    def _merge(self, extra_vals=None, extra_ids=None):
         """Merge main + buffer (+ extra) into a new main table."""
         parts_v = [self._vals_arr]
         parts_i = [self._ids_arr]
-        parts_v2 = [self._vals2_arr]
         if self.n_buf:
             parts_v.append(self._bvals_arr[:self.n_buf])
             parts_i.append(self._bids_arr[:self.n_buf])
-            parts_v2.append(self._bvals2_arr[:self.n_buf] if self.paired else None)
         if extra_vals is not None:
             parts_v.append(extra_vals)
             parts_i.append(extra_ids)
-            parts_v2.append(extra_vals2)
         n = sum(p.shape[0] for p in parts_v)
         t = self.fixed_t if self.fixed_t > 0 else auto_header_bits(n, self.header_drop)
         # (in mappings of their own: the arrays they replace go back to the system)
         # the table's arrays, written in full and read at random: huge pages
         vals = mapped.empty(n, np.uint64, huge=True)
         ids = mapped.empty(n, np.int64, huge=True)
-        vals2 = mapped.empty(n, np.uint64, huge=True) if self.paired else None
         offsets = mapped.zeros((1 << t) + 1, np.uint32, huge=True)
-        _counting_sort(parts_v, parts_i, t, vals, ids, offsets,
-                       parts_v2 if self.paired else None, vals2)
-        self._set_main(vals, ids, t, offsets, vals2)
+        _counting_sort(parts_v, parts_i, t, vals, ids, offsets)
+        self._set_main(vals, ids, t, offsets)
         self._on_rebuild()
 
     def _on_rebuild(self):
@@ -392,11 +381,13 @@ cdef class PSMCore:
         cdef uint64_t v, hdr
         cdef const uint32_t *off = self.off
         cdef const uint64_t *vals = self.vals
-        cdef const uint64_t *vals2 = self.vals2
         cdef const int64_t *ids = self.ids
+        cdef const uint64_t *pk = self.pk + self.pcol if self.pk != NULL else NULL
+        cdef Py_ssize_t pk_rows = self.pk_rows
         cdef const int32_t *bhead = self.bhead if self.n_buf else NULL
         cdef bint paired = self.paired
         cdef int plim = self._pair_limit
+        cdef int64_t row
         cdef int keep = t if maxk >= t else <int>maxk
         if prepare(&self._model.m, W, t, keep, lw, mk) < 0:
             return -1
@@ -410,12 +401,13 @@ cdef class PSMCore:
             nb_next = 0
             if rc > 0 and k < maxk:
                 nb_next = _next_batch(&g, x, shift, off, &hq[nxt], &k, maxk, &rc)
-            # Two passes over the batch's buckets. The first finds the
-            # entries within h on this key and starts loading what checking
-            # them reads (the partner key, the id: random reads in arrays of
-            # the whole index); the second checks them in the same order, by
-            # which time the loads have arrived. Candidates past CAND_CAP fall
-            # back to checking in place, from the bucket that overflowed.
+            # Passes over the batch's buckets. The first finds the entries
+            # within h on this key and starts loading their ids; a paired
+            # table then starts loading their rows' keys (random reads in
+            # arrays of the whole index); the last checks them in the same
+            # order, by which time the loads have arrived. Candidates past
+            # CAND_CAP fall back to checking in place, from the bucket that
+            # overflowed.
             ncand = 0
             spill = nb
             if bhead != NULL:
@@ -433,8 +425,6 @@ cdef class PSMCore:
                             break
                         cand[ncand] = j
                         ncand += 1
-                        if paired:
-                            __builtin_prefetch(&vals2[j])
                         __builtin_prefetch(&ids[j])
                 if spill < nb:
                     break
@@ -444,6 +434,11 @@ cdef class PSMCore:
                     if chain[i] >= 0 and self.bnext[chain[i]] >= 0:
                         _request_entry(self, self.bnext[chain[i]])
             _load_buckets(off, vals, bhead, bshift, &hq[nxt], &lo[nxt], &hi[nxt], nb_next)
+            if paired:
+                for ci in range(ncand):
+                    row = ids[cand[ci]]
+                    if 0 <= row < pk_rows:
+                        __builtin_prefetch(&pk[2 * row])
             ci = 0
             for i in range(nb):
                 if i < spill:
@@ -451,7 +446,7 @@ cdef class PSMCore:
                         j = cand[ci]
                         ci += 1
                         d = simdup_popcount64(vals[j] ^ x)
-                        if paired and d + simdup_popcount64(vals2[j] ^ x2) > plim:
+                        if paired and _partner_fails(pk, pk_rows, ids[j], d, x2, plim):
                             continue
                         if res_push(res, qi, ids[j], d) < 0:
                             return -2
@@ -462,7 +457,7 @@ cdef class PSMCore:
                     for j in range(lo[cur + i], hi[cur + i]):
                         d = simdup_popcount64(vals[j] ^ x)
                         if d <= h:
-                            if paired and d + simdup_popcount64(vals2[j] ^ x2) > plim:
+                            if paired and _partner_fails(pk, pk_rows, ids[j], d, x2, plim):
                                 continue
                             if res_push(res, qi, ids[j], d) < 0:
                                 return -2
@@ -476,8 +471,8 @@ cdef class PSMCore:
                         v = self.bvals[c]
                         if (v >> shift) == hdr:
                             d = simdup_popcount64(v ^ x)
-                            if d <= h and not (paired and d + simdup_popcount64(
-                                    self.bvals2[c] ^ x2) > plim):
+                            if d <= h and not (paired and _partner_fails(
+                                    pk, pk_rows, self.bids[c], d, x2, plim)):
                                 if res_push(res, qi, self.bids[c], d) < 0:
                                     return -2
                                 found += 1
@@ -835,13 +830,10 @@ def _bucket_offsets(const uint64_t[::1] vals, int t):
 
 
 def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, int64_t[::1] ids,
-                   uint32_t[::1] offsets, parts_v2=None, uint64_t[::1] vals2=None):
-    """Stable counting sort of the concatenated parts by t-bit header (the
-    partner keys ``parts_v2``, when given, follow their keys into ``vals2``)."""
+                   uint32_t[::1] offsets):
+    """Stable counting sort of the concatenated parts by t-bit header."""
     cdef int shift = 64 - t
     cdef const uint64_t[::1] pv
-    cdef const uint64_t[::1] pv2
-    cdef bint paired = parts_v2 is not None
     cdef const int64_t[::1] pi
     cdef Py_ssize_t i, n
     cdef uint64_t b, nb = (<uint64_t>1) << t
@@ -861,8 +853,6 @@ def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, int64_t[::1] ids
     for k in range(len(parts_v)):
         pv = parts_v[k]
         pi = parts_i[k]
-        if paired:
-            pv2 = parts_v2[k]
         n = pv.shape[0]
         with nogil:
             for i in range(n):
@@ -871,5 +861,3 @@ def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, int64_t[::1] ids
                 cur[b] = pos + 1
                 vals[pos] = pv[i]
                 ids[pos] = pi[i]
-                if paired:
-                    vals2[pos] = pv2[i]

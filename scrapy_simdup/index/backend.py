@@ -139,13 +139,10 @@ class MemoryBackend(IndexBackend):
 
     def __init__(self, index) -> None:
         self.index = index
-        # by row: the key stored (and from a key its newest row), the two
-        # keys, and _KEPT / _CHECKED; compact, for long crawls
+        # by row: the key stored (and from a key its newest row), and
+        # _KEPT / _CHECKED; compact, for long crawls (the index keeps the two
+        # keys by row)
         self.keys = KeyColumn()
-        # (an index with sketch bands keeps the two keys by row itself)
-        own_keys = getattr(index, "bands", None) is None
-        self._values = ChunkedColumn(np.uint64) if own_keys else None
-        self._values2 = ChunkedColumn(np.uint64) if own_keys else None
         self._flags = ChunkedColumn(np.uint8)
         # what was stored since the last take_stored(), when logging
         self._stored_log: list | None = None
@@ -186,21 +183,18 @@ class MemoryBackend(IndexBackend):
             np.asarray(kept, dtype=bool).astype(np.uint8) * _KEPT
         for i, key in zip(np.asarray(ids).tolist(), keys):
             self.keys[i] = key
-        self._fill(int(ids[0]), values, values2, flags)
+        self._fill(int(ids[0]), flags)
 
-    def _fill(self, first: int, values, values2, flags) -> None:
-        """The rows ``first..`` of the per-row columns (rows before it that
-        were added to the index directly get zeros)."""
-        for column, data in ((self._values, values), (self._values2, values2),
-                             (self._flags, flags)):
-            if column is None:
-                continue
-            if column.n < first:
-                column.extend(np.zeros(first - column.n, column.dtype))
-            if len(data) == 1:      # a crawl's page
-                column.append(data[0])
-            else:
-                column.extend(np.asarray(data))
+    def _fill(self, first: int, flags) -> None:
+        """The flags of rows ``first..`` (rows before it that were added to
+        the index directly get zeros)."""
+        column = self._flags
+        if column.n < first:
+            column.extend(np.zeros(first - column.n, column.dtype))
+        if len(flags) == 1:      # a crawl's page
+            column.append(flags[0])
+        else:
+            column.extend(np.asarray(flags))
 
     def _entry(self, key: str):
         """``(stored key, (row, value, value2, kept))`` of the page stored under
@@ -213,8 +207,7 @@ class MemoryBackend(IndexBackend):
         for stored_key in (key,) if escaped == key else (key, escaped):
             row = self.keys.row_of(stored_key) if stored_key is not None else None
             if row is not None and row < self._flags.n:
-                keys = self.index.keys_of(row) if self._values is None else \
-                    (self._values[row], self._values2[row])
+                keys = self.index.keys_of(row)
                 found = stored_key, (row, *keys, bool(self._flags[row] & _KEPT))
                 break
         self._last_entry = (key, found)
@@ -257,7 +250,7 @@ class MemoryBackend(IndexBackend):
             self._last_entry = None
             row = self.index.add_fingerprint(page)
             self.keys[row] = key
-            self._fill(row, [int(page.value)], [int(page.value2)], [_KEPT if kept else 0])
+            self._fill(row, [_KEPT if kept else 0])
             self._last_entry = (key, (key, (row, int(page.value), int(page.value2), kept)))
             if self._stored_log is not None:
                 self._stored_log.append((int(page.value), int(page.value2), page.sketch, key, kept))
@@ -267,9 +260,8 @@ class MemoryBackend(IndexBackend):
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the index, the keys and the per-row columns."""
-        return self.index.nbytes + self.keys.nbytes + sum(
-            c.nbytes for c in (self._values, self._values2, self._flags) if c is not None)
+        """Bytes held: the index, the keys and the flags."""
+        return self.index.nbytes + self.keys.nbytes + self._flags.nbytes
 
     async def check_and_add(self, page, key: str) -> Match | None:
         return self._check_and_add(page, key)

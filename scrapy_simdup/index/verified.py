@@ -185,18 +185,17 @@ class VerifiedIndex:
                             for _ in range(2))
         self._budget_t = -1
         self._stated = None
-        for table in self.tables:
+        for column, table in zip((1, 0), self.tables):
             table._set_header_drop(VERIFIED_HEADER_DROP)
-            table._set_paired(self.pair_limit)
+            table._set_paired(self.pair_limit, column)
         self._n = 0
         self._probes = 0
         self._sketches = np.zeros((0, SKETCH_BYTES), np.uint8)
         self._ids: np.ndarray | None = None      # None while every id equals its row
-        # the two keys by row, for the bands' candidates (None without bands)
-        self._keys: np.ndarray | None = \
-            np.zeros((0, 2), np.uint64) if self.bands is not None else None
-        for table in self.tables:
-            table._set_sketches(self._sketches, 0, self.needed)
+        # the two keys by row: a table's candidate is checked on its other
+        # key there, and a band's on both
+        self._keys = np.zeros((0, 2), np.uint64)
+        self._share_rows()
         self._rebudget()
 
     # -- state ------------------------------------------------------------
@@ -248,9 +247,9 @@ class VerifiedIndex:
     @property
     def nbytes(self) -> int:
         """Bytes held by the tables, sketches and ids."""
-        total = sum(t.nbytes for t in self.tables) + self._n * SKETCH_BYTES
+        total = sum(t.nbytes for t in self.tables) + self._n * (SKETCH_BYTES + 16)
         if self.bands is not None:
-            total += self.bands.nbytes + 16 * self._n
+            total += self.bands.nbytes
         return total + (self._ids.nbytes if self._ids is not None else 0)
 
     def __repr__(self) -> str:
@@ -270,24 +269,27 @@ class VerifiedIndex:
                 ids = mapped.zeros(cap, np.int64)
                 ids[: self._n] = self._ids[: self._n]
                 self._ids = ids
-            if self._keys is not None:
-                keys = mapped.zeros((cap, 2), np.uint64, huge=True)
-                keys[: self._n] = self._keys[: self._n]
-                self._keys = keys
+            keys = mapped.zeros((cap, 2), np.uint64, huge=True)
+            keys[: self._n] = self._keys[: self._n]
+            self._keys = keys
+            self._share_rows()
+
+    def _share_rows(self) -> None:
+        """Hand the row arrays (their first ``len(self)`` rows) to the tables and bands."""
+        for table in self.tables:
+            table._set_sketches(self._sketches, self._n, self.needed)
+            table._set_partners(self._keys, self._n)
+        if self.bands is not None:
+            self.bands._set_rows(self._sketches, self._keys, self._n)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(values, values2, sketches, ids)`` of every stored page, in row order."""
-        values = np.zeros(self._n, np.uint64)
-        values2 = np.zeros(self._n, np.uint64)
-        for table, out in zip(self.tables, (values, values2)):
-            vals, rows = table._arrays()[:2]
-            out[np.asarray(rows)] = np.asarray(vals)
-        return values, values2, self._sketches[: self._n].copy(), self._row_ids()
+        return (self._keys[: self._n, 0].copy(), self._keys[: self._n, 1].copy(),
+                self._sketches[: self._n].copy(), self._row_ids())
 
     def keys_of(self, row: int) -> tuple[int, int] | None:
-        """The two keys of a stored row, when the index keeps them by row
-        (with sketch bands); else None."""
-        if self._keys is None or not 0 <= row < self._n:
+        """The two keys of a stored row; None if there is no such row."""
+        if not 0 <= row < self._n:
             return None
         return int(self._keys[row, 0]), int(self._keys[row, 1])
 
@@ -356,19 +358,17 @@ class VerifiedIndex:
         return row
 
     def _store(self, v1, v2, sketches, rows) -> None:
-        """Append checked pages (room reserved) to both tables and the sketches."""
-        self.tables[0]._add_arrays(v1, rows, v2)
-        self.tables[1]._add_arrays(v2, rows, v1)
+        """Append checked pages (room reserved): their keys and sketches by row
+        first (the tables read them), then to both tables and the bands."""
         n = rows.shape[0]
         self._sketches[self._n: self._n + n] = sketches
-        if self._keys is not None:
-            self._keys[self._n: self._n + n, 0] = v1
-            self._keys[self._n: self._n + n, 1] = v2
+        self._keys[self._n: self._n + n, 0] = v1
+        self._keys[self._n: self._n + n, 1] = v2
         self._n += n
-        for table in self.tables:
-            table._set_sketches(self._sketches, self._n, self.needed)
+        self._share_rows()
+        self.tables[0]._add_arrays(v1, rows)
+        self.tables[1]._add_arrays(v2, rows)
         if self.bands is not None:
-            self.bands._set_rows(self._sketches, self._keys, self._n)
             self.bands.add(n)
         self._rebudget()
 
