@@ -205,6 +205,59 @@ def test_save_load_roundtrip(tmp_path):
         assert back.query(12345)[0][1] == 0
 
 
+def test_a_version_1_file_with_int64_ids_still_loads(tmp_path):
+    """Version 1 stored the ids as int64: rewritten here from a version 2
+    file (the same bytes but the id array and the checksums), it loads to the
+    same index, and one with an id past 2**32 - 2 is refused as corrupt."""
+    import struct
+
+    from scrapy_simdup._ext import checksum
+    from scrapy_simdup.index.memory import _HEAD, _pad
+
+    idx = PSMIndex(distance=3, model=MODEL)
+    stored = np.random.default_rng(3).integers(0, 2**63, 3000, dtype=np.uint64)
+    idx.add(stored, ids=np.arange(3000) * 7)
+    path = tmp_path / "v2.psm"
+    idx.save(path)
+    data = path.read_bytes()
+    fields = list(_HEAD.unpack(data[:_HEAD.size]))
+    n, t, mlen = fields[3], fields[4], fields[6]
+    model = data[_HEAD.size:_HEAD.size + mlen]
+    pos = _HEAD.size + mlen
+    pos += _pad(pos)
+    vals = np.frombuffer(data, np.uint64, n, pos)
+    pos += 8 * n + _pad(8 * n)
+    ids = np.frombuffer(data, np.uint32, n, pos)
+    pos += 4 * n + _pad(4 * n)
+    offsets = np.frombuffer(data, np.uint32, (1 << t) + 1, pos)
+
+    def version_1(ids64):
+        crc = 0
+        for a in (vals, ids64, offsets):
+            crc = checksum.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
+        fields[1], fields[7] = 1, crc
+        head = _HEAD.pack(*fields)
+        head = head[:-4] + struct.pack("<I", checksum.crc32(head[:-4] + model))
+        out = head + model
+        out += b"\0" * _pad(len(out))
+        for a in (vals, ids64, offsets):
+            b = np.ascontiguousarray(a).tobytes()
+            out += b + b"\0" * _pad(len(b))
+        return out
+
+    old = tmp_path / "v1.psm"
+    old.write_bytes(version_1(ids.astype(np.int64)))
+    back = PSMIndex.load(old)
+    assert len(back) == 3000
+    for i in (0, 1234, 2999):
+        assert back.query(int(stored[i]))[0] == (7 * i, 0)
+    too_big = ids.astype(np.int64)
+    too_big[5] = 2**32 - 1
+    old.write_bytes(version_1(too_big))
+    with pytest.raises(CorruptIndexError, match="ids out of range"):
+        PSMIndex.load(old)
+
+
 def test_corrupt_and_truncated_files(tmp_path):
     idx = PSMIndex(distance=3, model=MODEL)
     idx.add(np.arange(1, 5000, dtype=np.uint64) * 7919)
@@ -296,6 +349,10 @@ def test_bad_query_arguments():
     # -1 is query_many's "no match": not an id
     with pytest.raises(ValueError, match="ids must be >= 0"):
         idx.add([7], ids=[-1])
+    # the table keeps ids in 4 bytes
+    with pytest.raises(ValueError, match=r"below 2\*\*32 - 1"):
+        idx.add([7], ids=[2**32 - 1])
+    assert len(idx) == 3
     for probes in (2.5, "7", True):
         with pytest.raises(ValueError, match="max_probes"):
             idx.max_probes = probes

@@ -3,7 +3,7 @@
 
 Layout (one copy of the data, DESIGN.md "PSM online"):
 
-* ``main``: ``vals`` uint64[n_main] and ``ids`` int64[n_main] grouped by the
+* ``main``: ``vals`` uint64[n_main] and ``ids`` uint32[n_main] grouped by the
   ``t``-bit header (the top ``t`` bits), plus ``offsets`` uint32[2**t + 1]:
   bucket ``b`` is ``vals[offsets[b]:offsets[b+1]]``.
 * ``buffer``: recent inserts, appended in O(1) and chained per header

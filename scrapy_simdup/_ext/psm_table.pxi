@@ -80,13 +80,13 @@ cdef class PSMCore:
     # main table
     cdef object _vals_arr, _ids_arr, _off_arr
     cdef const uint64_t *vals
-    cdef const int64_t *ids
+    cdef const uint32_t *ids
     cdef const uint32_t *off
     cdef Py_ssize_t n_main
     # buffer
     cdef object _bvals_arr, _bids_arr, _bnext_arr, _bhead_arr
     cdef uint64_t *bvals
-    cdef int64_t *bids
+    cdef uint32_t *bids
     cdef int32_t *bnext
     cdef int32_t *bhead
     cdef Py_ssize_t n_buf, buf_cap
@@ -134,7 +134,7 @@ cdef class PSMCore:
         self.distance = distance
         self.fixed_t = header_bits
         self._model = model
-        self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.int64),
+        self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.uint32),
                        header_bits if header_bits > 0 else auto_header_bits(0))
 
     def _set_model(self, _Model model):
@@ -150,7 +150,7 @@ cdef class PSMCore:
             raise ValueError(f"drop must be in 2..12, got {drop}")
         self.header_drop = drop
         if self.fixed_t == 0:
-            self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.int64),
+            self._set_main(np.zeros(0, np.uint64), np.zeros(0, np.uint32),
                            auto_header_bits(0, drop))
 
     def _set_paired(self, int pair_limit, int column):
@@ -189,7 +189,7 @@ cdef class PSMCore:
         self.t = t
         self.n_main = n
         cdef const uint64_t[::1] vv = vals
-        cdef const int64_t[::1] iv = ids
+        cdef const uint32_t[::1] iv = ids
         cdef const uint32_t[::1] ov = offsets
         self.vals = &vv[0] if n else NULL
         self.ids = &iv[0] if n else NULL
@@ -273,7 +273,7 @@ cdef class PSMCore:
         return self._vals_arr, self._ids_arr, self._off_arr
 
     # -- insert -------------------------------------------------------
-    def _add_arrays(self, const uint64_t[::1] values, const int64_t[::1] ids):
+    def _add_arrays(self, const uint64_t[::1] values, const uint32_t[::1] ids):
         cdef Py_ssize_t m = values.shape[0], i
         cdef Py_ssize_t total = self.n_main + self.n_buf + m
         if total >= 4294967295:
@@ -306,7 +306,7 @@ cdef class PSMCore:
         if cap > lim:
             cap = lim
         bv = mapped.empty(cap, np.uint64)
-        bi = mapped.empty(cap, np.int64)
+        bi = mapped.empty(cap, np.uint32)
         bn = mapped.empty(cap, np.int32)
         if self.n_buf:
             bv[:self.n_buf] = self._bvals_arr[:self.n_buf]
@@ -316,7 +316,7 @@ cdef class PSMCore:
             self._bhead_arr = mapped.full(1 << self.tb, -1, np.int32)
         self._bvals_arr, self._bids_arr, self._bnext_arr = bv, bi, bn
         cdef uint64_t[::1] bvv = bv
-        cdef int64_t[::1] biv = bi
+        cdef uint32_t[::1] biv = bi
         cdef int32_t[::1] bnv = bn
         cdef int32_t[::1] bhv = self._bhead_arr
         self.bvals = &bvv[0]
@@ -340,7 +340,7 @@ cdef class PSMCore:
         # (in mappings of their own: the arrays they replace go back to the system)
         # the table's arrays, written in full and read at random: huge pages
         vals = mapped.empty(n, np.uint64, huge=True)
-        ids = mapped.empty(n, np.int64, huge=True)
+        ids = mapped.empty(n, np.uint32, huge=True)
         offsets = mapped.zeros((1 << t) + 1, np.uint32, huge=True)
         _counting_sort(parts_v, parts_i, t, vals, ids, offsets)
         self._set_main(vals, ids, t, offsets)
@@ -381,7 +381,7 @@ cdef class PSMCore:
         cdef uint64_t v, hdr
         cdef const uint32_t *off = self.off
         cdef const uint64_t *vals = self.vals
-        cdef const int64_t *ids = self.ids
+        cdef const uint32_t *ids = self.ids
         cdef const uint64_t *pk = self.pk + self.pcol if self.pk != NULL else NULL
         cdef Py_ssize_t pk_rows = self.pk_rows
         cdef const int32_t *bhead = self.bhead if self.n_buf else NULL
@@ -829,12 +829,12 @@ def _bucket_offsets(const uint64_t[::1] vals, int t):
     return offsets
 
 
-def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, int64_t[::1] ids,
+def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, uint32_t[::1] ids,
                    uint32_t[::1] offsets):
     """Stable counting sort of the concatenated parts by t-bit header."""
     cdef int shift = 64 - t
     cdef const uint64_t[::1] pv
-    cdef const int64_t[::1] pi
+    cdef const uint32_t[::1] pi
     cdef Py_ssize_t i, n
     cdef uint64_t b, nb = (<uint64_t>1) << t
     cdef uint32_t pos

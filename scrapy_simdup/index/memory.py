@@ -3,7 +3,8 @@
 ``PSMIndex`` implements Probabilistic Simhash Matching (Sood & Loguinov 2011)
 on the compiled table of ``psm.pyx``; ``BPHSIndex`` is Manku's block-permuted
 tables (``_ext/bphs.pyx``), exact for distances up to ``distance``. Both take
-fingerprints as Python ints or uint64 arrays and ids as int64.
+fingerprints as Python ints or uint64 arrays and ids as int64 (a PSM table
+stores them as uint32: below ``2**32 - 1``).
 """
 from __future__ import annotations
 
@@ -145,7 +146,8 @@ def flip_masks(W, header_bits: int, distance: int, max_probes=None, model=None):
 
 # ------------------------------------------------------------ persistence
 _MAGIC = b"SIMDPSM\x00"
-_VERSION = 1
+_VERSION = 2            # 1 stored the ids as int64
+_ID_LIMIT = (1 << 32) - 1
 # magic, version, flags, n, header_bits, distance, model_len, data_crc, meta_crc
 _HEAD = struct.Struct("<8sIIQIIQII")
 _ALIGN = 64
@@ -197,10 +199,13 @@ class PSMIndex(psm.PSMCore):
                 self.recall, self.header_bits, self.distance)
 
     def add(self, values, ids=None) -> np.ndarray:
-        """Store one or many fingerprints; returns the int64 ids assigned."""
+        """Store one or many fingerprints; returns the int64 ids assigned
+        (below ``2**32 - 1``: the table stores them in 4 bytes)."""
         vals = _as_values(values)
         id_arr = _as_ids(ids, vals.shape[0], len(self))
-        self._add_arrays(vals, id_arr)
+        if id_arr.size and id_arr.max() >= _ID_LIMIT:
+            raise ValueError(f"PSMIndex ids must be below 2**32 - 1, got {int(id_arr.max())}")
+        self._add_arrays(vals, id_arr.astype(np.uint32))
         return id_arr
 
     def query_many(self, values, W=None, first=True):
@@ -260,7 +265,7 @@ class PSMIndex(psm.PSMCore):
                 _HEAD.unpack(head)
             if magic != _MAGIC:
                 raise bad("bad magic")
-            if version != _VERSION:
+            if version not in (1, _VERSION):
                 raise bad(f"unsupported version {version}")
             if not (1 <= t <= MAX_HEADER_BITS and 0 <= distance <= MAX_DISTANCE
                     and mlen < 1 << 24):
@@ -271,7 +276,8 @@ class PSMIndex(psm.PSMCore):
         pos = _HEAD.size + mlen
         pos += _pad(pos)
         layout = []
-        for dtype, count in ((np.uint64, n), (np.int64, n), (np.uint32, (1 << t) + 1)):
+        id_type = np.int64 if version == 1 else np.uint32
+        for dtype, count in ((np.uint64, n), (id_type, n), (np.uint32, (1 << t) + 1)):
             nbytes = count * np.dtype(dtype).itemsize
             layout.append((dtype, count, pos))
             pos += nbytes + _pad(nbytes)
@@ -298,6 +304,10 @@ class PSMIndex(psm.PSMCore):
                 crc = checksum.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
             if crc != data_crc:
                 raise bad("data checksum mismatch")
+        if version == 1:
+            if n and not (0 <= ids.min() and ids.max() < _ID_LIMIT):
+                raise bad("ids out of range")
+            ids = np.asarray(ids).astype(np.uint32)
         # the query loops trust the offsets: they must be a non-decreasing
         # 0..n run (anything else reads out of bounds), and with verify every
         # value must sit in its header's bucket

@@ -245,6 +245,12 @@ class VerifiedIndex:
         return self._sketches
 
     @property
+    def keys(self) -> np.ndarray:
+        """The stored pages' two keys by row, uint64[rows, 2] (a view: valid
+        until the next add; rows past ``len(self)`` are unused)."""
+        return self._keys
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the tables, sketches and ids."""
         total = sum(t.nbytes for t in self.tables) + self._n * (SKETCH_BYTES + 16)
@@ -366,8 +372,9 @@ class VerifiedIndex:
         self._keys[self._n: self._n + n, 1] = v2
         self._n += n
         self._share_rows()
-        self.tables[0]._add_arrays(v1, rows)
-        self.tables[1]._add_arrays(v2, rows)
+        rows32 = rows.astype(np.uint32)
+        self.tables[0]._add_arrays(v1, rows32)
+        self.tables[1]._add_arrays(v2, rows32)
         if self.bands is not None:
             self.bands.add(n)
         self._rebudget()
