@@ -146,8 +146,8 @@ def test_gap_matches_is_the_brute_force(data):
     first = data.draw(st.integers(0, n))
     starts = np.array([data.draw(st.integers(-3, first + i)) for i in range(n - first)],
                       np.int64)
-    rows, agree, dist = hashing.gap_matches(v1, v2, sk, first, starts, distance, needed,
-                                            distance + 26)
+    rows, agree, dist = hashing.gap_matches(np.stack([v1, v2], axis=1), sk, first, starts,
+                                            distance, needed, distance + 26)
     assert rows.dtype == np.int64 and agree.dtype == np.uint8 and dist.dtype == np.uint8
     sketches = [p.sketch for p in pages]
     for i in range(n - first):
@@ -159,16 +159,18 @@ def test_gap_matches_is_the_brute_force(data):
 
 
 def test_gap_matches_refuses_bad_arrays():
-    z = np.zeros(4, np.uint64)
+    z = np.zeros((4, 2), np.uint64)
     sk = np.zeros((4, 32), np.uint8)
     with pytest.raises(ValueError, match="32 bytes"):
-        hashing.gap_matches(z, z, np.zeros((4, 16), np.uint8), 0, np.zeros(4, np.int64), 3, 0)
+        hashing.gap_matches(z, np.zeros((4, 16), np.uint8), 0, np.zeros(4, np.int64), 3, 0)
+    with pytest.raises(ValueError, match="two a row"):
+        hashing.gap_matches(np.zeros((4, 3), np.uint64), sk, 0, np.zeros(4, np.int64), 3, 0)
     with pytest.raises(ValueError, match="past the arrays"):
-        hashing.gap_matches(z, z, sk, 2, np.zeros(3, np.int64), 3, 0)
+        hashing.gap_matches(z, sk, 2, np.zeros(3, np.int64), 3, 0)
     with pytest.raises(ValueError, match="past the arrays"):
-        hashing.gap_matches(z, z[:2], sk, 0, np.zeros(3, np.int64), 3, 0)
+        hashing.gap_matches(z[:2], sk, 0, np.zeros(3, np.int64), 3, 0)
     with pytest.raises(ValueError, match="past the arrays"):
-        hashing.gap_matches(z, z, sk, -1, np.zeros(1, np.int64), 3, 0)
+        hashing.gap_matches(z, sk, -1, np.zeros(1, np.int64), 3, 0)
 
 
 def test_hash_tails_hashes_the_urls():

@@ -392,11 +392,11 @@ def hash_tails(list blobs, Py_ssize_t offset):
     return out
 
 
-def gap_matches(const uint64_t[::1] values, const uint64_t[::1] values2,
-                const uint8_t[:, ::1] sketches, Py_ssize_t first, const int64_t[::1] starts,
+def gap_matches(const uint64_t[:, ::1] keys, const uint8_t[:, ::1] sketches, Py_ssize_t first, const int64_t[::1] starts,
                 int distance, int needed, int pair_limit=128):
     """The best earlier page of each row ``first + i`` among rows
-    ``starts[i] .. first + i - 1``, checked exactly: within ``distance`` of
+    ``starts[i] .. first + i - 1`` (``keys``: a row's two keys side by
+    side), checked exactly: within ``distance`` of
     either key, the two distances adding up to at most ``pair_limit``, and at
     least ``needed`` equal sketch bins. Best: the most equal
     bins, then the smaller key distance, then the earlier row.
@@ -407,8 +407,9 @@ def gap_matches(const uint64_t[::1] values, const uint64_t[::1] values2,
     cdef Py_ssize_t k = starts.shape[0], i, r, row, lo
     if sketches.shape[1] != SIMDUP_SKETCH_BINS:
         raise ValueError(f"sketches must be {SIMDUP_SKETCH_BINS} bytes")
-    if first < 0 or first + k > values.shape[0] or first + k > values2.shape[0] \
-            or first + k > sketches.shape[0]:
+    if keys.shape[1] != 2:
+        raise ValueError("keys must be two a row")
+    if first < 0 or first + k > keys.shape[0] or first + k > sketches.shape[0]:
         raise ValueError("rows past the arrays")
     best_rows = np.full(k, -1, dtype=np.int64)
     best_agree = np.zeros(k, dtype=np.uint8)
@@ -422,8 +423,8 @@ def gap_matches(const uint64_t[::1] values, const uint64_t[::1] values2,
             row = first + i
             lo = starts[i] if starts[i] > 0 else 0
             for r in range(lo, row):
-                d = simdup_popcount64(values[r] ^ values[row])
-                d2 = simdup_popcount64(values2[r] ^ values2[row])
+                d = simdup_popcount64(keys[r, 0] ^ keys[row, 0])
+                d2 = simdup_popcount64(keys[r, 1] ^ keys[row, 1])
                 if d + d2 > pair_limit:
                     continue
                 if d2 < d:

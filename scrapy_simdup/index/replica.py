@@ -105,8 +105,6 @@ class Replica:
         if len(index):
             raise ValueError("a replica starts from an empty index")
         self.index = index
-        self._values = Column(np.uint64)
-        self._values2 = Column(np.uint64)
         self._kept = Column(np.bool_)
         self._hashes = Column(np.uint64)         # each row's URL hash (a re-seed)
         self.keys = KeyMap()
@@ -121,10 +119,9 @@ class Replica:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the replica holds: the index, the keys by row, the kept flags
-        and the URL hashes."""
-        return (self.index.nbytes + self._values.nbytes + self._values2.nbytes
-                + self._kept.nbytes + self._hashes.nbytes + self.keys.nbytes)
+        """Bytes the replica holds: the index, the kept flags, the URL hashes
+        and the URL map."""
+        return (self.index.nbytes + self._kept.nbytes + self._hashes.nbytes + self.keys.nbytes)
 
     def kept(self, row: int) -> bool:
         return bool(self._kept.array[row])
@@ -135,7 +132,7 @@ class Replica:
         if not self.n:
             return b""
         row = self.n - 1
-        return struct.pack("<QQ", int(self._values.array[row]), int(self._values2.array[row]))
+        return struct.pack("<QQ", *(int(v) for v in self.index.keys[row]))
 
     def recent_key(self, row: int) -> str | None:
         """The key of ``row`` if it is among the last entries applied (and
@@ -160,7 +157,7 @@ class Replica:
         store = True
         if own is not None:
             if self._kept.array[own]:
-                stored = (int(self._values.array[own]), int(self._values2.array[own]))
+                stored = tuple(int(v) for v in self.index.keys[own])
                 match = self.index.verify(page, stored, own)
                 if match is not None:
                     return False, match, own
@@ -199,11 +196,9 @@ class Replica:
                              f"({int(starts[bad])})")
         v1 = np.ascontiguousarray(recs["value"])
         v2 = np.ascontiguousarray(recs["value2"])
-        self._values.extend(v1)
-        self._values2.extend(v2)
         self.index.add(v1, v2, np.ascontiguousarray(recs["sketch"]))
         gap_rows, agree, dist = hashing.gap_matches(
-            self._values.array, self._values2.array, self.index.sketches, first, starts,
+            self.index.keys, self.index.sketches, first, starts,
             self.index.distance, self.index.needed, self.index.pair_limit)
         matched = (recs["flags"] & MATCHED) != 0
         kept = ~matched & (gap_rows < 0)
@@ -243,8 +238,8 @@ class Replica:
         if not 0 <= start <= stop <= self.n:
             raise ValueError(f"rows {start}..{stop} are not all in the replica ({self.n})")
         rec = np.zeros(stop - start, RECORD)
-        rec["value"] = self._values.array[start:stop]
-        rec["value2"] = self._values2.array[start:stop]
+        rec["value"] = self.index.keys[start:stop, 0]
+        rec["value2"] = self.index.keys[start:stop, 1]
         rec["sketch"] = self.index.sketches[start:stop]
         rec["base"] = np.arange(start, stop)
         rec["flags"] = np.where(self._kept.array[start:stop], 0, MATCHED)
