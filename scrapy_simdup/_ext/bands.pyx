@@ -18,8 +18,8 @@ Layout, per band (rows are added in order: 0, 1, 2, ...):
   ``rows + H`` bits). About 2.25 bytes a row instead of 4.
 * ``buffer``: rows ``n_main .. n``, chained per value (``head`` int32[bands,
   65,536], ``nxt`` int32[bands, buffer cap], newest first) and counted
-  (``bcount``). It is merged when it holds more than ``n_main / 16`` rows (at
-  least 2 a value): the low bits in place, buckets moved up from the last value
+  (``bcount``). It is merged when it holds more than ``n_main / 32`` rows (at
+  least 1 a value): the low bits in place, buckets moved up from the last value
   down, and the bit vectors written anew, so a merge moves ``n`` rows per band
   and reads no sketch.
 
@@ -42,7 +42,7 @@ cdef enum:
     VALUES = 65536          # 16-bit band values
     LOW_BITS = 16           # a row's bits kept in ``low``
     MAX_BANDS = SIMDUP_SKETCH_BINS // 2
-    MIN_BUFFER = 2 * VALUES
+    MIN_BUFFER = VALUES
     AHEAD = 16              # candidates whose keys are prefetched ahead
 
 
@@ -156,7 +156,7 @@ cdef class SketchBands:
             self._merge()
 
     cdef Py_ssize_t _limit(self) noexcept:
-        cdef Py_ssize_t lim = self.n_main if self.bulk else self.n_main // 16
+        cdef Py_ssize_t lim = self.n_main if self.bulk else self.n_main // 32
         return lim if lim > MIN_BUFFER else MIN_BUFFER
 
     def add(self, Py_ssize_t n):
@@ -208,7 +208,7 @@ cdef class SketchBands:
         if not self.n_buf:
             return
         if total > self.cap:
-            # grown by an eighth: a merge adds a sixteenth, so every other one copies
+            # grown by an eighth: a merge adds a thirty-second, so every fourth one copies
             cap = max(total, self.cap + self.cap // 8)
             grown = mapped.empty((self.bands, cap), np.uint16, huge=True)
             if self.n_main:
