@@ -217,9 +217,10 @@ def test_keymap_grows_and_loses_nothing():
     rng = np.random.default_rng(5)
     km, ref = KeyMap(), {}
     pool = rng.integers(0, M64, 100_000, dtype=np.uint64, endpoint=True)
-    # hashes equal in their low bits: the same first slot
-    pool[:1000] = (rng.integers(0, 1 << 40, 1000, dtype=np.uint64) << np.uint64(24)) | \
-        np.uint64(7)
+    # hashes equal in their high bits: the same first slot (a multiply maps a
+    # hash onto it); the last of them next to the end: probes wrap around
+    pool[:1000] = rng.integers(0, 1 << 40, 1000, dtype=np.uint64) | (np.uint64(7) << np.uint64(40))
+    pool[1000:1500] = rng.integers(0, 1 << 40, 500, dtype=np.uint64) | np.uint64(M64 - (1 << 40))
     for a in range(0, 150_000, 4096):
         hashes = rng.choice(pool, 4096) if a % 3 else pool[a % 100_000:a % 100_000 + 4096]
         rows = np.arange(a, a + hashes.shape[0], dtype=np.int64)

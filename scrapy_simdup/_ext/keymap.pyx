@@ -2,11 +2,14 @@
 """A hash table from 64-bit hashes to rows: a replica's URL index.
 
 Open addressing with linear probing over two NumPy arrays (the keys, uint64,
-and the rows, uint32: ``EMPTY`` marks a free slot), at most 3/4 full; the
-keys are hashes already (MurmurHash3 of the URL), so their low bits pick the
-slot. 12 bytes a slot, 16 to 32 bytes a key.
+and the rows, uint32: ``EMPTY`` marks a free slot), at most 3/4 full and
+grown by half (not doubled: 16 to 24 bytes a key rather than 16 to 32); the
+keys are hashes already (MurmurHash3 of the URL), so a multiply maps one onto
+its first slot. 12 bytes a slot.
 """
 from libc.stdint cimport uint32_t, uint64_t, int64_t
+
+from scrapy_simdup._ext.fastrange cimport simdup_fastrange64
 
 import numpy as np
 
@@ -26,7 +29,7 @@ cdef class KeyMap:
     cdef uint64_t[::1] _keys
     cdef uint32_t[::1] _rows
     cdef Py_ssize_t _count
-    cdef uint64_t _mask
+    cdef uint64_t _cap
 
     def __cinit__(self, Py_ssize_t capacity=1024):
         cdef Py_ssize_t cap = 1024
@@ -41,7 +44,7 @@ cdef class KeyMap:
         self._rows_arr = mapped.full(cap, EMPTY, np.uint32)
         self._keys = self._keys_arr
         self._rows = self._rows_arr
-        self._mask = <uint64_t>(cap - 1)
+        self._cap = <uint64_t>cap
 
     def __len__(self):
         return self._count
@@ -51,16 +54,18 @@ cdef class KeyMap:
         return self._keys_arr.nbytes + self._rows_arr.nbytes
 
     cdef inline Py_ssize_t _slot(self, uint64_t key) noexcept nogil:
-        cdef uint64_t i = key & self._mask
+        cdef uint64_t i = simdup_fastrange64(key, self._cap)
         while self._rows[i] != EMPTY and self._keys[i] != key:
-            i = (i + 1) & self._mask
+            i += 1
+            if i == self._cap:
+                i = 0
         return <Py_ssize_t>i
 
     cdef void _grow(self):
         cdef uint64_t[::1] old_keys = self._keys
         cdef uint32_t[::1] old_rows = self._rows
         cdef Py_ssize_t n = old_keys.shape[0], i, s
-        self._alloc(2 * n)
+        self._alloc(n + n // 2)
         for i in range(n):
             if old_rows[i] != EMPTY:
                 s = self._slot(old_keys[i])
