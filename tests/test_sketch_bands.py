@@ -90,7 +90,7 @@ def test_band_matches_equal_the_reference_through_merges(nb, dense):
         rows.add(bands, k1[start:stop], k2[start:stop], sk[start:stop])
         start = stop
         if rng.random() < 0.1:
-            bands._merge()      # (on its own only past 1 row a value: 65,536)
+            bands._merge()      # (on its own only past 32,768 rows)
         if rng.random() < 0.2 or stop == n:
             picks = rng.integers(0, stop, 5)
             queries = [near(rng, k1[p], k2[p], sk[p], int(rng.integers(0, 24)),

@@ -19,7 +19,7 @@ Layout, per band (rows are added in order: 0, 1, 2, ...):
 * ``buffer``: rows ``n_main .. n``, chained per value (``head`` int32[bands,
   65,536], ``nxt`` int32[bands, buffer cap], newest first) and counted
   (``bcount``). It is merged when it holds more than ``n_main / 32`` rows (at
-  least 1 a value): the low bits in place, buckets moved up from the last value
+  least 32,768): the low bits in place, buckets moved up from the last value
   down, and the bit vectors written anew, so a merge moves ``n`` rows per band
   and reads no sketch.
 
@@ -42,7 +42,7 @@ cdef enum:
     VALUES = 65536          # 16-bit band values
     LOW_BITS = 16           # a row's bits kept in ``low``
     MAX_BANDS = SIMDUP_SKETCH_BINS // 2
-    MIN_BUFFER = VALUES
+    MIN_BUFFER = VALUES // 2
     AHEAD = 16              # candidates whose keys are prefetched ahead
 
 
