@@ -252,7 +252,7 @@ class VerifiedIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the tables, sketches and ids."""
+        """Bytes held: the tables, the sketches and keys by row, the bands and ids."""
         total = sum(t.nbytes for t in self.tables) + self._n * (SKETCH_BYTES + 16)
         if self.bands is not None:
             total += self.bands.nbytes
