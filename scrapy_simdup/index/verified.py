@@ -277,8 +277,7 @@ class VerifiedIndex:
                 self._ids = ids
             keys = mapped.zeros((cap, 2), np.uint64, huge=True)
             keys[: self._n] = self._keys[: self._n]
-            self._keys = keys
-            self._share_rows()
+            self._keys = keys       # (handed on by _store, which always follows)
 
     def _share_rows(self) -> None:
         """Hand the row arrays (their first ``len(self)`` rows) to the tables and bands."""
