@@ -386,6 +386,39 @@ def test_an_exact_copy_is_the_best_match_the_full_search_finds(real_pages):
         stored.append(page)
 
 
+@pytest.mark.parametrize("bands", [0, 12])
+def test_the_one_page_path_picks_what_the_array_path_picks(real_pages, bands):
+    """A page's best match with its sketch as bytes (the crawl's compiled
+    path) is the array path's, at the crawl's probe budget in a crowded index,
+    with exact copies, excluded ids and weights given as lists."""
+    index = VerifiedIndex(max_probes=128, bands=bands)
+    rng = np.random.default_rng(5)
+    n = 20_000
+    index.add(rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64) * np.uint64(2),
+              rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64),
+              rng.integers(0, 256, (n, SKETCH_BYTES), dtype=np.uint8))
+    found = 0
+    for i, (_, fp) in enumerate(real_pages):
+        as_array = np.frombuffer(fp.sketch, np.uint8)[None, :]
+        best = index.query(fp.value, fp.value2, fp.sketch, fp.W, fp.W2)
+        assert best == index.query(fp.value, fp.value2, as_array, fp.W, fp.W2)
+        if best is not None:
+            found += 1
+            assert index.query(fp.value, fp.value2, fp.sketch, list(fp.W), list(fp.W2),
+                               exclude=best.id) == \
+                index.query(fp.value, fp.value2, as_array, fp.W, fp.W2, exclude=best.id)
+        index.add_fingerprint(fp)
+        if i % 4 == 0:
+            index.add_fingerprint(fp)       # an exact copy
+    assert found > len(real_pages) // 4
+    page = real_pages[0][1]         # (not an exact copy: the weights are used)
+    value, value2 = page.value ^ 1, page.value2 ^ 1
+    with pytest.raises(ValueError, match="finite"):
+        index.query(value, value2, page.sketch, np.full(64, np.nan), page.W2)
+    with pytest.raises(ValueError, match="shape"):
+        index.query(value, value2, page.sketch, np.ones(63), page.W2)
+
+
 def _story_pages(root):
     """Every spotsigs-dev page under ``root`` in the protocol's order."""
     listed = [(folder.name, path) for folder in sorted((root / "spotsigs-dev").iterdir())

@@ -29,6 +29,7 @@ The rows' sketches and keys stay in the caller's row-indexed arrays
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memmove
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch, ctz64
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
@@ -284,6 +285,52 @@ cdef class SketchBands:
             old_end = old_start
             v -= 1
 
+    cdef Py_ssize_t _gather(self, const uint8_t *q, uint32_t **out) noexcept nogil:
+        """The rows sharing a band with sketch ``q`` (a row once per band it
+        shares), in a malloc'ed array in ``out``: their number, or -1 when out
+        of memory."""
+        cdef Py_ssize_t n_cand = 0, cap = 256, j, p, start
+        cdef uint32_t *cand = <uint32_t *> malloc(cap * sizeof(uint32_t))
+        cdef uint32_t *tmp
+        cdef const uint16_t *low
+        cdef const uint64_t *high
+        cdef int b
+        cdef uint32_t v, lo, hi
+        cdef int32_t i
+        out[0] = NULL
+        if cand == NULL:
+            return -1
+        for b in range(self.bands):
+            v = band_value(q, b)
+            if self.n_main:
+                lo = self.offsets[b * (VALUES + 1) + v]
+                hi = self.offsets[b * (VALUES + 1) + v + 1]
+            else:
+                lo = hi = 0
+            if n_cand + (hi - lo) + self.bcount[b * VALUES + v] > cap:
+                cap = 2 * (n_cand + (hi - lo) + self.bcount[b * VALUES + v])
+                tmp = <uint32_t *> realloc(cand, cap * sizeof(uint32_t))
+                if tmp == NULL:
+                    free(cand)
+                    return -1
+                cand = tmp
+            low = self.low + b * self.cap
+            high = self.high + b * self.hwords
+            start = lo + v * self.H
+            p = start
+            for j in range(hi - lo):
+                p = next_one(high, p)
+                cand[n_cand] = (<uint32_t>(p - start - j) << LOW_BITS) | low[lo + j]
+                n_cand += 1
+                p += 1
+            i = self.head[b * VALUES + v]
+            while i >= 0:
+                cand[n_cand] = <uint32_t>(self.n_main + i)
+                n_cand += 1
+                i = self.nxt[b * self.buf_cap + i]
+        out[0] = cand
+        return n_cand
+
     def query(self, const uint8_t[::1] sketch, uint64_t value, uint64_t value2,
               int pair_limit, int needed, int64_t exclude=-1):
         """Stored rows agreeing with ``sketch`` on a band, whose two key
@@ -293,51 +340,16 @@ cdef class SketchBands:
         per band. ``exclude``: a row left out."""
         if sketch.shape[0] != SIMDUP_SKETCH_BINS:
             raise ValueError(f"a sketch must be {SIMDUP_SKETCH_BINS} bytes")
-        cdef Py_ssize_t total = self.n_main + self.n_buf
-        if total > self.known:
+        if self.n_main + self.n_buf > self.known:
             raise ValueError("the row arrays do not hold every stored row")
-        cdef Py_ssize_t n_cand = 0, cap = 256, k, j, n_out = 0, p, start
-        cdef uint32_t *cand = <uint32_t *> malloc(cap * sizeof(uint32_t))
-        cdef uint32_t *tmp
-        cdef const uint16_t *low
-        cdef const uint64_t *high
-        cdef int b, d1, d2, agree
-        cdef uint32_t v, lo, hi, r
-        cdef int32_t i
+        cdef Py_ssize_t n_cand, k, n_out = 0
+        cdef uint32_t *cand
+        cdef int d1, d2, agree
+        cdef uint32_t r
         cdef const uint8_t *q = &sketch[0]
-        if cand == NULL:
-            raise MemoryError()
         with nogil:
-            for b in range(self.bands):
-                v = band_value(q, b)
-                if self.n_main:
-                    lo = self.offsets[b * (VALUES + 1) + v]
-                    hi = self.offsets[b * (VALUES + 1) + v + 1]
-                else:
-                    lo = hi = 0
-                if n_cand + (hi - lo) + self.bcount[b * VALUES + v] > cap:
-                    cap = 2 * (n_cand + (hi - lo) + self.bcount[b * VALUES + v])
-                    tmp = <uint32_t *> realloc(cand, cap * sizeof(uint32_t))
-                    if tmp == NULL:
-                        free(cand)
-                        cand = NULL
-                        break
-                    cand = tmp
-                low = self.low + b * self.cap
-                high = self.high + b * self.hwords
-                start = lo + v * self.H
-                p = start
-                for j in range(hi - lo):
-                    p = next_one(high, p)
-                    cand[n_cand] = (<uint32_t>(p - start - j) << LOW_BITS) | low[lo + j]
-                    n_cand += 1
-                    p += 1
-                i = self.head[b * VALUES + v]
-                while i >= 0:
-                    cand[n_cand] = <uint32_t>(self.n_main + i)
-                    n_cand += 1
-                    i = self.nxt[b * self.buf_cap + i]
-        if cand == NULL:
+            n_cand = self._gather(q, &cand)
+        if n_cand < 0:
             raise MemoryError()
         # the rows that pass go back into cand (never ahead of the one read),
         # their bins and distance into found: the few that pass are copied out
@@ -375,3 +387,45 @@ cdef class SketchBands:
         free(cand)
         free(found)
         return out_rows, out_agree, out_dist
+
+    def best(self, bytes sketch, uint64_t value, uint64_t value2, int pair_limit, int needed,
+             int64_t exclude=-1, best=None):
+        """``query``'s best row, or ``best`` (a ``(row, agree, distance)``
+        found elsewhere) when that is better: the most agreeing bins, then the
+        smaller distance, then the earlier row. One call, no arrays: the
+        crawl's look-up of one page."""
+        if sketch is None or PyBytes_GET_SIZE(sketch) != SIMDUP_SKETCH_BINS:
+            raise ValueError(f"a sketch must be {SIMDUP_SKETCH_BINS} bytes")
+        if self.n_main + self.n_buf > self.known:
+            raise ValueError("the row arrays do not hold every stored row")
+        cdef int best_agree = -1, best_dist = 0, d1, d2, agree, dist
+        cdef int64_t best_row = -1
+        cdef Py_ssize_t n_cand, k
+        cdef uint32_t *cand
+        cdef uint32_t r
+        cdef const uint8_t *q = <const uint8_t *>PyBytes_AS_STRING(sketch)
+        if best is not None:
+            best_row, best_agree, best_dist = best
+        with nogil:
+            n_cand = self._gather(q, &cand)
+            for k in range(n_cand):
+                if k + AHEAD < n_cand:
+                    __builtin_prefetch(self.keys + 2 * <Py_ssize_t>cand[k + AHEAD])
+                r = cand[k]
+                if <int64_t>r == exclude:
+                    continue
+                d1 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r] ^ value)
+                d2 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r + 1] ^ value2)
+                if d1 + d2 > pair_limit:
+                    continue
+                agree = simdup_sketch_matches(q, self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS)
+                dist = d1 if d1 < d2 else d2
+                if agree >= needed and (agree > best_agree or (agree == best_agree and (
+                        dist < best_dist or (dist == best_dist and r < best_row)))):
+                    best_agree, best_dist, best_row = agree, dist, r
+            free(cand)
+        if n_cand < 0:
+            raise MemoryError()
+        if best_row < 0:
+            return None
+        return best_row, best_agree, best_dist

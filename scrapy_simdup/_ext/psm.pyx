@@ -47,3 +47,4 @@ cdef enum:
 include "psm_model.pxi"
 include "psm_flips.pxi"
 include "psm_table.pxi"
+include "psm_best.pxi"

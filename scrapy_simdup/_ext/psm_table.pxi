@@ -285,18 +285,28 @@ cdef class PSMCore:
             return
         if self.n_buf + m > self.buf_cap:
             self._grow_buffer(self.n_buf + m)
-        cdef int shift = 64 - self.tb
-        cdef uint64_t v
-        cdef int32_t b
         for i in range(m):
-            v = values[i]
-            b = <int32_t>(v >> shift) if self.tb > 0 else 0
-            self.bvals[self.n_buf] = v
-            self.bids[self.n_buf] = ids[i]
-            self.bnext[self.n_buf] = self.bhead[b]
-            self.bhead[b] = <int32_t>self.n_buf
-            self.n_buf += 1
-        return
+            self._push(values[i], ids[i])
+
+    def _add_one(self, uint64_t value, uint32_t id):
+        """``_add_arrays`` of one value (a crawl's page: no arrays to make)."""
+        if self.n_main + self.n_buf + 1 >= 4294967295:
+            raise ValueError("PSMIndex holds at most 2**32 - 1 fingerprints")
+        if self.n_buf + 1 > self.buffer_limit():
+            self._merge(np.array([value], np.uint64), np.array([id], np.uint32))
+            return
+        if self.n_buf + 1 > self.buf_cap:
+            self._grow_buffer(self.n_buf + 1)
+        self._push(value, id)
+
+    cdef inline void _push(self, uint64_t v, uint32_t id) noexcept:
+        """Append to the buffer (room made) and chain under its header."""
+        cdef int32_t b = <int32_t>(v >> (64 - self.tb)) if self.tb > 0 else 0
+        self.bvals[self.n_buf] = v
+        self.bids[self.n_buf] = id
+        self.bnext[self.n_buf] = self.bhead[b]
+        self.bhead[b] = <int32_t>self.n_buf
+        self.n_buf += 1
 
     def _grow_buffer(self, Py_ssize_t need):
         cdef Py_ssize_t cap = 64 if self.buf_cap == 0 else self.buf_cap

@@ -39,7 +39,7 @@ from math import comb
 import numpy as np
 
 from scrapy_simdup._ext import bands as _bands
-from scrapy_simdup._ext import hashing, mapped
+from scrapy_simdup._ext import hashing, mapped, psm
 from scrapy_simdup._limits import (
     BAND_PAIR_SLACK,
     DEFAULT_DISTANCE,
@@ -277,15 +277,19 @@ class VerifiedIndex:
                 self._ids = ids
             keys = mapped.zeros((cap, 2), np.uint64, huge=True)
             keys[: self._n] = self._keys[: self._n]
-            self._keys = keys       # (handed on by _store, which always follows)
+            self._keys = keys
+            self._share_rows()
 
     def _share_rows(self) -> None:
-        """Hand the row arrays (their first ``len(self)`` rows) to the tables and bands."""
+        """Hand the row arrays to the tables and bands, whole: rows past
+        ``len(self)`` are zeros that no table or band holds yet, so they are
+        handed on only when the arrays are replaced, not at every add."""
+        rows = self._sketches.shape[0]
         for table in self.tables:
-            table._set_sketches(self._sketches, self._n, self.needed)
-            table._set_partners(self._keys, self._n)
+            table._set_sketches(self._sketches, rows, self.needed)
+            table._set_partners(self._keys, rows)
         if self.bands is not None:
-            self.bands._set_rows(self._sketches, self._keys, self._n)
+            self.bands._set_rows(self._sketches, self._keys, rows)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(values, values2, sketches, ids)`` of every stored page, in row order."""
@@ -355,11 +359,15 @@ class VerifiedIndex:
         sketch = fingerprint.sketch
         if not isinstance(sketch, bytes) or len(sketch) != SKETCH_BYTES:
             raise ValueError(f"a sketch must be {SKETCH_BYTES} bytes")
+        v1, v2 = _as_value(fingerprint.value), _as_value(fingerprint.value2)
         row = self._n
         self._reserve(1)
-        self._store(np.array([_as_value(fingerprint.value)], np.uint64),
-                    np.array([_as_value(fingerprint.value2)], np.uint64),
-                    np.frombuffer(sketch, dtype=np.uint8), np.array([row], dtype=np.int64))
+        self._sketches[row] = memoryview(sketch)
+        self._keys[row] = v1, v2
+        self._n += 1
+        self.tables[0]._add_one(v1, row)
+        self.tables[1]._add_one(v2, row)
+        self._added(1)
         return row
 
     def _store(self, v1, v2, sketches, rows) -> None:
@@ -370,10 +378,14 @@ class VerifiedIndex:
         self._keys[self._n: self._n + n, 0] = v1
         self._keys[self._n: self._n + n, 1] = v2
         self._n += n
-        self._share_rows()
         rows32 = rows.astype(np.uint32)
         self.tables[0]._add_arrays(v1, rows32)
         self.tables[1]._add_arrays(v2, rows32)
+        self._added(n)
+
+    def _added(self, n: int) -> None:
+        """The last ``n`` rows are in the row arrays and both tables: index
+        them in the bands, and re-choose the probe budget."""
         if self.bands is not None:
             self.bands.add(n)
         self._rebudget()
@@ -386,8 +398,10 @@ class VerifiedIndex:
         ``first=True``: the best :class:`VerifiedMatch` or None. ``first=False``:
         every verified match, best first. ``exclude``: a stored id to leave out
         (the page's own entry)."""
-        q = _as_sketches(sketch, 1)[0]
         value, value2 = _as_value(value), _as_value(value2)
+        if first and self._ids is None and type(sketch) is bytes and len(sketch) == SKETCH_BYTES:
+            return self._best(value, value2, sketch, W, W2, exclude)
+        q = _as_sketches(sketch, 1)[0]
         if first:
             exact = self._exact_copy(value, value2, q, exclude)
             if exact is not None:
@@ -426,6 +440,22 @@ class VerifiedIndex:
         order = order[np.sort(once)]
         est = similarity(agree)
         return [VerifiedMatch(int(ids[i]), float(est[i]), int(dist[i])) for i in order]
+
+    def _best(self, value: int, value2: int, sketch: bytes, W, W2, exclude):
+        """:meth:`query`'s best match when ids are rows, in two compiled calls
+        (a crawl checks its pages one at a time, each between the parses of
+        others: NumPy calls would run with cold caches)."""
+        row = exclude if isinstance(exclude, (int, np.integer)) and 0 <= exclude < 2**63 else -1
+        best = psm.best_verified(self.tables[0], self.tables[1], value, value2, sketch, W, W2, row)
+        self._probes += 2
+        if best is None or best[1] != SKETCH_BYTES or best[2] != 0:     # not an exact copy
+            self._probes += 2 * _probe_budget(self.header_bits, self.distance, self.max_probes)
+            if self.bands is not None:
+                best = self.bands.best(sketch, value, value2, self.band_pair_limit,
+                                       self.needed + 1, row, best)
+        if best is None:
+            return None
+        return VerifiedMatch(best[0], similarity(best[1]), best[2])
 
     def _exact_copy(self, value: int, value2: int, q: np.ndarray, exclude):
         """The best match when it is an exact copy (a key equal, every sketch
