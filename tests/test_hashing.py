@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import scrapy_simdup
 from scrapy_simdup import hamming, simhash, simhash_many
 from scrapy_simdup._ext import hashing
+from scrapy_simdup.fingerprint.sketch import KEY2_XOR
 from tests.reference.simhash import ref_hamming, ref_hash64, ref_simhash
 
 features_st = st.lists(st.one_of(st.text(max_size=40), st.binary(max_size=40)), max_size=60)
@@ -228,3 +229,20 @@ def test_public_surface():
     assert scrapy_simdup.__version__
     for name in ("simhash", "simhash_many", "hamming"):
         assert name in scrapy_simdup.__all__
+
+
+@pytest.mark.parametrize("n", [0, 1, 17, 1000])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_page_keys_are_the_two_keys_and_the_sketch(n, weighted):
+    """``page_keys`` (one call, the fingerprinter's) gives what the three
+    separate calls give."""
+    rng = np.random.default_rng(n)
+    hashes = np.unique(rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64) * np.uint64(3))
+    weights = rng.random(hashes.shape[0]) + 0.5 if weighted else None
+    value, W, value2, W2, sketch = hashing.page_keys(hashes, weights, KEY2_XOR)
+    want, want_W = hashing.simhash_hashes(hashes, weights)
+    want2, want_W2 = hashing.simhash_remixed(hashes, weights, KEY2_XOR)
+    assert (value, value2, sketch) == (want, want2, hashing.sketch_hashes(hashes))
+    assert np.array_equal(W, want_W) and np.array_equal(W2, want_W2)
+    with pytest.raises(ValueError, match="weights"):
+        hashing.page_keys(hashes, np.ones(hashes.shape[0] + 1), KEY2_XOR)

@@ -217,6 +217,39 @@ def simhash_remixed(const uint64_t[::1] hashes, const double[::1] weights, uint6
     return value, W
 
 
+def page_keys(const uint64_t[::1] hashes, const double[::1] weights, uint64_t xor):
+    """A page's two keys and its sketch from its distinct feature hashes in
+    one call: ``(value, W, value2, W2, sketch)``, as ``simhash_hashes``,
+    ``simhash_remixed(..., xor)`` and ``sketch_hashes`` give them."""
+    cdef Py_ssize_t n = hashes.shape[0], i
+    if n == 0:
+        return (*simhash_hashes(hashes, weights), *simhash_remixed(hashes, weights, xor),
+                sketch_hashes(hashes))
+    if weights is not None and weights.shape[0] != n:
+        raise ValueError(f"weights has {weights.shape[0]} entries for {n} features")
+    cdef uint64_t *mixed = <uint64_t *>PyMem_Malloc(n * sizeof(uint64_t))
+    if mixed == NULL:
+        raise MemoryError()
+    W = np.empty(64, dtype=np.float64)
+    W2 = np.empty(64, dtype=np.float64)
+    cdef double[::1] w1 = W
+    cdef double[::1] w2 = W2
+    cdef bytes sketch = bytes(SIMDUP_SKETCH_BINS)
+    cdef uint8_t *dest = <uint8_t *>PyBytes_AS_STRING(sketch)
+    cdef const double *wptr = &weights[0] if weights is not None else NULL
+    cdef uint64_t value, value2
+    try:
+        with nogil:
+            value = _simhash_into(&hashes[0], wptr, n, &w1[0])
+            for i in range(n):
+                mixed[i] = simdup_fmix64(hashes[i] ^ xor)
+            value2 = _simhash_into(mixed, wptr, n, &w2[0])
+            simdup_sketch(&hashes[0], n, dest)
+    finally:
+        PyMem_Free(mixed)
+    return value, W, value2, W2, sketch
+
+
 def simhash_hashes_many(const uint64_t[::1] hashes, const int64_t[::1] offsets,
                         const double[::1] weights=None):
     """Simhash of many documents whose hashes are concatenated.

@@ -46,7 +46,13 @@ from scrapy_simdup.fingerprint.features import (
 )
 from scrapy_simdup.fingerprint.idf import DEFAULT_LEARN_PAGES, MAX_LEARN_PAGES, IdfTable
 from scrapy_simdup.fingerprint.simhash import _check_features, _check_weights
-from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, SKETCH_VERSION, page_sketch, second_key
+from scrapy_simdup.fingerprint.sketch import (
+    KEY2_XOR,
+    SKETCH_BYTES,
+    SKETCH_VERSION,
+    page_sketch,
+    second_key,
+)
 from scrapy_simdup.fingerprint.tokens import TOKENIZER_VERSION
 
 __all__ = ["Fingerprint", "Fingerprinter", "SkippedPage", "fingerprint_html",
@@ -471,11 +477,9 @@ class Fingerprinter:
         n = int(hashes.shape[0])
         if n < self.min_features:
             raise SkippedPage("too_few_features", f"{n} < {self.min_features}")
-        value, W = hashing.simhash_hashes(hashes, weights)
-        value2, W2 = second_key(hashes, weights)
+        value, W, value2, W2, sketch = hashing.page_keys(hashes, weights, KEY2_XOR)
         return Fingerprint(int(value), W, n, main_found, truncated,
-                           hashes if self.idf is not None else None,
-                           value2, W2, page_sketch(hashes))
+                           hashes if self.idf is not None else None, int(value2), W2, sketch)
 
     def learn(self, fingerprint: Fingerprint) -> bool:
         """Let ``weighting="idf"`` learn from a page the crawl keeps (not a

@@ -74,6 +74,8 @@ def matches_needed(min_similarity: float) -> int:
 def similarity(matches):
     """Estimated Jaccard similarity from the count of equal bins (scalar or array),
     corrected for chance agreement and clipped to [0, 1]."""
+    if isinstance(matches, int):    # one match: the same arithmetic, without NumPy
+        return min(1.0, max(0.0, (matches / SKETCH_BYTES - _CHANCE) / (1 - _CHANCE)))
     est = (np.asarray(matches, dtype=np.float64) / SKETCH_BYTES - _CHANCE) / (1 - _CHANCE)
     est = np.clip(est, 0.0, 1.0)
     return float(est) if est.ndim == 0 else est

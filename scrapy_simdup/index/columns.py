@@ -253,15 +253,16 @@ class KeyColumn:
         if not 0 <= row < self._lengths.n:
             return None
         first = row - row % self._block_rows
-        lengths = self._lengths.within_chunk(first, row + 1).astype(np.int64)
+        # (a block's few lengths as ints: a crawl reads one key per duplicate,
+        # where NumPy calls would each run with cold caches)
+        lengths = self._lengths.within_chunk(first, row + 1).tolist()
         if lengths[-1] == _NO_KEY:
             return None
-        lengths[lengths == _NO_KEY] = 0
-        for i in np.flatnonzero(lengths == _LONG).tolist():
-            lengths[i] = self._long[first + i]
-        start = int(lengths[:-1].sum())
+        sizes = [self._long[first + i] if length == _LONG else 0 if length == _NO_KEY else length
+                 for i, length in enumerate(lengths)]
+        start = sum(sizes[:-1])
         data = self._block(row // self._block_rows)
-        return data[start:start + int(lengths[-1])].decode("utf-8", "surrogatepass")
+        return data[start:start + sizes[-1]].decode("utf-8", "surrogatepass")
 
     def __getitem__(self, row: int) -> str:
         key = self._key(int(row))
