@@ -331,6 +331,25 @@ cdef class SketchBands:
         out[0] = cand
         return n_cand
 
+    cdef inline int _check(self, const uint32_t *cand, Py_ssize_t k, Py_ssize_t n_cand,
+                           const uint8_t *q, uint64_t value, uint64_t value2, int pair_limit,
+                           int64_t exclude) noexcept nogil:
+        """Candidate ``k`` of ``_gather``'s rows against a page: ``(agreeing
+        bins << 8) | the smaller key distance``, or -1 when it is ``exclude`` or
+        its two key distances add up to more than ``pair_limit``. The keys of
+        the candidates a few ahead are requested meanwhile."""
+        if k + AHEAD < n_cand:
+            __builtin_prefetch(self.keys + 2 * <Py_ssize_t>cand[k + AHEAD])
+        cdef uint32_t r = cand[k]
+        if <int64_t>r == exclude:
+            return -1
+        cdef int d1 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r] ^ value)
+        cdef int d2 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r + 1] ^ value2)
+        if d1 + d2 > pair_limit:
+            return -1
+        return (simdup_sketch_matches(q, self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS) << 8) \
+            | (d1 if d1 < d2 else d2)
+
     def query(self, const uint8_t[::1] sketch, uint64_t value, uint64_t value2,
               int pair_limit, int needed, int64_t exclude=-1):
         """Stored rows agreeing with ``sketch`` on a band, whose two key
@@ -344,8 +363,7 @@ cdef class SketchBands:
             raise ValueError("the row arrays do not hold every stored row")
         cdef Py_ssize_t n_cand, k, n_out = 0
         cdef uint32_t *cand
-        cdef int d1, d2, agree
-        cdef uint32_t r
+        cdef int checked
         cdef const uint8_t *q = &sketch[0]
         with nogil:
             n_cand = self._gather(q, &cand)
@@ -359,20 +377,11 @@ cdef class SketchBands:
             raise MemoryError()
         with nogil:
             for k in range(n_cand):
-                if k + AHEAD < n_cand:
-                    __builtin_prefetch(self.keys + 2 * <Py_ssize_t>cand[k + AHEAD])
-                r = cand[k]
-                if <int64_t>r == exclude:
+                checked = self._check(cand, k, n_cand, q, value, value2, pair_limit, exclude)
+                if checked < 0 or (checked >> 8) < needed:
                     continue
-                d1 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r] ^ value)
-                d2 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r + 1] ^ value2)
-                if d1 + d2 > pair_limit:
-                    continue
-                agree = simdup_sketch_matches(q, self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS)
-                if agree < needed:
-                    continue
-                cand[n_out] = r
-                found[n_out] = <uint16_t>((agree << 8) | (d1 if d1 < d2 else d2))
+                cand[n_out] = cand[k]
+                found[n_out] = <uint16_t>checked
                 n_out += 1
         out_rows = np.empty(n_out, np.int64)
         out_agree = np.empty(n_out, np.uint8)
@@ -398,7 +407,7 @@ cdef class SketchBands:
             raise ValueError(f"a sketch must be {SIMDUP_SKETCH_BINS} bytes")
         if self.n_main + self.n_buf > self.known:
             raise ValueError("the row arrays do not hold every stored row")
-        cdef int best_agree = -1, best_dist = 0, d1, d2, agree, dist
+        cdef int best_agree = -1, best_dist = 0, checked, agree, dist
         cdef int64_t best_row = -1
         cdef Py_ssize_t n_cand, k
         cdef uint32_t *cand
@@ -409,17 +418,10 @@ cdef class SketchBands:
         with nogil:
             n_cand = self._gather(q, &cand)
             for k in range(n_cand):
-                if k + AHEAD < n_cand:
-                    __builtin_prefetch(self.keys + 2 * <Py_ssize_t>cand[k + AHEAD])
-                r = cand[k]
-                if <int64_t>r == exclude:
+                checked = self._check(cand, k, n_cand, q, value, value2, pair_limit, exclude)
+                if checked < 0:
                     continue
-                d1 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r] ^ value)
-                d2 = simdup_popcount64(self.keys[2 * <Py_ssize_t>r + 1] ^ value2)
-                if d1 + d2 > pair_limit:
-                    continue
-                agree = simdup_sketch_matches(q, self.sk + <Py_ssize_t>r * SIMDUP_SKETCH_BINS)
-                dist = d1 if d1 < d2 else d2
+                agree, dist, r = checked >> 8, checked & 255, cand[k]
                 if agree >= needed and (agree > best_agree or (agree == best_agree and (
                         dist < best_dist or (dist == best_dist and r < best_row)))):
                     best_agree, best_dist, best_row = agree, dist, r
