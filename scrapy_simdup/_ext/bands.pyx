@@ -31,6 +31,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memmove
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
+from scrapy_simdup._ext.bestmatch cimport better_match
 from scrapy_simdup._ext.cbuiltins cimport __builtin_prefetch, ctz64
 from scrapy_simdup._ext.popcount cimport simdup_popcount64
 from scrapy_simdup._ext.sketch cimport SIMDUP_SKETCH_BINS, simdup_sketch_matches
@@ -422,8 +423,7 @@ cdef class SketchBands:
                 if checked < 0:
                     continue
                 agree, dist, r = checked >> 8, checked & 255, cand[k]
-                if agree >= needed and (agree > best_agree or (agree == best_agree and (
-                        dist < best_dist or (dist == best_dist and r < best_row)))):
+                if agree >= needed and better_match(agree, dist, r, best_agree, best_dist, best_row):
                     best_agree, best_dist, best_row = agree, dist, r
             free(cand)
         if n_cand < 0:

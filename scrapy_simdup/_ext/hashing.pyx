@@ -9,8 +9,9 @@ corresponds to ``W[j]``; it is set iff ``W[j] >= 0``. A feature's hash is the
 first word of MurmurHash3_x64_128 of its UTF-8 bytes with seed 0.
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memset
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -192,28 +193,38 @@ def simhash_hashes(const uint64_t[::1] hashes, const double[::1] weights=None):
     return value, W
 
 
+cdef int _remixed_into(const uint64_t *hashes, const double *weights, Py_ssize_t n,
+                       uint64_t xor, double *W, uint64_t *value) noexcept nogil:
+    """``_simhash_into`` of ``fmix64(hashes ^ xor)`` (``n`` > 0) into ``W`` and
+    ``value``: 0, or -1 when out of memory."""
+    cdef uint64_t *mixed = <uint64_t *>malloc(n * sizeof(uint64_t))
+    cdef Py_ssize_t i
+    if mixed == NULL:
+        return -1
+    for i in range(n):
+        mixed[i] = simdup_fmix64(hashes[i] ^ xor)
+    value[0] = _simhash_into(mixed, weights, n, W)
+    free(mixed)
+    return 0
+
+
 def simhash_remixed(const uint64_t[::1] hashes, const double[::1] weights, uint64_t xor):
     """``simhash_hashes(fmix64(hashes ^ xor), weights)`` in one pass, without
     the remixed array: the second key (``fingerprint.sketch.second_key``)."""
-    cdef Py_ssize_t n = hashes.shape[0], i
+    cdef Py_ssize_t n = hashes.shape[0]
     if weights is not None and weights.shape[0] != n:
         raise ValueError(f"weights has {weights.shape[0]} entries for {n} features")
     if n == 0:
         return simhash_hashes(hashes, weights)
-    cdef uint64_t *mixed = <uint64_t *>PyMem_Malloc(n * sizeof(uint64_t))
-    if mixed == NULL:
-        raise MemoryError()
     W = np.empty(64, dtype=np.float64)
     cdef double[::1] w_view = W
     cdef const double *wptr = &weights[0] if weights is not None else NULL
     cdef uint64_t value
-    try:
-        with nogil:
-            for i in range(n):
-                mixed[i] = simdup_fmix64(hashes[i] ^ xor)
-            value = _simhash_into(mixed, wptr, n, &w_view[0])
-    finally:
-        PyMem_Free(mixed)
+    cdef int rc
+    with nogil:
+        rc = _remixed_into(&hashes[0], wptr, n, xor, &w_view[0], &value)
+    if rc < 0:
+        raise MemoryError()
     return value, W
 
 
@@ -221,15 +232,12 @@ def page_keys(const uint64_t[::1] hashes, const double[::1] weights, uint64_t xo
     """A page's two keys and its sketch from its distinct feature hashes in
     one call: ``(value, W, value2, W2, sketch)``, as ``simhash_hashes``,
     ``simhash_remixed(..., xor)`` and ``sketch_hashes`` give them."""
-    cdef Py_ssize_t n = hashes.shape[0], i
+    cdef Py_ssize_t n = hashes.shape[0]
     if n == 0:
         return (*simhash_hashes(hashes, weights), *simhash_remixed(hashes, weights, xor),
                 sketch_hashes(hashes))
     if weights is not None and weights.shape[0] != n:
         raise ValueError(f"weights has {weights.shape[0]} entries for {n} features")
-    cdef uint64_t *mixed = <uint64_t *>PyMem_Malloc(n * sizeof(uint64_t))
-    if mixed == NULL:
-        raise MemoryError()
     W = np.empty(64, dtype=np.float64)
     W2 = np.empty(64, dtype=np.float64)
     cdef double[::1] w1 = W
@@ -238,15 +246,13 @@ def page_keys(const uint64_t[::1] hashes, const double[::1] weights, uint64_t xo
     cdef uint8_t *dest = <uint8_t *>PyBytes_AS_STRING(sketch)
     cdef const double *wptr = &weights[0] if weights is not None else NULL
     cdef uint64_t value, value2
-    try:
-        with nogil:
-            value = _simhash_into(&hashes[0], wptr, n, &w1[0])
-            for i in range(n):
-                mixed[i] = simdup_fmix64(hashes[i] ^ xor)
-            value2 = _simhash_into(mixed, wptr, n, &w2[0])
-            simdup_sketch(&hashes[0], n, dest)
-    finally:
-        PyMem_Free(mixed)
+    cdef int rc
+    with nogil:
+        value = _simhash_into(&hashes[0], wptr, n, &w1[0])
+        rc = _remixed_into(&hashes[0], wptr, n, xor, &w2[0], &value2)
+        simdup_sketch(&hashes[0], n, dest)
+    if rc < 0:
+        raise MemoryError()
     return value, W, value2, W2, sketch
 
 

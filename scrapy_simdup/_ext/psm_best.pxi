@@ -8,6 +8,8 @@
 from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS, PyBUF_FORMAT, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
+from scrapy_simdup._ext.bestmatch cimport better_match
+
 
 cdef inline bint _is_f64x64(const Py_buffer *view) noexcept:
     cdef const char *f = view.format
@@ -40,17 +42,6 @@ cdef int _get_W(object W, Py_buffer *view, const double **out) except -1:
     PyObject_GetBuffer(a, view, PyBUF_ANY_CONTIGUOUS)
     out[0] = <const double *>view.buf
     return 1
-
-
-cdef inline bint _better(int agree, int dist, int64_t row,
-                         int best_agree, int best_dist, int64_t best_row) noexcept nogil:
-    """The selection of VerifiedIndex.query: the most agreeing bins, then the
-    smaller key distance, then the earlier row."""
-    if agree != best_agree:
-        return agree > best_agree
-    if dist != best_dist:
-        return dist < best_dist
-    return row < best_row
 
 
 cdef inline int _exact_in(PSMCore t, uint64_t x, uint64_t partner, const uint8_t *q,
@@ -94,8 +85,8 @@ cdef inline int _best_in(PSMCore t, uint64_t x, uint64_t partner, const double *
         if row == exclude or not 0 <= row < t.vsk_rows:
             continue
         agree = simdup_sketch_matches(q, t.vsk + SIMDUP_SKETCH_BINS * row)
-        if agree >= t.vneed and _better(agree, res.d[i], row,
-                                        best_agree[0], best_dist[0], best_row[0]):
+        if agree >= t.vneed and better_match(agree, res.d[i], row,
+                                             best_agree[0], best_dist[0], best_row[0]):
             best_agree[0], best_dist[0], best_row[0] = agree, res.d[i], row
     return rc
 
