@@ -361,3 +361,48 @@ def test_bad_query_arguments():
     with pytest.raises(TypeError, match="tables"):
         BPHSIndex(3, tables="4")
     assert idx.query(1, [0.5] * 64, first=False) == [(0, 0), (2, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("t", [None, 6, 9])
+@pytest.mark.parametrize("id_bits", [5, 12, 20, 32])
+def test_a_packed_table_answers_as_an_unpacked_one(t, id_bits):
+    """A packed table keeps ids' low bits in its keys' header bits and the
+    rest in 0, 1, 2 or 4 bytes beside them (by the largest id): through adds,
+    the write buffer and merges it answers every query as brute force and as
+    an unpacked table with the same entries, and gives the same arrays back."""
+    rng = np.random.default_rng(id_bits * 100 + (t or 0))
+    h = 4
+    stored = clustered_values(rng, 40, 1500, h + 1)
+    top = min(2**id_bits, 2**32 - 1) - 1
+    ids = rng.integers(0, top, size=len(stored), endpoint=True)
+    ids[len(ids) // 2] = top          # the widest id, added in the middle
+    queries = clustered_values(rng, 40, 40, h + 1)
+    W = _weights(rng, queries)
+    packed, plain = (PSMIndex(distance=h, header_bits=t, model=MODEL) for _ in range(2))
+    packed._set_packed()
+    for part in np.array_split(np.arange(len(stored)), 5):
+        for idx in (packed, plain):
+            idx.add(stored[part], ids=ids[part].astype(np.uint64))
+        assert packed._arrays()[0].tolist() == plain._arrays()[0].tolist()
+        assert packed._arrays()[1].tolist() == plain._arrays()[1].tolist()
+    packed._merge()
+    plain._merge()
+    for k, q in enumerate(queries):
+        want, _ = ref_matches(stored, ids, q, h)
+        assert sorted(packed.query(int(q), W[k], first=False)) == want
+        assert sorted(plain.query(int(q), W[k], first=False)) == want
+    a, b = packed.query_many(queries, W, first=False), plain.query_many(queries, W, first=False)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    for x, y in zip(packed._main_arrays(), plain._main_arrays()):
+        np.testing.assert_array_equal(x, y)
+    rest = max(0, id_bits - packed.header_bits)        # id bits beside the key
+    width = 0 if rest == 0 else 1 if rest <= 8 else 2 if rest <= 16 else 4
+    assert packed.nbytes - plain.nbytes == len(stored) * (width - 4)
+
+
+def test_a_table_is_packed_before_anything_is_added():
+    idx = PSMIndex(distance=3)
+    idx.add(5)
+    with pytest.raises(ValueError, match="packed before"):
+        idx._set_packed()

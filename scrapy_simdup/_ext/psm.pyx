@@ -5,7 +5,9 @@ Layout (one copy of the data, DESIGN.md "PSM online"):
 
 * ``main``: ``vals`` uint64[n_main] and ``ids`` uint32[n_main] grouped by the
   ``t``-bit header (the top ``t`` bits), plus ``offsets`` uint32[2**t + 1]:
-  bucket ``b`` is ``vals[offsets[b]:offsets[b+1]]``.
+  bucket ``b`` is ``vals[offsets[b]:offsets[b+1]]``. A packed table keeps the
+  ids' low ``t`` bits in the values' header bits (the bucket says the header)
+  and only the ids' other bits beside them, in 0, 1, 2 or 4 bytes.
 * ``buffer``: recent inserts, appended in O(1) and chained per header
   (``head`` int32[2**tb], ``next`` int32[]), ``tb <= t`` bits. A query walks the
   chain of every bucket it probes, so it sees every value added so far. When
@@ -17,7 +19,7 @@ The Python facade (``scrapy_simdup/index/memory.py``) validates arguments that a
 path; the query entry points here validate their own (W shape, NaN) in C so a
 single ``query`` stays a few microseconds.
 """
-from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t, int8_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t, int8_t
 from libc.stdlib cimport malloc, free
 from libc.math cimport fabs, sqrt, log, isfinite
 

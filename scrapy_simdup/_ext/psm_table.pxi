@@ -71,16 +71,39 @@ cdef inline bint _partner_fails(const uint64_t *pk, Py_ssize_t pk_rows, int64_t 
     return d + simdup_popcount64(pk[2 * row] ^ x2) > plim
 
 
+cdef inline uint32_t _main_id(const uint64_t *vals, const uint8_t *idhi, int idw,
+                              int lob, Py_ssize_t j) noexcept nogil:
+    """The id of main entry ``j``: its low ``lob`` bits from the key's header
+    bits, the rest from ``idhi`` (``idw`` bytes an entry)."""
+    cdef uint32_t hi = 0
+    if idw == 4:
+        hi = (<const uint32_t *>idhi)[j]
+    elif idw == 2:
+        hi = (<const uint16_t *>idhi)[j]
+    elif idw == 1:
+        hi = idhi[j]
+    if lob == 0:
+        return hi
+    return <uint32_t>(vals[j] >> (64 - lob)) | (hi << lob)
+
+
 cdef class PSMCore:
     """Bucketed single-copy table with compiled PSM-F / PSM-A queries."""
     cdef public int distance
     cdef int t, tb, fixed_t
     cdef long _maxk                  # probes per query, -1 = all
     cdef _Model _model
-    # main table
-    cdef object _vals_arr, _ids_arr, _off_arr
+    # main table. A packed table (``_set_packed``) keeps the low ``lob`` (=
+    # t) bits of each id in its key's header bits, which the bucket already
+    # says, and the rest of the id in ``idhi``; otherwise ``lob`` is 0 and
+    # ``idhi`` holds the whole ids (4 bytes each).
+    cdef object _vals_arr, _idhi_arr, _off_arr
     cdef const uint64_t *vals
-    cdef const uint32_t *ids
+    cdef const uint8_t *idhi         # ``idw`` bytes per entry (0: none)
+    cdef int idw, lob
+    cdef uint64_t vmask              # the key bits a main entry holds
+    cdef uint32_t max_main_id
+    cdef bint packed
     cdef const uint32_t *off
     cdef Py_ssize_t n_main
     # buffer
@@ -128,6 +151,11 @@ cdef class PSMCore:
         self.pcol = 1
         self.pk = NULL
         self.pk_rows = 0
+        self.packed = False
+        self.idw = 4
+        self.lob = 0
+        self.vmask = ~(<uint64_t>0)
+        self.max_main_id = 0
 
     # -- state --------------------------------------------------------
     def _core_init(self, int distance, int header_bits, _Model model):
@@ -165,6 +193,15 @@ cdef class PSMCore:
         self._pair_limit = pair_limit
         self.pcol = column
 
+    def _set_packed(self):
+        """Keep each id's low ``t`` bits in its key's header bits (the
+        bucket holds the header) and only the rest beside it: 9 bytes an entry
+        instead of 12 while the ids are below ``2**(t + 8)``, as rows of an
+        index are (``t`` grows with them). Only on an empty table."""
+        if self.n_main or self.n_buf:
+            raise ValueError("a table is packed before anything is added")
+        self.packed = True
+
     def _set_partners(self, const uint64_t[:, ::1] keys, Py_ssize_t rows):
         """A paired table's row keys (the first ``rows`` rows valid): a
         candidate whose id is not one of them is left out."""
@@ -179,20 +216,37 @@ cdef class PSMCore:
         return self._pair_limit if self.paired else None
 
     def _set_main(self, vals, ids, int t, offsets=None):
-        """Install a main table (values grouped by t-bit header)."""
-        cdef Py_ssize_t n = vals.shape[0]
+        """Install a main table of whole keys grouped by t-bit header and
+        their uint32 ids (a packed table stores them packed)."""
+        if self.packed and vals.shape[0]:
+            self._install(np.zeros(0, np.uint64), np.zeros(0, np.uint8), 0, 0, t,
+                          np.zeros((1 << t) + 1, np.uint32), 0)
+            self._build([vals], [ids], t)
+            return
         if offsets is None:
             offsets = _bucket_offsets(vals, t)
+        if self.packed:
+            self._install(vals, np.zeros(0, np.uint8), 0, t, t, offsets, 0)
+        else:       # (max_main_id only sizes a packed table's ids)
+            self._install(vals, ids, 4, 0, t, offsets, 0)
+
+    cdef _install(self, vals, idhi, int idw, int lob, int t, offsets, uint32_t max_id):
+        """The main table's arrays: keys (their header bits holding ids' low
+        ``lob`` bits), ids' other bits (``idw`` bytes each) and offsets."""
+        cdef Py_ssize_t n = vals.shape[0]
         self._vals_arr = vals
-        self._ids_arr = ids
+        self._idhi_arr = idhi
         self._off_arr = offsets
         self.t = t
         self.n_main = n
+        self.idw = idw
+        self.lob = lob
+        self.vmask = ((<uint64_t>1 << (64 - lob)) - 1) if lob else ~(<uint64_t>0)
+        self.max_main_id = max_id
         cdef const uint64_t[::1] vv = vals
-        cdef const uint32_t[::1] iv = ids
         cdef const uint32_t[::1] ov = offsets
         self.vals = &vv[0] if n else NULL
-        self.ids = &iv[0] if n else NULL
+        self.idhi = <const uint8_t *> <size_t> idhi.ctypes.data if idw and n else NULL
         self.off = &ov[0]
         self._reset_buffer()
 
@@ -256,7 +310,7 @@ cdef class PSMCore:
     def nbytes(self):
         """Bytes held by the table's arrays (values, ids, offsets, buffer)."""
         total = 0
-        for a in (self._vals_arr, self._ids_arr, self._off_arr, self._bvals_arr,
+        for a in (self._vals_arr, self._idhi_arr, self._off_arr, self._bvals_arr,
                   self._bids_arr, self._bnext_arr, self._bhead_arr):
             if a is not None:
                 total += a.nbytes
@@ -264,13 +318,31 @@ cdef class PSMCore:
 
     def _arrays(self):
         """(vals, ids) of everything stored, main first then buffer."""
+        vals, ids, _ = self._main_arrays()
         if self.n_buf == 0:
-            return self._vals_arr, self._ids_arr
-        return (np.concatenate([self._vals_arr, self._bvals_arr[:self.n_buf]]),
-                np.concatenate([self._ids_arr, self._bids_arr[:self.n_buf]]))
+            return vals, ids
+        return (np.concatenate([vals, self._bvals_arr[:self.n_buf]]),
+                np.concatenate([ids, self._bids_arr[:self.n_buf]]))
 
     def _main_arrays(self):
-        return self._vals_arr, self._ids_arr, self._off_arr
+        """(vals uint64, ids uint32, offsets) of the main table, whole keys
+        (unpacked into new arrays when the table is packed)."""
+        if self.lob == 0 and self.idw == 4:
+            return self._vals_arr, self._idhi_arr.view(np.uint32), self._off_arr
+        cdef Py_ssize_t n = self.n_main
+        vals = np.empty(n, np.uint64)
+        ids = np.empty(n, np.uint32)
+        cdef uint64_t[::1] vv = vals
+        cdef uint32_t[::1] iv = ids
+        cdef uint64_t b, nbk = (<uint64_t>1) << self.t
+        cdef int shift = 64 - self.t
+        cdef uint32_t j
+        with nogil:
+            for b in range(nbk):
+                for j in range(self.off[b], self.off[b + 1]):
+                    vv[j] = (b << shift) | (self.vals[j] & self.vmask)
+                    iv[j] = _main_id(self.vals, self.idhi, self.idw, self.lob, j)
+        return vals, ids, self._off_arr
 
     # -- insert -------------------------------------------------------
     def _add_arrays(self, const uint64_t[::1] values, const uint32_t[::1] ids):
@@ -337,24 +409,39 @@ cdef class PSMCore:
 
     def _merge(self, extra_vals=None, extra_ids=None):
         """Merge main + buffer (+ extra) into a new main table."""
-        parts_v = [self._vals_arr]
-        parts_i = [self._ids_arr]
+        parts_v, parts_i = [], []
         if self.n_buf:
             parts_v.append(self._bvals_arr[:self.n_buf])
             parts_i.append(self._bids_arr[:self.n_buf])
         if extra_vals is not None:
             parts_v.append(extra_vals)
             parts_i.append(extra_ids)
-        n = sum(p.shape[0] for p in parts_v)
+        n = self.n_main + sum(p.shape[0] for p in parts_v)
         t = self.fixed_t if self.fixed_t > 0 else auto_header_bits(n, self.header_drop)
+        self._build(parts_v, parts_i, t)
+        self._on_rebuild()
+
+    def _build(self, parts_v, parts_i, int t):
+        """A new main table with a t-bit header: the main table's entries
+        then the parts' (whole keys, uint32 ids), in order within a bucket."""
+        cdef Py_ssize_t n = self.n_main + sum(p.shape[0] for p in parts_v)
+        cdef uint32_t max_id = 0
+        cdef int lob = 0, idw = 4
+        if self.packed:     # the ids' bits beside the keys, by the largest id
+            max_id = self.max_main_id if self.n_main else 0
+            for p in parts_i:
+                if p.shape[0]:
+                    max_id = max(max_id, int(p.max()))
+            lob = t
+            hi = max_id >> t
+            idw = 0 if hi == 0 else 1 if hi < 256 else 2 if hi < 65536 else 4
         # (in mappings of their own: the arrays they replace go back to the system)
         # the table's arrays, written in full and read at random: huge pages
         vals = mapped.empty(n, np.uint64, huge=True)
-        ids = mapped.empty(n, np.uint32, huge=True)
+        idhi = mapped.empty(n * idw, np.uint8, huge=True)
         offsets = mapped.zeros((1 << t) + 1, np.uint32, huge=True)
-        _counting_sort(parts_v, parts_i, t, vals, ids, offsets)
-        self._set_main(vals, ids, t, offsets)
-        self._on_rebuild()
+        _counting_sort(self, parts_v, parts_i, t, lob, idw, vals, idhi, offsets)
+        self._install(vals, idhi, idw, lob, t, offsets, max_id)
 
     def _on_rebuild(self):
         pass
@@ -391,7 +478,10 @@ cdef class PSMCore:
         cdef uint64_t v, hdr
         cdef const uint32_t *off = self.off
         cdef const uint64_t *vals = self.vals
-        cdef const uint32_t *ids = self.ids
+        cdef const uint8_t *idhi = self.idhi
+        cdef int idw = self.idw, lob = self.lob
+        cdef uint64_t vmask = self.vmask
+        cdef int hd[BATCH]               # header bits flipped, packed tables
         cdef const uint64_t *pk = self.pk + self.pcol if self.pk != NULL else NULL
         cdef Py_ssize_t pk_rows = self.pk_rows
         cdef const int32_t *bhead = self.bhead if self.n_buf else NULL
@@ -428,14 +518,18 @@ cdef class PSMCore:
                     if chain[i] >= 0:
                         _request_entry(self, chain[i])
             for i in range(nb):
+                # a packed table's keys hold no header: its distance is the
+                # probe's flips in the header plus the rest
+                hd[i] = simdup_popcount64(hq[cur + i] ^ (x >> shift)) if lob else 0
                 for j in range(lo[cur + i], hi[cur + i]):
-                    if simdup_popcount64(vals[j] ^ x) <= h:
+                    if simdup_popcount64((vals[j] ^ x) & vmask) + hd[i] <= h:
                         if ncand == CAND_CAP:
                             spill = i
                             break
                         cand[ncand] = j
                         ncand += 1
-                        __builtin_prefetch(&ids[j])
+                        if idw:
+                            __builtin_prefetch(&idhi[j * idw])
                 if spill < nb:
                     break
                 cend[i] = ncand
@@ -446,7 +540,7 @@ cdef class PSMCore:
             _load_buckets(off, vals, bhead, bshift, &hq[nxt], &lo[nxt], &hi[nxt], nb_next)
             if paired:
                 for ci in range(ncand):
-                    row = ids[cand[ci]]
+                    row = _main_id(vals, idhi, idw, lob, cand[ci])
                     if 0 <= row < pk_rows:
                         __builtin_prefetch(&pk[2 * row])
             ci = 0
@@ -455,21 +549,25 @@ cdef class PSMCore:
                     while ci < cend[i]:     # the batch's candidates, in order
                         j = cand[ci]
                         ci += 1
-                        d = simdup_popcount64(vals[j] ^ x)
-                        if paired and _partner_fails(pk, pk_rows, ids[j], d, x2, plim):
+                        d = simdup_popcount64((vals[j] ^ x) & vmask) + hd[i]
+                        row = _main_id(vals, idhi, idw, lob, j)
+                        if paired and _partner_fails(pk, pk_rows, row, d, x2, plim):
                             continue
-                        if res_push(res, qi, ids[j], d) < 0:
+                        if res_push(res, qi, row, d) < 0:
                             return -2
                         found += 1
                         if first:
                             return found
                 else:
+                    if i > spill:
+                        hd[i] = simdup_popcount64(hq[cur + i] ^ (x >> shift)) if lob else 0
                     for j in range(lo[cur + i], hi[cur + i]):
-                        d = simdup_popcount64(vals[j] ^ x)
+                        d = simdup_popcount64((vals[j] ^ x) & vmask) + hd[i]
                         if d <= h:
-                            if paired and _partner_fails(pk, pk_rows, ids[j], d, x2, plim):
+                            row = _main_id(vals, idhi, idw, lob, j)
+                            if paired and _partner_fails(pk, pk_rows, row, d, x2, plim):
                                 continue
-                            if res_push(res, qi, ids[j], d) < 0:
+                            if res_push(res, qi, row, d) < 0:
                                 return -2
                             found += 1
                             if first:
@@ -522,6 +620,8 @@ cdef class PSMCore:
         cdef bint done
         cdef const uint32_t *off = self.off
         cdef const uint64_t *vals = self.vals
+        cdef uint64_t vmask = self.vmask
+        cdef int lob = self.lob, hd
         cdef int keep = t if maxk >= t else <int>maxk
         for g in range(G):
             if prepare(&self._model.m, (Ws + 64 * g) if Ws != NULL else NULL,
@@ -565,10 +665,12 @@ cdef class PSMCore:
                 x = xs[g]
                 done = False
                 for k in range(start[g], nk[g]):
+                    hd = simdup_popcount64(hq[g][k] ^ (x >> shift)) if lob else 0
                     for j in range(lo[g][k], hi[g][k]):
-                        d = simdup_popcount64(vals[j] ^ x)
+                        d = simdup_popcount64((vals[j] ^ x) & vmask) + hd
                         if d <= h:
-                            if res_push(res, q0 + g, self.ids[j], d) < 0:
+                            if res_push(res, q0 + g, _main_id(
+                                    vals, self.idhi, self.idw, lob, j), d) < 0:
                                 return -2
                             if first:
                                 done = True
@@ -839,16 +941,41 @@ def _bucket_offsets(const uint64_t[::1] vals, int t):
     return offsets
 
 
-def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, uint32_t[::1] ids,
-                   uint32_t[::1] offsets):
-    """Stable counting sort of the concatenated parts by t-bit header."""
-    cdef int shift = 64 - t
+cdef inline void _put(uint64_t *vals, uint8_t *idhi, int idw, int lob, uint64_t mask,
+                      uint32_t pos, uint64_t v, uint32_t id) noexcept nogil:
+    """Write entry ``pos`` of a main table in its layout (``_main_id``'s)."""
+    cdef uint32_t hi = id >> lob
+    if lob:
+        v = (v & mask) | (<uint64_t>id << (64 - lob))
+    vals[pos] = v
+    if idw == 4:
+        (<uint32_t *>idhi)[pos] = hi
+    elif idw == 2:
+        (<uint16_t *>idhi)[pos] = <uint16_t>hi
+    elif idw == 1:
+        idhi[pos] = <uint8_t>hi
+
+
+def _counting_sort(PSMCore table, parts_v, parts_i, int t, int lob, int idw,
+                   uint64_t[::1] vals, uint8_t[::1] idhi, uint32_t[::1] offsets):
+    """Stable counting sort by t-bit header of ``table``'s main entries then
+    the parts' (whole keys, uint32 ids), written with ``lob`` id bits in the
+    header and ``idw`` bytes of the rest per entry."""
+    cdef int shift = 64 - t, oshift = 64 - table.t
+    cdef uint64_t mask = ((<uint64_t>1 << (64 - lob)) - 1) if lob else ~(<uint64_t>0)
     cdef const uint64_t[::1] pv
     cdef const uint32_t[::1] pi
     cdef Py_ssize_t i, n
-    cdef uint64_t b, nb = (<uint64_t>1) << t
-    cdef uint32_t pos
+    cdef uint64_t b, nb = (<uint64_t>1) << t, ob, onb = (<uint64_t>1) << table.t, v
+    cdef uint32_t pos, j
+    cdef uint8_t *hp = &idhi[0] if idhi.shape[0] else NULL
     offsets[:] = 0
+    with nogil:
+        if table.n_main:
+            for ob in range(onb):
+                for j in range(table.off[ob], table.off[ob + 1]):
+                    v = (ob << oshift) | (table.vals[j] & table.vmask)
+                    offsets[(v >> shift) + 1] += 1
     for p in parts_v:
         pv = p
         n = pv.shape[0]
@@ -860,6 +987,16 @@ def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, uint32_t[::1] id
             offsets[b] += offsets[b - 1]
     cursor = np.array(offsets[:nb], dtype=np.uint32)
     cdef uint32_t[::1] cur = cursor
+    with nogil:
+        if table.n_main:
+            for ob in range(onb):
+                for j in range(table.off[ob], table.off[ob + 1]):
+                    v = (ob << oshift) | (table.vals[j] & table.vmask)
+                    b = v >> shift
+                    pos = cur[b]
+                    cur[b] = pos + 1
+                    _put(&vals[0], hp, idw, lob, mask, pos, v,
+                         _main_id(table.vals, table.idhi, table.idw, table.lob, j))
     for k in range(len(parts_v)):
         pv = parts_v[k]
         pi = parts_i[k]
@@ -869,5 +1006,4 @@ def _counting_sort(parts_v, parts_i, int t, uint64_t[::1] vals, uint32_t[::1] id
                 b = pv[i] >> shift
                 pos = cur[b]
                 cur[b] = pos + 1
-                vals[pos] = pv[i]
-                ids[pos] = pi[i]
+                _put(&vals[0], hp, idw, lob, mask, pos, pv[i], pi[i])

@@ -188,6 +188,7 @@ class VerifiedIndex:
         for column, table in zip((1, 0), self.tables):
             table._set_header_drop(VERIFIED_HEADER_DROP)
             table._set_paired(self.pair_limit, column)
+            table._set_packed()     # its ids are rows: dense, below 2 ** (t + 8)
         self._n = 0
         self._probes = 0
         self._sketches = np.zeros((0, SKETCH_BYTES), np.uint8)
