@@ -223,7 +223,7 @@ def test_a_url_met_first_by_two_writers_at_once_is_kept_once(redis_server):
         late = _open(redis_server.url, prefix)
         for be in (a, b, late):
             assert [be.replica.kept(i) for i in range(2)] == [True, False]
-            assert be.replica.keys.get(url_hash("https://u/")) == 0
+            assert be.replica.row_of(url_hash("https://u/")) == 0
             assert await be.check_and_add(p, "https://u/") == Match("https://u/", 0, 1.0)
             assert len(be) == 2                     # a revisit: nothing appended
             await be.close()

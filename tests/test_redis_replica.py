@@ -23,6 +23,7 @@ from scrapy_simdup.index.replica import (
     RECORD_BYTES,
     KeyMap,
     Replica,
+    RowMap,
     pack_entry,
     url_hash,
 )
@@ -185,17 +186,39 @@ def test_hash_tails_hashes_the_urls():
         hashing.hash_tails([b"abc"], -1)
 
 
-# -- KeyMap ----------------------------------------------------------------------
+# -- KeyMap and RowMap -------------------------------------------------------------
+class RowMapOverKeys:
+    """A RowMap and every row's key, used as a KeyMap."""
+
+    def __init__(self):
+        self.map, self.keys = RowMap(), np.zeros(0, np.uint64)
+
+    def put_many(self, hashes, rows):
+        if rows.shape[0]:
+            if rows.max() >= len(self.keys):
+                self.keys = np.concatenate(
+                    [self.keys, np.zeros(rows.max() + 1 - len(self.keys), np.uint64)])
+            self.keys[rows] = hashes
+        self.map.put_many(rows, self.keys)
+
+    def get(self, h):
+        return self.map.get(h, self.keys)
+
+    def __len__(self):
+        return len(self.map)
+
+
+@pytest.mark.parametrize("make", [KeyMap, RowMapOverKeys])
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_keymap_is_a_dict(data):
+def test_keymap_is_a_dict(make, data):
     """Batches of (hash, row), small and large, hashes repeating within and
     across batches: the latest row of a hash wins, as in a dict."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     pool = np.concatenate((np.array([0, 1, M64, M64 - 1, 1 << 63], np.uint64),
                            rng.integers(0, M64, data.draw(st.integers(1, 300)),
                                         dtype=np.uint64, endpoint=True)))
-    km, ref = KeyMap(), {}
+    km, ref = make(), {}
     row = 0
     for size in data.draw(st.lists(st.sampled_from([0, 1, 3, 50, 4097, 5000]), min_size=1,
                                    max_size=8)):
@@ -211,11 +234,12 @@ def test_keymap_is_a_dict(data):
     assert all(km.get(h) is None for h in absent)
 
 
-def test_keymap_grows_and_loses_nothing():
+@pytest.mark.parametrize("make", [KeyMap, RowMapOverKeys])
+def test_keymap_grows_and_loses_nothing(make):
     """150,000 puts in batches, hashes repeating (the table grows several
     times, its slots probed past collisions): every hash has its latest row."""
     rng = np.random.default_rng(5)
-    km, ref = KeyMap(), {}
+    km, ref = make(), {}
     pool = rng.integers(0, M64, 100_000, dtype=np.uint64, endpoint=True)
     # hashes equal in their high bits: the same first slot (a multiply maps a
     # hash onto it); the last of them next to the end: probes wrap around
@@ -242,6 +266,18 @@ def test_keymap_refuses_rows_it_cannot_hold():
     assert len(km) == 0 and km.get(1) is None
     km.put_many(np.array([1], np.uint64), np.array([0xFFFFFFFE], np.int64))
     assert km.get(1) == 0xFFFFFFFE
+
+
+def test_rowmap_refuses_rows_without_keys_and_holds_4_bytes_a_slot():
+    rm, keys = RowMap(), np.array([10, 20, 30], np.uint64)
+    for row in (-1, 3):
+        with pytest.raises(IndexError, match="has no key"):
+            rm.put_many(np.array([row], np.int64), keys)
+    assert len(rm) == 0 and rm.get(10, keys) is None
+    rm.put_many(np.array([0, 2], np.int64), keys)
+    assert (rm.get(10, keys), rm.get(20, keys), rm.get(30, keys)) == (0, None, 2)
+    assert rm.get(30, keys[:2]) is None        # row 2's key not given: not a match
+    assert rm.nbytes == 4 * 1024
 
 
 # -- Replica.apply / lookup -------------------------------------------------------
@@ -294,7 +330,7 @@ def test_apply_and_lookup_agree_with_the_reference(data):
         assert (None if gap is None else (gap.id, gap.similarity, gap.distance)) == \
             (None if want is None else (want[0], similarity(want[1]), want[2])), i
     for u in set(urls):
-        assert replica.keys.get(url_hash(u)) == ref.keys[u], u
+        assert replica.row_of(url_hash(u)) == ref.keys[u], u
     # look-ups: the pages met again under their URLs, and under new ones
     probes = _pages(rng, 30, 6, distance) + pages[:30]
     for j, p in enumerate(probes):
@@ -322,7 +358,7 @@ def test_a_page_appended_twice_at_once_keeps_the_earlier_as_stored_page():
         for b in batches:
             replica.apply(b)
         assert [replica.kept(r) for r in range(3)] == [True, True, False], batches
-        assert replica.keys.get(url_hash("https://u/")) == 1, [len(b) for b in batches]
+        assert replica.row_of(url_hash("https://u/")) == 1, [len(b) for b in batches]
         store, match, own = replica.lookup(p, url_hash("https://u/"))
         assert (store, own, match.id, match.distance, match.similarity) == (False, 1, 1, 0, 1.0)
 
@@ -347,7 +383,7 @@ def test_the_same_log_in_any_batches_is_the_same_replica():
     for other in replicas[1:]:
         assert [other.kept(r) for r in range(400)] == kept
         for u in set(urls):
-            assert other.keys.get(url_hash(u)) == first.keys.get(url_hash(u)), u
+            assert other.row_of(url_hash(u)) == first.row_of(url_hash(u)), u
         for j in range(0, 400, 7):
             assert other.lookup(pages[j], url_hash(urls[j])) == \
                 first.lookup(pages[j], url_hash(urls[j]))
@@ -417,7 +453,7 @@ def test_a_replica_reseeded_from_another_maps_every_url_to_the_same_row():
         [original.kept(i) for i in range(original.n)]
     for i in range(7):
         h = url_hash(f"https://x/{i}")
-        assert seeded.keys.get(h) == original.keys.get(h)
+        assert seeded.row_of(h) == original.row_of(h)
     # and both decide a changed page under such a URL alike
     changed = _pages(np.random.default_rng(13), 1, 1, 22)[0]
     for i in range(7):

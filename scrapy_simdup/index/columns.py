@@ -10,7 +10,7 @@ import zlib
 
 import numpy as np
 
-from scrapy_simdup._ext import keymap
+from scrapy_simdup._ext import keymap, mapped
 
 __all__ = ["ChunkedColumn", "Column", "KeyColumn", "KeySet"]
 
@@ -31,18 +31,24 @@ _ARENA_BYTES = 1 << 20
 
 
 class Column:
-    """A growable 1-d array (amortised doubling)."""
+    """A growable contiguous 1-d array, grown by half (1 to 1.5 times its
+    data, in a mapping of its own once large: the array it replaces goes back
+    to the system)."""
 
     def __init__(self, dtype) -> None:
         self._a = np.zeros(64, dtype)
         self.n = 0
 
+    def _grow(self, need: int) -> None:
+        size = self._a.shape[0]
+        grown = mapped.zeros(max(need, size + size // 2), self._a.dtype)
+        grown[: self.n] = self._a[: self.n]
+        self._a = grown
+
     def extend(self, values) -> None:
         need = self.n + len(values)
         if need > self._a.shape[0]:
-            grown = np.zeros(max(need, 2 * self._a.shape[0]), self._a.dtype)
-            grown[: self.n] = self._a[: self.n]
-            self._a = grown
+            self._grow(need)
         self._a[self.n: need] = values
         self.n = need
 
@@ -61,9 +67,7 @@ class Column:
 
     def append(self, value) -> None:
         if self.n == self._a.shape[0]:
-            grown = np.zeros(2 * self._a.shape[0], self._a.dtype)
-            grown[: self.n] = self._a
-            self._a = grown
+            self._grow(self.n + 1)
         self._a[self.n] = value
         self.n += 1
 

@@ -31,10 +31,11 @@ from scrapy_simdup.fingerprint.sketch import SKETCH_BYTES, similarity
 from scrapy_simdup.index.columns import Column
 from scrapy_simdup.index.verified import VerifiedIndex, VerifiedMatch
 
-__all__ = ["RECORD", "RECORD_BYTES", "MATCHED", "HASHED", "KeyMap", "Replica", "Applied",
+__all__ = ["RECORD", "RECORD_BYTES", "MATCHED", "HASHED", "KeyMap", "RowMap", "Replica", "Applied",
            "url_hash", "pack_entry", "entry_key"]
 
 KeyMap = keymap.KeyMap
+RowMap = keymap.RowMap
 
 #: One page of the log, before its URL (little-endian).
 RECORD = np.dtype([("value", "<u8"), ("value2", "<u8"), ("sketch", "u1", (SKETCH_BYTES,)),
@@ -107,7 +108,7 @@ class Replica:
         self.index = index
         self._kept = Column(np.bool_)
         self._hashes = Column(np.uint64)         # each row's URL hash (a re-seed)
-        self.keys = KeyMap()
+        self._rows = RowMap()                    # URL hash -> row, through _hashes
         self._recent: list = [None] * RECENT_KEYS   # row % RECENT_KEYS -> (row, URL bytes)
 
     @property
@@ -121,7 +122,11 @@ class Replica:
     def nbytes(self) -> int:
         """Bytes the replica holds: the index, the kept flags, the URL hashes
         and the URL map."""
-        return (self.index.nbytes + self._kept.nbytes + self._hashes.nbytes + self.keys.nbytes)
+        return (self.index.nbytes + self._kept.nbytes + self._hashes.nbytes + self._rows.nbytes)
+
+    def row_of(self, key_hash: int) -> int | None:
+        """The row stored under the key of hash ``key_hash`` (None: none)."""
+        return self._rows.get(key_hash, self._hashes.array)
 
     def kept(self, row: int) -> bool:
         return bool(self._kept.array[row])
@@ -153,7 +158,7 @@ class Replica:
         :class:`VerifiedMatch` or None. A kept page met again and still
         matching its own entry is a revisit: ``(False, <match of own>, own)``.
         """
-        own = self.keys.get(key_hash)
+        own = self.row_of(key_hash)
         store = True
         if own is not None:
             if self._kept.array[own]:
@@ -215,13 +220,13 @@ class Replica:
             stored: dict[int, int] = {}     # URL hash -> row, of this batch so far
             for i in np.flatnonzero(np.isin(hashes, hashes[copies])).tolist():
                 h = int(hashes[i])
-                current = stored[h] if h in stored else self.keys.get(h)
+                current = stored[h] if h in stored else self.row_of(h)
                 if not kept[i] and gap_rows[i] >= 0 and current == gap_rows[i]:
                     update[i] = False
                 else:
                     stored[h] = first + i
         update &= (recs["flags"] & NO_KEY) == 0
-        self.keys.put_many(np.ascontiguousarray(hashes[update]), rows[update])
+        self._rows.put_many(rows[update], self._hashes.array)
         recent = self._recent
         for i in range(max(0, k - RECENT_KEYS, remember_from - first), k):
             tail = blobs[i][RECORD_BYTES:] if not recs["flags"][i] & HASHED else None
@@ -252,7 +257,7 @@ class Replica:
                 tail, flags = slot[1], 0
             else:
                 tail, flags = int(hashes[row]).to_bytes(8, "little"), HASHED
-            if self.keys.get(int(hashes[row])) != row:
+            if self._rows.get(int(hashes[row]), hashes) != row:
                 flags |= NO_KEY
             head = raw[i * RECORD_BYTES:(i + 1) * RECORD_BYTES]
             if flags:
