@@ -23,12 +23,10 @@ cdef uint32_t EMPTY = 0xFFFFFFFF
 MAX_ROW = 0xFFFFFFFE
 
 
-cdef class KeyMap:
-    """uint64 key -> row (0 .. ``MAX_ROW``); a key put again takes the new row."""
+cdef class _Slots:
+    """The slots' rows (``EMPTY``: free) of an open-addressing table."""
 
-    cdef object _keys_arr
     cdef object _rows_arr
-    cdef uint64_t[::1] _keys
     cdef uint32_t[::1] _rows
     cdef Py_ssize_t _count
     cdef uint64_t _cap
@@ -37,19 +35,35 @@ cdef class KeyMap:
         cdef Py_ssize_t cap = 1024
         while cap < capacity:
             cap *= 2
-        self._alloc(cap)
+        self._new_rows(cap)
         self._count = 0
 
-    cdef void _alloc(self, Py_ssize_t cap):
+    cdef void _new_rows(self, Py_ssize_t cap):
         # (in mappings of their own: the arrays a growth replaces go back to the system)
-        self._keys_arr = mapped.zeros(cap, np.uint64)
         self._rows_arr = mapped.full(cap, EMPTY, np.uint32)
-        self._keys = self._keys_arr
         self._rows = self._rows_arr
         self._cap = <uint64_t>cap
 
+    cdef inline bint _full(self) noexcept:
+        """Whether one more key would take the table past 3/4 full."""
+        return 4 * (self._count + 1) > 3 * self._rows.shape[0]
+
     def __len__(self):
         return self._count
+
+
+cdef class KeyMap(_Slots):
+    """uint64 key -> row (0 .. ``MAX_ROW``); a key put again takes the new row."""
+
+    cdef object _keys_arr
+    cdef uint64_t[::1] _keys
+
+    def __cinit__(self, Py_ssize_t capacity=1024):
+        self._new_keys(self._cap)
+
+    cdef void _new_keys(self, Py_ssize_t cap):
+        self._keys_arr = mapped.zeros(cap, np.uint64)
+        self._keys = self._keys_arr
 
     @property
     def nbytes(self):
@@ -67,7 +81,8 @@ cdef class KeyMap:
         cdef uint64_t[::1] old_keys = self._keys
         cdef uint32_t[::1] old_rows = self._rows
         cdef Py_ssize_t n = old_keys.shape[0], i, s
-        self._alloc(n + n // 2)
+        self._new_rows(n + n // 2)
+        self._new_keys(n + n // 2)
         for i in range(n):
             if old_rows[i] != EMPTY:
                 s = self._slot(old_keys[i])
@@ -83,7 +98,7 @@ cdef class KeyMap:
 
     cdef void _put(self, uint64_t key, uint32_t row):
         """``key -> row``, a row checked by the caller."""
-        if 4 * (self._count + 1) > 3 * self._keys.shape[0]:
+        if self._full():
             self._grow()
         cdef Py_ssize_t s = self._slot(key)
         if self._rows[s] == EMPTY:
@@ -109,31 +124,11 @@ cdef class KeyMap:
             self._put(keys[i], <uint32_t>rows[i])
 
 
-cdef class RowMap:
+cdef class RowMap(_Slots):
     """uint64 key -> row where the caller keeps every row's key (``keys[row]``,
     given to each call): the slots hold rows alone, 4 bytes a slot instead of
     12, and a probe compares ``keys[row]``. A key put again takes the new row.
     At most 3/4 full, grown by half."""
-
-    cdef object _rows_arr
-    cdef uint32_t[::1] _rows
-    cdef Py_ssize_t _count
-    cdef uint64_t _cap
-
-    def __cinit__(self, Py_ssize_t capacity=1024):
-        cdef Py_ssize_t cap = 1024
-        while cap < capacity:
-            cap *= 2
-        self._alloc(cap)
-        self._count = 0
-
-    cdef void _alloc(self, Py_ssize_t cap):
-        self._rows_arr = mapped.full(cap, EMPTY, np.uint32)
-        self._rows = self._rows_arr
-        self._cap = <uint64_t>cap
-
-    def __len__(self):
-        return self._count
 
     @property
     def nbytes(self):
@@ -156,7 +151,7 @@ cdef class RowMap:
     cdef void _grow(self, const uint64_t *keys, Py_ssize_t nkeys):
         cdef uint32_t[::1] old = self._rows
         cdef Py_ssize_t n = old.shape[0], i
-        self._alloc(n + n // 2)
+        self._new_rows(n + n // 2)
         for i in range(n):
             if old[i] != EMPTY:
                 self._rows[self._slot(keys[old[i]], keys, nkeys)] = old[i]
@@ -178,7 +173,7 @@ cdef class RowMap:
                 raise IndexError(f"row {rows[i]} has no key (rows 0..{nkeys - 1} have)")
         cdef const uint64_t *kp = &keys[0] if nkeys else NULL
         for i in range(n):
-            if 4 * (self._count + 1) > 3 * self._rows.shape[0]:
+            if self._full():
                 self._grow(kp, nkeys)
             s = self._slot(kp[rows[i]], kp, nkeys)
             if self._rows[s] == EMPTY:
