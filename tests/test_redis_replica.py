@@ -277,6 +277,8 @@ def test_rowmap_refuses_rows_without_keys_and_holds_4_bytes_a_slot():
     rm.put_many(np.array([0, 2], np.int64), keys)
     assert (rm.get(10, keys), rm.get(20, keys), rm.get(30, keys)) == (0, None, 2)
     assert rm.get(30, keys[:2]) is None        # row 2's key not given: not a match
+    with pytest.raises(ValueError, match="rows 0..2 are needed"):
+        rm.put_many(np.array([1], np.int64), keys[:2])
     assert rm.nbytes == 4 * 1024
 
 

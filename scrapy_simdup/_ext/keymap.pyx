@@ -130,6 +130,8 @@ cdef class RowMap(_Slots):
     12, and a probe compares ``keys[row]``. A key put again takes the new row.
     At most 3/4 full, grown by half."""
 
+    cdef Py_ssize_t _known      # rows below this are held: a put needs their keys
+
     @property
     def nbytes(self):
         return self._rows_arr.nbytes
@@ -167,10 +169,15 @@ cdef class RowMap(_Slots):
     def put_many(self, const int64_t[::1] rows, const uint64_t[::1] keys):
         """Put ``keys[rows[i]] -> rows[i]`` in order (a later row of a key
         wins); ``keys``: every row's key."""
-        cdef Py_ssize_t n = rows.shape[0], nkeys = keys.shape[0], i, s
+        cdef Py_ssize_t n = rows.shape[0], nkeys = keys.shape[0], i, s, known = self._known
+        if nkeys < known:       # (a growth re-places every row held by its key)
+            raise ValueError(f"the keys of rows 0..{known - 1} are needed, {nkeys} given")
         for i in range(n):
             if not 0 <= rows[i] < nkeys or rows[i] > MAX_ROW:
                 raise IndexError(f"row {rows[i]} has no key (rows 0..{nkeys - 1} have)")
+            if rows[i] >= known:
+                known = rows[i] + 1
+        self._known = known
         cdef const uint64_t *kp = &keys[0] if nkeys else NULL
         for i in range(n):
             if self._full():
