@@ -75,18 +75,11 @@ cdef inline int _best_in(PSMCore t, uint64_t x, uint64_t partner, const double *
     cdef int rc = t._search(x, W, False, maxk, 0, res, heap, heapcap, partner)
     if rc < 0:
         return rc
-    # the candidates' sketches are scattered: load them a few candidates ahead
     for i in range(res.n):
-        if i + VERIFY_AHEAD < res.n:
-            row = res.ids[i + VERIFY_AHEAD]
-            if 0 <= row < t.vsk_rows:
-                __builtin_prefetch(t.vsk + SIMDUP_SKETCH_BINS * row)
         row = res.ids[i]
-        if row == exclude or not 0 <= row < t.vsk_rows:
-            continue
-        agree = simdup_sketch_matches(q, t.vsk + SIMDUP_SKETCH_BINS * row)
-        if agree >= t.vneed and better_match(agree, res.d[i], row,
-                                             best_agree[0], best_dist[0], best_row[0]):
+        agree = _candidate_agree(t, res, i, q)
+        if row != exclude and agree >= t.vneed and better_match(
+                agree, res.d[i], row, best_agree[0], best_dist[0], best_row[0]):
             best_agree[0], best_dist[0], best_row[0] = agree, res.d[i], row
     return rc
 

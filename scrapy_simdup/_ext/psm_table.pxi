@@ -87,6 +87,22 @@ cdef inline uint32_t _main_id(const uint64_t *vals, const uint8_t *idhi, int idw
     return <uint32_t>(vals[j] >> (64 - lob)) | (hi << lob)
 
 
+cdef inline int _candidate_agree(PSMCore t, const resvec *res, Py_ssize_t i,
+                                 const uint8_t *q) noexcept nogil:
+    """Bins candidate ``i`` of ``res`` agrees in with sketch ``q`` (-1: its row
+    has no sketch). The sketches are scattered: the one a few candidates
+    ahead is requested meanwhile."""
+    cdef int64_t row
+    if i + VERIFY_AHEAD < res.n:
+        row = res.ids[i + VERIFY_AHEAD]
+        if 0 <= row < t.vsk_rows:
+            __builtin_prefetch(t.vsk + SIMDUP_SKETCH_BINS * row)
+    row = res.ids[i]
+    if not 0 <= row < t.vsk_rows:
+        return -1
+    return simdup_sketch_matches(q, t.vsk + SIMDUP_SKETCH_BINS * row)
+
+
 cdef class PSMCore:
     """Bucketed single-copy table with compiled PSM-F / PSM-A queries."""
     cdef public int distance
@@ -734,23 +750,14 @@ cdef class PSMCore:
         if heap == NULL:
             raise MemoryError()
         cdef Py_ssize_t i, kept = 0
-        cdef int64_t row
         cdef const uint8_t *qsk = &sketch[0]
         try:
             with nogil:
                 rc = self._search(x, wp, False, maxk, 0, &res, heap, heapcap, x2)
                 if rc >= 0:
-                    # the candidates' sketches are scattered: load them a few
-                    # candidates ahead of the comparison
                     for i in range(res.n):
-                        if i + VERIFY_AHEAD < res.n:
-                            row = res.ids[i + VERIFY_AHEAD]
-                            if 0 <= row < self.vsk_rows:
-                                __builtin_prefetch(self.vsk + SIMDUP_SKETCH_BINS * row)
-                        row = res.ids[i]
-                        if 0 <= row < self.vsk_rows and simdup_sketch_matches(
-                                qsk, self.vsk + SIMDUP_SKETCH_BINS * row) >= self.vneed:
-                            res.ids[kept] = row
+                        if _candidate_agree(self, &res, i, qsk) >= self.vneed:
+                            res.ids[kept] = res.ids[i]
                             res.d[kept] = res.d[i]
                             kept += 1
             if rc == -1:
@@ -969,12 +976,18 @@ def _counting_sort(PSMCore table, parts_v, parts_i, int t, int lob, int idw,
     cdef uint64_t b, nb = (<uint64_t>1) << t, ob, onb = (<uint64_t>1) << table.t, v
     cdef uint32_t pos, j
     cdef uint8_t *hp = &idhi[0] if idhi.shape[0] else NULL
+    # the old main table, read in its own layout
+    cdef const uint64_t *ovals = table.vals
+    cdef const uint8_t *oidhi = table.idhi
+    cdef const uint32_t *ooff = table.off
+    cdef uint64_t omask = table.vmask
+    cdef int oidw = table.idw, olob = table.lob
     offsets[:] = 0
     with nogil:
         if table.n_main:
             for ob in range(onb):
-                for j in range(table.off[ob], table.off[ob + 1]):
-                    v = (ob << oshift) | (table.vals[j] & table.vmask)
+                for j in range(ooff[ob], ooff[ob + 1]):
+                    v = (ob << oshift) | (ovals[j] & omask)
                     offsets[(v >> shift) + 1] += 1
     for p in parts_v:
         pv = p
@@ -990,13 +1003,13 @@ def _counting_sort(PSMCore table, parts_v, parts_i, int t, int lob, int idw,
     with nogil:
         if table.n_main:
             for ob in range(onb):
-                for j in range(table.off[ob], table.off[ob + 1]):
-                    v = (ob << oshift) | (table.vals[j] & table.vmask)
+                for j in range(ooff[ob], ooff[ob + 1]):
+                    v = (ob << oshift) | (ovals[j] & omask)
                     b = v >> shift
                     pos = cur[b]
                     cur[b] = pos + 1
                     _put(&vals[0], hp, idw, lob, mask, pos, v,
-                         _main_id(table.vals, table.idhi, table.idw, table.lob, j))
+                         _main_id(ovals, oidhi, oidw, olob, j))
     for k in range(len(parts_v)):
         pv = parts_v[k]
         pi = parts_i[k]
