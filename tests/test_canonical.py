@@ -5,10 +5,16 @@ import asyncio
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scrapy.http import HtmlResponse, Request
 
+from benchmarks._data import load_all
 from scrapy_simdup import SimdupDownloaderMiddleware
+from scrapy_simdup._ext.htmlscan import head_link_tags
 from scrapy_simdup.fingerprint.canonical import HEAD_BYTES, declared_canonical
+from tests.data_root import PAGES_ROOT
+from tests.reference.canonical import head_link_tags_py
 from tests.scrapy_crawler import make_crawler
 
 URL = "http://site.example/news/story?id=3"
@@ -58,6 +64,42 @@ def test_an_encoded_page():
                 'href="/новости-ニュース"></HEAD><BODY><link rel=canonical href=/b>')
         assert declared_canonical(page.encode(codec, "ignore"), URL, codec) == \
             "http://site.example/" + "/новости-ニュース".encode(codec, "ignore").decode(codec)[1:]
+
+
+def test_only_a_tag_name_followed_by_a_separator_counts():
+    page = ("<head><link-x rel=canonical href=/dash><linké rel=canonical href=/accent>"
+            "<link\u00a0rel=canonical href=/nbsp><bodyguard><link\nrel=canonical href=/ok>")
+    for body, encoding in ((page.encode(), "utf-8"), (page.encode("utf-16-le"), "utf-16-le"),
+                           (page, None)):
+        # '-' ends a name for the scan (as for a regex's \b); a letter, a digit
+        # or any character beyond ASCII does not
+        assert declared_canonical(body, URL, encoding) == "http://site.example/dash"
+    assert declared_canonical(page.replace("<link-x", "<linkx"), URL) == "http://site.example/ok"
+
+
+_HEAD_SOUP = st.lists(st.sampled_from([
+    "<link", "<LINK", "<base", "<BaSe", "</head", "</HEAD", "<body", "<bodyx", "</heads", ">", "<",
+    " rel=canonical", " REL='Canonical'", " href=/a", ' href="http://o.example/x"', " href='b/c'",
+    "CANONICAL", "canonica", "l", "é", "\u00a0", "-", "_", "1", " ", "\n", '"', "'", "=",
+    "<!--", "-->", "<script>", "</script>", "x"]), max_size=16).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_HEAD_SOUP, st.integers(0, 200))
+def test_head_link_tags_match_their_reference_on_any_markup(text, limit):
+    data = text.encode()
+    for cut in (limit, len(data)):
+        assert head_link_tags(data, cut) == head_link_tags_py(data, cut)
+    for start, end in head_link_tags(data, len(data)):
+        assert data[start:start + 1] == b"<" and data[end - 1:end] == b">"
+
+
+def test_head_link_tags_on_real_pages():
+    records = load_all(PAGES_ROOT)
+    assert records
+    for record in records:
+        for limit in (HEAD_BYTES, 2048):
+            assert head_link_tags(record.html, limit) == head_link_tags_py(record.html, limit)
 
 
 def _text(seed: int) -> str:

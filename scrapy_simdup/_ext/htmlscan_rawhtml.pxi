@@ -61,25 +61,28 @@ cdef const unsigned char *_raw_text_end(const unsigned char *p, const unsigned c
 cdef const unsigned char *_tag_end(const unsigned char *lt,
                                    const unsigned char *end) noexcept nogil:
     """The '>' that ends the tag at ``lt`` (NULL: none): in a start tag a
-    quoted attribute value (after '=') may hold '>'."""
+    quoted attribute value (a quote after '=' and spaces) may hold '>'."""
     cdef const unsigned char *p = lt + 1
     cdef unsigned char c
-    cdef bint after_eq = False
     if p >= end or not 97 <= (p[0] | 0x20) <= 122:      # not a start tag
         return <const unsigned char *>memchr(lt, 62, end - lt)
     while p < end:
         c = p[0]
         if c == 62:                                     # '>'
             return p
-        if (c == 34 or c == 39) and after_eq:           # a quoted value
-            p = <const unsigned char *>memchr(p + 1, c, end - p - 1)
-            if p is NULL:
+        if c == 61:                                     # '=': a value may follow
+            p += 1
+            while p < end and (p[0] == 61 or _space(p[0])):
+                p += 1
+            if p == end:
                 return NULL
-            after_eq = False
-        elif c == 61:                                   # '='
-            after_eq = True
-        elif not _space(c):
-            after_eq = False
+            c = p[0]
+            if c == 62:
+                return p
+            if c == 34 or c == 39:                      # a quoted value: skip it whole
+                p = <const unsigned char *>memchr(p + 1, c, end - p - 1)
+                if p is NULL:
+                    return NULL
         p += 1
     return NULL
 
@@ -288,3 +291,93 @@ def tame_html(bytes data) -> bytes:
         return (<char *>out)[:w]
     finally:
         PyMem_Free(out)
+
+
+# ------------------------------------------------------------------ the head's tags
+# fingerprint.canonical reads <link rel=canonical> and <base href> from the head
+# of the raw bytes. Finding them is a scan of every '<' up to the end of the head
+# (often tens of kilobytes of inline script and style): done here, the
+# attributes of the few tags found are read in Python.
+
+cdef inline bint _ascii_word(unsigned char c) noexcept nogil:
+    return c == 95 or 48 <= c <= 57 or 97 <= (c | 0x20) <= 122
+
+
+cdef inline bint _starts_name(const unsigned char *p, const unsigned char *end,
+                              const char *name, Py_ssize_t k) noexcept nogil:
+    """``p`` starts with ``name`` (lower case, ``k`` chars) in any case."""
+    cdef Py_ssize_t j
+    if end - p < k:
+        return False
+    for j in range(k):
+        if (p[j] | 0x20) != <unsigned char>name[j]:
+            return False
+    return True
+
+
+cdef Py_ssize_t _head_end(const unsigned char *data, Py_ssize_t n) noexcept nogil:
+    """Where the head of ``data[:n]`` ends: the first ``</head`` or ``<body``
+    (any case) not followed by an ASCII letter, digit or '_'; else ``n``."""
+    cdef const unsigned char *end = data + n
+    cdef const unsigned char *p = data
+    cdef const unsigned char *lt
+    cdef const unsigned char *after
+    while True:
+        lt = <const unsigned char *>memchr(p, 60, end - p)       # '<'
+        if lt is NULL:
+            return n
+        after = NULL
+        if _starts_name(lt + 1, end, "/head", 5):
+            after = lt + 6
+        elif _starts_name(lt + 1, end, "body", 4):
+            after = lt + 5
+        if after is not NULL and (after == end or not _ascii_word(after[0])):
+            return lt - data
+        p = lt + 1
+
+
+cdef bint _holds_canonical(const unsigned char *p, const unsigned char *end) noexcept nogil:
+    """``canonical`` (any case) occurs in ``p[:end - p]``."""
+    while end - p >= 9:
+        if (p[0] | 0x20) == 99 and _starts_name(p, end, "canonical", 9):
+            return True
+        p += 1
+    return False
+
+
+def head_link_tags(data, Py_ssize_t limit) -> list:
+    """``[(start, end), ...]``: the ``<base ...>`` tags, and the ``<link ...>``
+    tags that hold ``canonical`` (any case), in the head of ``data[:limit]``
+    (bytes), in order. A tag is ``<link`` or ``<base`` (any case) not followed
+    by an ASCII letter, digit, '_' or a byte over 127, up to its first '>';
+    the head ends at the first ``</head`` or ``<body`` (any case) not followed
+    by an ASCII letter, digit or '_'. Not an HTML parse: quotes, comments and
+    scripts are not told apart (a reference in ``tests/reference/canonical.py``)."""
+    cdef const unsigned char[::1] view = data
+    cdef Py_ssize_t n = min(<Py_ssize_t>view.shape[0], max(limit, 0))
+    cdef list found = []
+    if n == 0:
+        return found
+    cdef const unsigned char *base = &view[0]
+    cdef const unsigned char *end
+    cdef const unsigned char *p = base
+    cdef const unsigned char *lt
+    cdef const unsigned char *gt
+    cdef bint is_base
+    with nogil:
+        end = base + _head_end(base, n)
+    while True:
+        lt = <const unsigned char *>memchr(p, 60, end - p)           # '<'
+        if lt is NULL or end - lt < 6:
+            return found
+        is_base = _starts_name(lt + 1, end, "base", 4)
+        if (not is_base and not _starts_name(lt + 1, end, "link", 4)) \
+                or _ascii_word(lt[5]) or lt[5] > 127:
+            p = lt + 1
+            continue
+        gt = <const unsigned char *>memchr(lt + 5, 62, end - lt - 5)  # '>'
+        if gt is NULL:
+            return found        # no tag can end before the head does
+        if is_base or _holds_canonical(lt + 5, gt):
+            found.append((lt - base, gt + 1 - base))
+        p = gt + 1

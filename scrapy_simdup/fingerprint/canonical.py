@@ -1,11 +1,13 @@
 """The URL a page declares canonical: ``<link rel="canonical" href="...">`` in
 its head, else an HTTP ``Link: <...>; rel="canonical"`` header.
 
-Read from the first :data:`HEAD_BYTES` of the body with a small scan of the
-``<link>`` and ``<base>`` tags (no parse of the page: a huge page costs no
-more than a small one), resolved against ``<base href>`` and the page's URL
-as a browser would. Only ``http``/``https`` URLs count; anything else is
-None.
+Read from the first :data:`HEAD_BYTES` of the body without parsing the page
+(a huge page costs no more than a small one): a compiled scan
+(``htmlscan.head_link_tags``) finds the ``<base>`` tags and the ``<link>``
+tags that mention ``canonical`` up to the end of the head, and only their
+attributes are decoded and read. The URL is resolved against ``<base href>``
+and the page's URL as a browser would. Only ``http``/``https`` URLs count;
+anything else is None.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import html
 import re
 from urllib.parse import urljoin, urlsplit
 
+from scrapy_simdup._ext.htmlscan import head_link_tags
+
 __all__ = ["declared_canonical", "HEAD_BYTES"]
 
 #: how much of the body is searched (a head is rarely longer)
@@ -21,9 +25,6 @@ HEAD_BYTES = 256 * 1024
 #: longer hrefs are not URLs a page declares on purpose
 MAX_URL = 4096
 
-_TAG = re.compile(r"<(link|base)\b([^>]*)>", re.IGNORECASE)
-_END_OF_HEAD = re.compile(r"</head\b|<body\b", re.IGNORECASE)
-_END_OF_HEAD_BYTES = re.compile(rb"</head\b|<body\b", re.IGNORECASE)
 _ATTR = re.compile(r"""([^\s"'>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+)))?""")
 _LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,]*)*)")
 _PARAM = re.compile(r"""\s*;\s*([^\s=;,]+)\s*=\s*(?:"([^"]*)"|([^\s;,]*))""")
@@ -55,38 +56,35 @@ def _resolve(href: str, base: str) -> str | None:
     return url if scheme in ("http", "https") else None
 
 
-def _decode(body: bytes, encoding: str | None) -> str:
-    """The head of ``body`` (at most its first HEAD_BYTES) as text."""
+def _head_bytes(body: bytes | str, encoding: str | None) -> tuple[bytes, int, str]:
+    """``(data, limit, codec)``: bytes in an ASCII-compatible ``codec`` whose
+    first ``limit`` bytes hold the head (a str, or a page in UTF-16/32, is
+    re-encoded in UTF-8: only its first HEAD_BYTES characters)."""
+    if isinstance(body, str):
+        data = body[:HEAD_BYTES].encode("utf-8", "surrogatepass")
+        return data, len(data), "utf-8"
     try:
         name = codecs.lookup(encoding or "utf-8").name
     except LookupError:
         name = "utf-8"
-    head = None
-    if not name.startswith(("utf-16", "utf-32")):
-        # ASCII-compatible: the head ends at the same tag in the bytes, and
-        # only the head is copied and decoded (a page's body is most of it)
-        end = _END_OF_HEAD_BYTES.search(body, 0, HEAD_BYTES)
-        if end is not None:
-            head = body[:end.end()]
-    return (body[:HEAD_BYTES] if head is None else head).decode(name, "replace")
+    if name.startswith(("utf-16", "utf-32")):
+        data = body[:HEAD_BYTES].decode(name, "replace").encode("utf-8", "surrogatepass")
+        return data, len(data), "utf-8"
+    return body, HEAD_BYTES, name
 
 
 def declared_canonical(body: bytes | str, url: str, encoding: str | None = None,
                        link_header: bytes | str | None = None) -> str | None:
     """The canonical URL ``body`` (the page at ``url``, in ``encoding``)
     declares, or its ``Link`` header; None when neither declares one."""
-    text = body[:HEAD_BYTES] if isinstance(body, str) else _decode(body, encoding)
-    end = _END_OF_HEAD.search(text)
-    if end is not None:
-        text = text[:end.start()]
+    data, limit, codec = _head_bytes(body, encoding)
     base = url
     found = None
-    for m in _TAG.finditer(text):
-        is_base = m.group(1).lower() == "base"
-        if not is_base and (found is not None or "canonical" not in m.group(2).lower()):
-            continue        # most <link>s are stylesheets and icons
-        attrs = _attributes(m.group(2))
-        if is_base:
+    for start, end in head_link_tags(data, limit):
+        # only the attributes are decoded: in an ASCII-compatible encoding
+        # '<' and '>' are never part of another character
+        attrs = _attributes(data[start + 5:end - 1].decode(codec, "replace"))
+        if data[start + 1:start + 5].lower() == b"base":
             if "href" in attrs and base is url:     # the first <base href> counts
                 base = _resolve(attrs["href"], url) or url
         elif found is None and _is_canonical(attrs.get("rel", "")) and "href" in attrs:
