@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -86,9 +87,11 @@ def child(args) -> None:
 
     def opened(spider):
         marks["cpu0"], marks["wall0"] = time.process_time(), time.perf_counter()
+        marks["ru0"] = resource.getrusage(resource.RUSAGE_SELF)
 
     def closed(spider, reason):
         marks["cpu1"], marks["wall1"] = time.process_time(), time.perf_counter()
+        marks["ru1"] = resource.getrusage(resource.RUSAGE_SELF)
 
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(BenchSpider)
@@ -102,8 +105,11 @@ def child(args) -> None:
         n = logstats.lookups["pages"]
         marks["fp"] = logstats.fingerprint_seconds["pages"] / n
         marks["lookup"] = logstats.lookup_seconds["pages"] / n
-    result = {"fp": marks.get("fp"), "lookup": marks.get("lookup"),"pages": stats.get("response_received_count", 0),
+    ru0, ru1 = marks["ru0"], marks["ru1"]
+    result = {"fp": marks.get("fp"), "lookup": marks.get("lookup"),
+              "pages": stats.get("response_received_count", 0),
               "cpu": marks["cpu1"] - marks["cpu0"], "wall": marks["wall1"] - marks["wall0"],
+              "sys": ru1.ru_stime - ru0.ru_stime, "faults": ru1.ru_minflt - ru0.ru_minflt,
               "stats": {k: v for k, v in stats.items() if k.startswith("simdup/")}}
     with open(args.out, "w") as f:
         json.dump(result, f)
@@ -169,7 +175,9 @@ def main() -> None:
                 res = run_child(mode, urls_path)
                 per_page = res["cpu"] / max(res["pages"], 1)
                 print(f"  run {r + 1} {mode:8s} pages {res['pages']:5d}  cpu {res['cpu']:7.2f} s  "
-                      f"wall {res['wall']:6.2f} s  cpu/page {1e3 * per_page:6.3f} ms", flush=True)
+                      f"(sys {res['sys']:5.2f} s, {res['faults'] / max(res['pages'], 1):6.1f} page "
+                      f"faults/page)  wall {res['wall']:6.2f} s  "
+                      f"cpu/page {1e3 * per_page:6.3f} ms", flush=True)
                 res["per_page"] = per_page
                 all_runs[mode].append(res["cpu"])
                 if mode not in best or per_page < best[mode]["per_page"]:

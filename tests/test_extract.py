@@ -7,6 +7,8 @@ from collections import Counter
 
 import lxml.html
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lxml import etree
 
 from benchmarks._data import decode_html, load_all, load_article_benchmark
@@ -226,6 +228,37 @@ def test_class_and_id_labels_give_the_reference_verdicts():
     assert sum(reference[6]) > 0 and 0 in reference[6]      # some regions flagged, some not
     for _ in range(3):         # later passes answer from the cache (and refill it when full)
         assert _blocks(scan_lxml(root, "main")) == reference
+
+
+_LABEL_PARTS = st.sampled_from([
+    "comment", "comments", "Ad", "ads", "advert", "ADVERTISEMENT", "sponsor", "sponsored_by",
+    "side", "bar", "-", "_", " ", "\t", "\x1c", "\x0b", "nav", "navbar", "x", "1", ".", ":",
+    "skip", "link", "sr", "only", "body", "Text", "main", "cookie", "s", "visually", "hidden",
+    "widget", "post", "\u00e9", "\u212a", "\u017f", "\u00a0", "\u0131", "\u0130"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_LABEL_PARTS, max_size=8).map("".join))
+def test_the_label_rule_judges_as_its_regular_expressions(label):
+    # ASCII labels are judged in compiled code, the others by the expressions
+    expected = bool(_extract.UNLIKELY.search(label)) and not _extract.LIKELY.search(label)
+    assert _extract.unlikely_label(label) == expected == _extract.unlikely_label_re(label)
+
+
+def test_the_label_rule_on_the_labels_of_real_pages(records):
+    labels = set()
+    for record in records:
+        root = parse_html_text(decode_html(record.html))
+        for el in root.iter(etree.Element):
+            cls, eid = el.get("class"), el.get("id")
+            if cls or eid:
+                labels.add(f"{cls} {eid}" if cls and eid else cls or eid)
+    assert len(labels) > 1000
+    verdicts = {label: _extract.unlikely_label(label) for label in labels}
+    assert verdicts == {label: _extract.unlikely_label_re(label) for label in labels}
+    assert 0.05 < sum(verdicts.values()) / len(labels) < 0.95
+    with pytest.raises(ValueError, match="empty"):
+        htmlscan.LabelRule(["menu", ""], [], [], _extract.unlikely_label_re)
 
 
 def test_comment_and_processing_instruction_tails_are_kept():

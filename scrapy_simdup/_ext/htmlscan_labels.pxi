@@ -86,3 +86,121 @@ cdef inline bint _attr_text(xmlAttr *attr, const char **text, Py_ssize_t *n) noe
     text[0] = <const char *>child.content
     n[0] = strlen(text[0])
     return True
+
+
+# ------------------------------------------------------------------ the rule itself
+# fingerprint.extract's unlikely_label is a LabelRule: an ASCII label is judged
+# here, from its bytes (a page's ids are mostly its own, so most labels are new
+# to the cache); any other label goes to the rule's regular expressions.
+
+cdef inline unsigned char _lower(unsigned char c) noexcept nogil:
+    return c | 0x20 if 65 <= c <= 90 else c
+
+
+cdef inline bint _label_sep(unsigned char c) noexcept nogil:
+    """``[\\s_-]`` of a str regex, on ASCII."""
+    return c == 32 or c == 45 or c == 95 or 9 <= c <= 13 or 28 <= c <= 31
+
+
+cdef inline bint _label_word(unsigned char c) noexcept nogil:
+    """``\\w`` of a str regex, on ASCII."""
+    return c == 95 or 48 <= c <= 57 or 97 <= (c | 0x20) <= 122
+
+
+cdef class LabelRule:
+    """Does a ``class``/``id`` label say boilerplate (and not content)?
+
+    ``rule(label)`` is True when one of ``words`` (or a word starting with
+    one of ``prefixes``) stands in ``label`` between separators (start, end,
+    white space, '_' or '-'), any case, and none of ``likely`` occurs in it
+    anywhere. ASCII labels are judged in C; any other label by
+    ``fallback(label)``, the same rule as regular expressions (which also
+    knows Unicode's case and space rules).
+    """
+    cdef readonly tuple words, prefixes, likely
+    cdef readonly object fallback
+    cdef const unsigned char **_ptr
+    cdef Py_ssize_t *_len
+    cdef Py_ssize_t n_words, n_prefixes, n_likely
+
+    def __cinit__(self, words, prefixes, likely, fallback):
+        self.words = tuple(w.lower().encode("ascii") for w in words)
+        self.prefixes = tuple(w.lower().encode("ascii") for w in prefixes)
+        self.likely = tuple(w.lower().encode("ascii") for w in likely)
+        self.fallback = fallback
+        self.n_words, self.n_prefixes = len(self.words), len(self.prefixes)
+        self.n_likely = len(self.likely)
+        cdef Py_ssize_t total = self.n_words + self.n_prefixes + self.n_likely, i = 0
+        cdef bytes w
+        self._ptr = <const unsigned char **>PyMem_Malloc(max(total, 1) * sizeof(char *))
+        self._len = <Py_ssize_t *>PyMem_Malloc(max(total, 1) * sizeof(Py_ssize_t))
+        if self._ptr is NULL or self._len is NULL:
+            raise MemoryError()
+        for w in self.words + self.prefixes + self.likely:
+            if not w:
+                raise ValueError("a label rule's words must not be empty")
+            self._ptr[i] = <const unsigned char *><const char *>w
+            self._len[i] = len(w)
+            i += 1
+
+    def __dealloc__(self):
+        PyMem_Free(self._ptr)
+        PyMem_Free(self._len)
+
+    cdef bint _at(self, Py_ssize_t w, const unsigned char *s, Py_ssize_t n) noexcept nogil:
+        """Word ``w`` (lower case) starts ``s[:n]``, in any case."""
+        cdef Py_ssize_t k = self._len[w], j
+        cdef const unsigned char *p = self._ptr[w]
+        if k > n:
+            return False
+        for j in range(k):
+            if _lower(s[j]) != p[j]:
+                return False
+        return True
+
+    cdef int judge_ascii(self, const unsigned char *s, Py_ssize_t n) noexcept nogil:
+        """The verdict (0 or 1) on the label ``s[:n]``, or -1 if it is not ASCII."""
+        cdef Py_ssize_t i, w, j, k
+        cdef bint unlikely = False
+        for i in range(n):
+            if s[i] > 127:
+                return -1
+        for i in range(n):
+            if i and not _label_sep(s[i - 1]):
+                continue
+            for w in range(self.n_words):
+                k = self._len[w]
+                if self._at(w, s + i, n - i) and (i + k == n or _label_sep(s[i + k])):
+                    unlikely = True
+                    break
+            if unlikely:
+                break
+            for w in range(self.n_words, self.n_words + self.n_prefixes):
+                if not self._at(w, s + i, n - i):
+                    continue
+                # the prefix, word characters, then a separator or the end
+                # (an '_' is both: the word may stop before it)
+                j = i + self._len[w]
+                while j < n and _label_word(s[j]) and s[j] != 95:
+                    j += 1
+                if j == n or _label_sep(s[j]):
+                    unlikely = True
+                    break
+            if unlikely:
+                break
+        if not unlikely:
+            return 0
+        for w in range(self.n_words + self.n_prefixes,
+                       self.n_words + self.n_prefixes + self.n_likely):
+            for i in range(n - self._len[w] + 1):
+                if self._at(w, s + i, n - i):
+                    return 0
+        return 1
+
+    def __call__(self, label):
+        cdef int verdict
+        if isinstance(label, str) and (<str>label).isascii():
+            data = (<str>label).encode("ascii")
+            verdict = self.judge_ascii(<const unsigned char *><const char *>data, len(data))
+            return verdict == 1
+        return bool(self.fallback(label))

@@ -6,6 +6,7 @@ cdef class _Scanner:
     cdef frozenset invisible, blocks, boiler, never
     cdef dict label_cache
     cdef object unlikely_label
+    cdef LabelRule rule         # unlikely_label when it is a LabelRule (else None)
     cdef list texts, nchars, lchars, owner, tags, tag_strs
     cdef Ints parent, end, unl, stack_kind
     cdef Bytes text
@@ -171,6 +172,10 @@ cdef class _Scanner:
                 if klen:
                     kh = simdup_murmur3_64(key, klen, _label_seed)
                     verdict = _label_find(key, klen, kh)
+                    if verdict < 0 and self.rule is not None:
+                        verdict = self.rule.judge_ascii(<const unsigned char *>key, klen)
+                        if verdict >= 0:
+                            _label_keep(key, klen, kh, verdict)
                     if verdict < 0:
                         label = PyUnicode_DecodeUTF8(key, klen, NULL)
                         hit = self.label_cache.get(label)
@@ -275,6 +280,7 @@ cdef _Scanner _scan_tree(root, bint main, bint want_tags, bint lean, frozenset i
     s.invisible, s.blocks, s.boiler, s.never = invisible, blocks, boiler, never
     s.label_cache = label_cache
     s.unlikely_label = unlikely_label
+    s.rule = unlikely_label if isinstance(unlikely_label, LabelRule) else None
     s.tags, s.tag_strs = [], []
     if not lean:
         s.texts, s.nchars, s.lchars, s.owner = [], [], [], []

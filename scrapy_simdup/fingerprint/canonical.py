@@ -16,7 +16,7 @@ import html
 import re
 from urllib.parse import urljoin, urlsplit
 
-from scrapy_simdup._ext.htmlscan import head_link_tags
+from scrapy_simdup._ext import htmlscan
 
 __all__ = ["declared_canonical", "HEAD_BYTES"]
 
@@ -80,7 +80,7 @@ def declared_canonical(body: bytes | str, url: str, encoding: str | None = None,
     data, limit, codec = _head_bytes(body, encoding)
     base = url
     found = None
-    for start, end in head_link_tags(data, limit):
+    for start, end in htmlscan.head_link_tags(data, limit):
         # only the attributes are decoded: in an ASCII-compatible encoding
         # '<' and '>' are never part of another character
         attrs = _attributes(data[start + 5:end - 1].decode(codec, "replace"))

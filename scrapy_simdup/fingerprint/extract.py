@@ -68,13 +68,24 @@ BLOCK_TAGS = frozenset(
     "figcaption figure footer h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav "
     "ol p pre section summary table tbody td tfoot th thead tr ul br caption legend".split())
 
+# class/id words that say boilerplate: each stands between separators (start,
+# end, white space, '_' or '-'), in any case; a prefix takes any word
+# characters after it ("advertisement", "sponsored")
+UNLIKELY_WORDS = (
+    "comment", "comments", "commentlist", "disqus", "sidebar", "side-bar", "footer", "nav",
+    "navbar", "navigation", "menu", "breadcrumb", "breadcrumbs", "share", "sharing", "social",
+    "related", "recommended", "promo", "ad", "ads", "adslot", "cookie", "cookies", "consent",
+    "newsletter", "subscribe", "subscription", "signup", "popup", "modal", "masthead",
+    "widget", "pagination", "pager", "outbrain", "taboola", "skip-link", "sr-only",
+    "visually-hidden", "print-only")
+UNLIKELY_PREFIXES = ("advert", "sponsor")
+# ... unless the label also holds one of these anywhere (any case)
+LIKELY_WORDS = ("article", "content", "main", "story", "entry", "post-body", "body", "text")
+
 UNLIKELY = re.compile(
-    r"(?:^|[\s_-])(?:comments?|commentlist|disqus|sidebar|side-?bar|footer|nav|navbar|"
-    r"navigation|menu|breadcrumbs?|share|sharing|social|related|recommended|"
-    r"promo|advert\w*|ads?|adslot|sponsor\w*|cookies?|consent|newsletter|subscribe|"
-    r"subscription|signup|popup|modal|masthead|widget|pagination|pager|outbrain|"
-    r"taboola|skip-link|sr-only|visually-hidden|print-only)(?:$|[\s_-])", re.I)
-LIKELY = re.compile(r"article|content|main|story|entry|post-body|body|text", re.I)
+    r"(?:^|[\s_-])(?:" + "|".join(map(re.escape, UNLIKELY_WORDS)) + "|"
+    + "|".join(re.escape(p) + r"\w*" for p in UNLIKELY_PREFIXES) + r")(?:$|[\s_-])", re.I)
+LIKELY = re.compile("|".join(map(re.escape, LIKELY_WORDS)), re.I)
 
 _NEVER_UNLIKELY = frozenset(("html", "body", "article", "main"))
 
@@ -89,8 +100,8 @@ def visible_len(text: str) -> int:
     return len("".join(text.split()))
 
 
-def unlikely_label(label: str) -> bool:
-    """Does a ``class``/``id`` label say boilerplate (and not content)?"""
+def unlikely_label_re(label: str) -> bool:
+    """``unlikely_label`` by the regular expressions (any label; cached)."""
     hit = _label_cache.get(label)
     if hit is None:
         hit = bool(UNLIKELY.search(label)) and not LIKELY.search(label)
@@ -98,6 +109,13 @@ def unlikely_label(label: str) -> bool:
             _label_cache.clear()
         _label_cache[label] = hit
     return hit
+
+
+#: Does a ``class``/``id`` label say boilerplate (and not content)? A
+#: callable; ASCII labels are judged in compiled code (the same rule as
+#: :func:`unlikely_label_re`, which judges the others).
+unlikely_label = htmlscan.LabelRule(UNLIKELY_WORDS, UNLIKELY_PREFIXES, LIKELY_WORDS,
+                                    unlikely_label_re)
 
 
 class BlockBuilder:

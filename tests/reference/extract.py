@@ -25,7 +25,7 @@ from scrapy_simdup.fingerprint.extract import (
     TIGHT_SHARE_DEN,
     TIGHT_SHARE_NUM,
     BlockBuilder,
-    unlikely_label,
+    unlikely_label_re,
     visible_len,
 )
 
@@ -143,7 +143,7 @@ def scan_lxml_py(root, mode: str = "main", want_tags: bool = False) -> BlockBuil
                 else:
                     eid = el.get("id")
                     if cls or eid:
-                        unlikely = unlikely_label(f"{cls} {eid}" if cls and eid else cls or eid)
+                        unlikely = unlikely_label_re(f"{cls} {eid}" if cls and eid else cls or eid)
             if unlikely or tag in blocks:
                 if parts:
                     text = "".join(parts)
