@@ -20,7 +20,7 @@ compare it with:
 * ``utf8_valid(data)``: whether ``data.decode("utf-8")`` would succeed.
 """
 from libc.stdint cimport uint16_t, uint32_t, uint64_t, int64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from libc.stdlib cimport calloc, free, qsort
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
@@ -192,9 +192,16 @@ cdef Py_ssize_t _features_into(const uint64_t[::1] th, Py_ssize_t shingle_size, 
         raise MemoryError()
     stops = content + n
     cdef const uint64_t *stop_ptr = &stop_hashes[0] if n_stop else NULL
+    # a bitmap of the stopwords' top 12 bits: most tokens are not stopwords,
+    # and it turns them away before the binary search
+    cdef uint64_t stop_bits[64]
+    memset(stop_bits, 0, sizeof(stop_bits))
+    for q in range(n_stop):
+        stop_bits[stop_ptr[q] >> 58] |= (<uint64_t>1) << ((stop_ptr[q] >> 52) & 63)
     try:
         for i in range(n):
-            if simdup_find_u64(stop_ptr, n_stop, th[i]) >= 0:
+            if (stop_bits[th[i] >> 58] >> ((th[i] >> 52) & 63)) & 1 and \
+                    simdup_find_u64(stop_ptr, n_stop, th[i]) >= 0:
                 stops[n_stops] = i
                 n_stops += 1
             else:
