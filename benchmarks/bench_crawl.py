@@ -115,16 +115,23 @@ def child(args) -> None:
         json.dump(result, f)
 
 
-def run_child(mode: str, urls_path: str) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
-        out = tmp.name
+def run_children(modes: list[str], urls_path: str) -> list[dict]:
+    """Crawl once in each of ``modes`` at the same time (one process each)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    subprocess.run([sys.executable, __file__, "--child", mode, "--urls", urls_path, "--out", out],
-                   check=True, env=env)
-    with open(out) as f:
-        result = json.load(f)
-    os.unlink(out)
-    return result
+    outs, procs = [], []
+    for mode in modes:
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+            outs.append(tmp.name)
+        procs.append(subprocess.Popen([sys.executable, __file__, "--child", mode, "--urls",
+                                       urls_path, "--out", outs[-1]], env=env))
+    results = []
+    for proc, out in zip(procs, outs):
+        if proc.wait():
+            raise subprocess.CalledProcessError(proc.returncode, proc.args)
+        with open(out) as f:
+            results.append(json.load(f))
+        os.unlink(out)
+    return results
 
 
 def main() -> None:
@@ -132,6 +139,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="300 pages, 1 repeat")
     parser.add_argument("--pages", type=int, default=None, help="crawl the first N pages")
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--together", action="store_true",
+                        help="run each crawl of a round at the same time as an off crawl, "
+                             "one per core, so that the two meet the same state of a shared "
+                             "machine")
     parser.add_argument("--modes", default="off,on,on-drop,tree-only",
                         help="crawls of each round, in order (off and on are needed for the "
                              "ratio; the order alternates from one round to the next)")
@@ -173,22 +184,38 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     if not {"off", "on"} <= set(modes) or not set(modes) <= {"off", "on", "on-drop", "tree-only"}:
         parser.error("--modes: off and on, and any of on-drop and tree-only")
-    all_runs: dict[str, list[float]] = {mode: [] for mode in modes}
+    # per mode, the ratio of each crawl's CPU to the off crawl it is paired with
+    # (the one of its round, or with --together the one beside it)
+    pairs: dict[str, list[float]] = {mode: [] for mode in modes if mode != "off"}
+
+    def record(r: int, mode: str, res: dict) -> None:
+        per_page = res["cpu"] / max(res["pages"], 1)
+        print(f"  run {r + 1} {mode:8s} pages {res['pages']:5d}  cpu {res['cpu']:7.2f} s  "
+              f"(sys {res['sys']:5.2f} s, {res['faults'] / max(res['pages'], 1):6.1f} "
+              f"page faults/page)  wall {res['wall']:6.2f} s  "
+              f"cpu/page {1e3 * per_page:6.3f} ms", flush=True)
+        res["per_page"] = per_page
+        if mode not in best or per_page < best[mode]["per_page"]:
+            best[mode] = res
+
     try:
         for r in range(repeat):
             # reversed every other round: a drift of the machine's speed over a
             # round favours neither crawl
-            for mode in (modes if r % 2 == 0 else modes[::-1]):
-                res = run_child(mode, urls_path)
-                per_page = res["cpu"] / max(res["pages"], 1)
-                print(f"  run {r + 1} {mode:8s} pages {res['pages']:5d}  cpu {res['cpu']:7.2f} s  "
-                      f"(sys {res['sys']:5.2f} s, {res['faults'] / max(res['pages'], 1):6.1f} page "
-                      f"faults/page)  wall {res['wall']:6.2f} s  "
-                      f"cpu/page {1e3 * per_page:6.3f} ms", flush=True)
-                res["per_page"] = per_page
-                all_runs[mode].append(res["cpu"])
-                if mode not in best or per_page < best[mode]["per_page"]:
-                    best[mode] = res
+            others = [m for m in modes if m != "off"][::1 if r % 2 == 0 else -1]
+            if args.together:
+                for mode in others:
+                    off, res = run_children(["off", mode], urls_path)
+                    record(r, "off", off)
+                    record(r, mode, res)
+                    pairs[mode].append(res["cpu"] / off["cpu"])
+                continue
+            runs = {}
+            for mode in (["off"] + others if r % 2 == 0 else others + ["off"]):
+                runs[mode] = run_children([mode], urls_path)[0]
+                record(r, mode, runs[mode])
+            for mode in others:
+                pairs[mode].append(runs[mode]["cpu"] / runs["off"]["cpu"])
     finally:
         server.close()
         os.unlink(urls_path)
@@ -219,8 +246,6 @@ def main() -> None:
     # machine's state of the moment; the median over rounds is the figure least
     # moved by a slow or fast phase of this shared machine (the minima above
     # may come from different phases).
-    pairs = {mode: [cpu / off_cpu for cpu, off_cpu in zip(all_runs[mode], all_runs["off"])]
-             for mode in modes if mode != "off"}
     print("per-round ratios (each crawl / off of the same round): " + "; ".join(
         f"{mode} " + ", ".join(f"{r:.3f}" for r in rs) for mode, rs in pairs.items()))
     tag = statistics.median(pairs["on"])

@@ -146,8 +146,10 @@ def test_long_tag_bytes_matches_its_reference(html, min_length):
 def test_long_tag_bytes_on_real_pages():
     for record in load_all(PAGES_ROOT)[::2]:
         for min_length in (0, 4096):
-            assert long_tag_bytes(record.html, min_length) == \
-                long_tag_bytes_py(record.html, min_length)
+            total = long_tag_bytes_py(record.html, min_length)
+            assert long_tag_bytes(record.html, min_length) == total
+            for limit in (total // 2, total, 1 << 17):
+                assert (long_tag_bytes(record.html, min_length, limit) > limit) == (total > limit)
 
 
 TAME_CASES = [
@@ -186,5 +188,9 @@ def test_tame_html_and_long_tag_bytes_match_their_references_on_any_markup(text)
     data = text.encode("utf-8")
     assert tame_html(data) == tame_html_py(data)
     for min_length in (0, 3):
-        assert long_tag_bytes(data, min_length) == long_tag_bytes_py(data, min_length)
+        total = long_tag_bytes_py(data, min_length)
+        assert long_tag_bytes(data, min_length) == total
         assert long_tag_bytes(text, min_length) == long_tag_bytes_py(text, min_length)
+        for limit in (0, 5, total - 1, total, len(data)):
+            # with a limit only the side of it is exact
+            assert (long_tag_bytes(data, min_length, limit) > limit) == (total > limit)

@@ -88,16 +88,21 @@ cdef const unsigned char *_tag_end(const unsigned char *lt,
 
 
 cdef Py_ssize_t _long_tags_1(const unsigned char *data, Py_ssize_t n,
-                              Py_ssize_t min_len) noexcept nogil:
+                              Py_ssize_t min_len, Py_ssize_t limit) noexcept nogil:
     """Total length of the tags of at least ``min_len`` characters (from '<'
     to the '>' ending the tag), one byte per character, not counting script
-    and style bodies and comments (their '<' are not tags)."""
+    and style bodies and comments (their '<' are not tags). With ``limit``
+    >= 0 the scan stops as soon as the total is known to be over ``limit``
+    (it returns more than ``limit``) or known not to be (what is left to
+    scan could not take it over: it returns at most ``limit``)."""
     cdef Py_ssize_t i = 0, total = 0, k = 0
     cdef const unsigned char *end = data + n
     cdef const unsigned char *lt
     cdef const unsigned char *gt
     cdef const char *raw
     while True:
+        if limit >= 0 and (total > limit or total + (n - i) <= limit):
+            return total
         lt = <const unsigned char *>memchr(data + i, 60, n - i)         # '<'
         if lt is NULL:
             return total
@@ -121,25 +126,27 @@ cdef Py_ssize_t _long_tags_1(const unsigned char *data, Py_ssize_t n,
             i = lt - data
 
 
-def long_tag_bytes(html, Py_ssize_t min_length) -> int:
+def long_tag_bytes(html, Py_ssize_t min_length, limit=None) -> int:
     """The total length of the tags of ``html`` (str or bytes) that are at
     least ``min_length`` long, from ``<`` to the ``>`` ending the tag (not
     one in a quoted attribute value), outside script and style bodies and
     comments. libxml2 parses a tag's attributes in quadratic time, so the
     fingerprinter does not hand pages with much of it to libxml2 as they
-    are."""
+    are. With ``limit``, only whether the total is over it is exact: the scan
+    stops once the total is over, or once the rest could not take it over."""
+    cdef Py_ssize_t cap = -1 if limit is None else max(<Py_ssize_t>limit, 0)
     cdef const unsigned char[::1] view
     if isinstance(html, str):
         if PyUnicode_KIND(html) == 1:        # Latin-1 storage: scan it in place
             return _long_tags_1(<const unsigned char *>PyUnicode_DATA(html),
-                                PyUnicode_GET_LENGTH(html), min_length)
+                                PyUnicode_GET_LENGTH(html), min_length, cap)
         html = (<str>html).encode("utf-8", "surrogatepass")
     if not isinstance(html, bytes):
         raise TypeError(f"html must be str or bytes, not {type(html).__name__}")
     if not len(<bytes>html):
         return 0
     view = html
-    return _long_tags_1(&view[0], view.shape[0], min_length)
+    return _long_tags_1(&view[0], view.shape[0], min_length, cap)
 
 
 # ------------------------------------------------------------------ taming

@@ -135,7 +135,7 @@ def needs_taming(html, max_bytes: int) -> bool:
     # (a page shorter than HUGE_TAGS cannot hold that much: most pages
     # are not scanned at all)
     return len(html) > max_bytes or (len(html) > HUGE_TAGS and
-                                     htmlscan.long_tag_bytes(html, LONG_TAG) > HUGE_TAGS)
+                                     htmlscan.long_tag_bytes(html, LONG_TAG, HUGE_TAGS) > HUGE_TAGS)
 
 
 def page_head(html, max_bytes: int):
