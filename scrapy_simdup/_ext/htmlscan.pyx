@@ -7,9 +7,9 @@ public C API, the ``_c_node`` of an element), instead of creating one Python
 proxy per element as ``etree.iterwalk`` does: text is gathered as UTF-8 bytes
 per block and decoded once per block (``main_text_lxml``: once for the text
 it returns), tag names are classified once per distinct name, and
-``class``/``id`` labels are judged once per distinct label (a C cache; a
-Python string only for a label not seen before). The tree is only read,
-never modified.
+``class``/``id`` labels are judged once per distinct label (a C cache; an
+ASCII label is judged in C by a ``LabelRule``, any other one by a Python
+call). The tree is only read, never modified.
 
 It must give exactly the same blocks as the pure Python version in
 ``tests/reference/extract.py`` (the tests compare both on every shared page). The event

@@ -3,9 +3,10 @@
 # The verdicts on class/id labels, kept in C: the label's UTF-8 bytes (read
 # from libxml2's attribute text, no Python string) -> unlikely or not. Exact
 # (keys are compared byte for byte) and bounded: emptied when full. A label
-# not in it, or one it cannot hold, goes through unlikely_label(), whose
-# answer it then keeps; the verdict is a function of the label alone, so
-# what the cache holds never changes a result.
+# not in it is judged by the LabelRule below when unlikely_label is one and
+# the label is ASCII, else it goes through unlikely_label(); the cache then
+# keeps the answer. The verdict is a function of the label alone, so what
+# the cache holds never changes a result.
 cdef enum:
     LABEL_SLOTS = 1 << 15           # a power of two, kept at most half full
     LABEL_ARENA = 1 << 20
