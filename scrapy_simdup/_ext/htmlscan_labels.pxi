@@ -123,6 +123,10 @@ cdef class LabelRule:
     cdef const unsigned char **_ptr
     cdef Py_ssize_t *_len
     cdef Py_ssize_t n_words, n_prefixes, n_likely
+    # the words (not prefixes, not likely words) by their first byte: words
+    # _order[_first[c]:_first[c + 1]] start with c
+    cdef Py_ssize_t *_order
+    cdef Py_ssize_t _first[257]
 
     def __cinit__(self, words, prefixes, likely, fallback):
         self.words = tuple(w.lower().encode("ascii") for w in words)
@@ -143,12 +147,25 @@ cdef class LabelRule:
             self._ptr[i] = <const unsigned char *><const char *>w
             self._len[i] = len(w)
             i += 1
+        self._order = <Py_ssize_t *>PyMem_Malloc(max(self.n_words, 1) * sizeof(Py_ssize_t))
+        if self._order is NULL:
+            raise MemoryError()
+        order = sorted(range(self.n_words), key=lambda j: self.words[j][0])
+        for i in range(self.n_words):
+            self._order[i] = order[i]
+        cdef int c
+        i = 0
+        for c in range(257):
+            while i < self.n_words and self.words[order[i]][0] < c:
+                i += 1
+            self._first[c] = i
 
     def __dealloc__(self):
         PyMem_Free(self._ptr)
         PyMem_Free(self._len)
+        PyMem_Free(self._order)
 
-    cdef bint _at(self, Py_ssize_t w, const unsigned char *s, Py_ssize_t n) noexcept nogil:
+    cdef inline bint _at(self, Py_ssize_t w, const unsigned char *s, Py_ssize_t n) noexcept nogil:
         """Word ``w`` (lower case) starts ``s[:n]``, in any case."""
         cdef Py_ssize_t k = self._len[w], j
         cdef const unsigned char *p = self._ptr[w]
@@ -161,7 +178,7 @@ cdef class LabelRule:
 
     cdef int judge_ascii(self, const unsigned char *s, Py_ssize_t n) noexcept nogil:
         """The verdict (0 or 1) on the label ``s[:n]``, or -1 if it is not ASCII."""
-        cdef Py_ssize_t i, w, j, k
+        cdef Py_ssize_t i, w, j, k, c
         cdef bint unlikely = False
         for i in range(n):
             if s[i] > 127:
@@ -169,7 +186,9 @@ cdef class LabelRule:
         for i in range(n):
             if i and not _label_sep(s[i - 1]):
                 continue
-            for w in range(self.n_words):
+            c = _lower(s[i])
+            for j in range(self._first[c], self._first[c + 1]):
+                w = self._order[j]
                 k = self._len[w]
                 if self._at(w, s + i, n - i) and (i + k == n or _label_sep(s[i + k])):
                     unlikely = True
