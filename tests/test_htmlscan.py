@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from benchmarks._data import load_all
-from scrapy_simdup._ext.htmlscan import long_tag_bytes, scan_lxml_raw, tame_html
+from scrapy_simdup._ext.htmlscan import (
+    long_tag_bytes,
+    scan_lxml_raw,
+    tame_html,
+    utf8_visible_points,
+)
 from scrapy_simdup.fingerprint import extract as _extract
 from scrapy_simdup.fingerprint.extract import scan_lxml
 from tests.data_root import PAGES_ROOT
@@ -194,3 +199,16 @@ def test_tame_html_and_long_tag_bytes_match_their_references_on_any_markup(text)
         for limit in (0, 5, total - 1, total, len(data)):
             # with a limit only the side of it is exact
             assert (long_tag_bytes(data, min_length, limit) > limit) == (total > limit)
+
+
+_TEXT = st.text(alphabet=st.sampled_from(
+    [chr(c) for c in range(0x00, 0x80)] + list("\x85\xa0\u1680\u2002\u2028\u202f\u3000"
+                                              "\xe9\u20ac\U0001f600")), max_size=80)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_TEXT)
+def test_utf8_visible_points_counts_as_python(text):
+    # eight ASCII bytes are counted at once, the rest one character at a time
+    for value in (text, "abcdefgh" + text, text * 3):
+        assert utf8_visible_points(value.encode()) == (len("".join(value.split())), len(value))

@@ -29,6 +29,7 @@ from lxml.includes.tree cimport xmlNode, xmlAttr
 cimport lxml.includes.etreepublic as cetree
 
 from scrapy_simdup._ext.murmur3 cimport simdup_murmur3_64
+from scrapy_simdup._ext.popcount cimport simdup_popcount64
 from scrapy_simdup._ext.pyapi cimport (Py_UNICODE_ISSPACE, PyUnicode_DATA,
                                        PyUnicode_GET_LENGTH, PyUnicode_KIND,
                                        PyUnicode_READ)

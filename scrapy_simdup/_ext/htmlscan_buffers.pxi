@@ -70,13 +70,36 @@ cdef Py_ssize_t _utf8_visible(const char *s, Py_ssize_t n) noexcept:
     return _utf8_visible_points(s, n, &points)
 
 
+cdef uint64_t _HIGH_BITS = 0x8080808080808080ULL
+cdef uint64_t _ONES = 0x0101010101010101ULL
+
+
+cdef inline uint64_t _at_least(uint64_t w, uint64_t b) noexcept nogil:
+    """The high bit of each byte of ``w`` (all under 0x80) that is >= ``b`` (< 0x80)."""
+    return ((w | _HIGH_BITS) - b * _ONES) & _HIGH_BITS
+
+
+cdef inline int _ascii_spaces(uint64_t w) noexcept nogil:
+    """White space (str.isspace: 0x09-0x0D, 0x1C-0x20) among the eight ASCII bytes of ``w``."""
+    return simdup_popcount64((_at_least(w, 0x09) & ~_at_least(w, 0x0E))
+                             | (_at_least(w, 0x1C) & ~_at_least(w, 0x21)))
+
+
 cdef Py_ssize_t _utf8_visible_points(const char *s, Py_ssize_t n,
                                      Py_ssize_t *points) noexcept:
     """``_utf8_visible``, and the number of code points in ``points``."""
     cdef Py_ssize_t i = 0, count = 0, total = 0
     cdef unsigned char c
     cdef Py_UCS4 cp
+    cdef uint64_t w
     while i < n:
+        if i + 8 <= n:
+            memcpy(&w, s + i, 8)
+            if not w & _HIGH_BITS:          # eight ASCII characters at once
+                count += 8 - _ascii_spaces(w)
+                total += 8
+                i += 8
+                continue
         c = <unsigned char>s[i]
         total += 1
         if c < 0x80:
@@ -118,3 +141,12 @@ cdef Py_ssize_t _visible_len(str text):
 cdef bint _SPACE_LATIN1[256]
 for _c in range(256):
     _SPACE_LATIN1[_c] = chr(_c).isspace()
+
+
+def utf8_visible_points(const unsigned char[::1] data):
+    """``(visible, points)`` of valid UTF-8 ``data``: code points that are not
+    white space, and all code points (what the one-pass main text counts)."""
+    cdef Py_ssize_t points = 0
+    cdef Py_ssize_t visible = _utf8_visible_points(<const char *>&data[0], data.shape[0],
+                                                   &points) if data.shape[0] else 0
+    return visible, points
