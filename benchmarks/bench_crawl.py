@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -134,11 +135,47 @@ def run_children(modes: list[str], urls_path: str) -> list[dict]:
     return results
 
 
+def count_instructions(mode: str, urls: list[str], n: int) -> int:
+    """Instructions executed by a crawl of ``urls[:n]`` in ``mode`` (valgrind's
+    cachegrind: deterministic, whatever else the machine runs)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    with tempfile.TemporaryDirectory() as tmp:
+        urls_path, out, counts = (os.path.join(tmp, name) for name in ("urls.json", "out", "cg"))
+        with open(urls_path, "w") as f:
+            json.dump(urls[:n], f)
+        subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                        f"--cachegrind-out-file={counts}", sys.executable, __file__, "--child",
+                        mode, "--urls", urls_path, "--out", out],
+                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(counts) as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("summary:"))
+
+
+def instructions(urls: list[str], n: int) -> None:
+    """Instructions per page with and without the plugin: the difference of a
+    crawl of ``n`` pages and one of ``n // 2`` (start-up cancels out)."""
+    if shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
+    half = n // 2
+    per_page = {}
+    for mode in ("off", "on"):
+        small, large = (count_instructions(mode, urls, k) for k in (half, n))
+        per_page[mode] = (large - small) / (n - half)
+        print(f"  {mode:3s}: {large:,} instructions for {n} pages, {small:,} for {half}: "
+              f"{per_page[mode] / 1e6:.2f} M per page", flush=True)
+    print(f"instructions per page, on/off (tag mode): {per_page['on'] / per_page['off']:.3f} "
+          f"(the plugin: {(per_page['on'] - per_page['off']) / 1e6:.2f} M per page)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="300 pages, 1 repeat")
     parser.add_argument("--pages", type=int, default=None, help="crawl the first N pages")
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--instructions", type=int, metavar="N", default=None,
+                        help="instead of timing: count the instructions per page of N and "
+                             "N/2-page crawls under valgrind, off and on (slow: about a "
+                             "minute per 100 pages; unmoved by the machine's other work)")
     parser.add_argument("--together", action="store_true",
                         help="run each crawl of a round at the same time as an off crawl, "
                              "one per core, so that the two meet the same state of a shared "
@@ -177,6 +214,12 @@ def main() -> None:
           f"clusters (built in {time.perf_counter() - t0:.1f} s)")
     import scrapy
     print(f"Python {platform.python_version()}, Scrapy {scrapy.__version__}, {os.cpu_count()} CPUs")
+    if args.instructions:
+        try:
+            instructions(urls, args.instructions)
+        finally:
+            server.close()
+        return
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(urls, f)
         urls_path = f.name
