@@ -78,7 +78,8 @@ def test_only_a_tag_name_followed_by_a_separator_counts():
 
 
 _HEAD_SOUP = st.lists(st.sampled_from([
-    "<link", "<LINK", "<base", "<BaSe", "</head", "</HEAD", "<body", "<bodyx", "</heads", ">", "<",
+    "<link", "<LINK", "<base", "<BaSe", "</head", "</HEAD", "<\x0fhead", "<body", "<bodyx",
+    "</heads", ">", "<",
     " rel=canonical", " REL='Canonical'", " href=/a", ' href="http://o.example/x"', " href='b/c'",
     "CANONICAL", "canonica", "l", "é", "\u00a0", "-", "_", "1", " ", "\n", '"', "'", "=",
     "<!--", "-->", "<script>", "</script>", "x"]), max_size=16).map("".join)

@@ -312,12 +312,12 @@ cdef inline bint _ascii_word(unsigned char c) noexcept nogil:
 
 cdef inline bint _starts_name(const unsigned char *p, const unsigned char *end,
                               const char *name, Py_ssize_t k) noexcept nogil:
-    """``p`` starts with ``name`` (lower case, ``k`` chars) in any case."""
+    """``p`` starts with ``name`` (lower case, ``k`` chars), its letters in any case."""
     cdef Py_ssize_t j
     if end - p < k:
         return False
     for j in range(k):
-        if (p[j] | 0x20) != <unsigned char>name[j]:
+        if _lower(p[j]) != <unsigned char>name[j]:
             return False
     return True
 
