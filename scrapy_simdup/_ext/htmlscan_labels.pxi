@@ -103,8 +103,8 @@ cdef inline bint _label_sep(unsigned char c) noexcept nogil:
     return c == 32 or c == 45 or c == 95 or 9 <= c <= 13 or 28 <= c <= 31
 
 
-cdef inline bint _label_word(unsigned char c) noexcept nogil:
-    """``\\w`` of a str regex, on ASCII."""
+cdef inline bint _ascii_word(unsigned char c) noexcept nogil:
+    """An ASCII letter, digit or '_' (``\\w`` of a str regex, on ASCII)."""
     return c == 95 or 48 <= c <= 57 or 97 <= (c | 0x20) <= 122
 
 
@@ -201,7 +201,7 @@ cdef class LabelRule:
                 # the prefix, word characters, then a separator or the end
                 # (an '_' is both: the word may stop before it)
                 j = i + self._len[w]
-                while j < n and _label_word(s[j]) and s[j] != 95:
+                while j < n and _ascii_word(s[j]) and s[j] != 95:
                     j += 1
                 if j == n or _label_sep(s[j]):
                     unlikely = True

@@ -306,10 +306,6 @@ def tame_html(bytes data) -> bytes:
 # (often tens of kilobytes of inline script and style): done here, the
 # attributes of the few tags found are read in Python.
 
-cdef inline bint _ascii_word(unsigned char c) noexcept nogil:
-    return c == 95 or 48 <= c <= 57 or 97 <= (c | 0x20) <= 122
-
-
 cdef inline bint _starts_name(const unsigned char *p, const unsigned char *end,
                               const char *name, Py_ssize_t k) noexcept nogil:
     """``p`` starts with ``name`` (lower case, ``k`` chars), its letters in any case."""
