@@ -327,6 +327,31 @@ def test_fold_text_equals_normalize(text):
                    for c in text)
 
 
+@given(st.one_of(st.text(alphabet=_fold_alphabet, max_size=60), tricky_text))
+def test_fold_token_hashes_is_fold_text_then_token_hashes(text):
+    got = _textfeat.fold_token_hashes(text, fold_table())
+    folded = _fold(text)
+    if folded is None:
+        assert got is None
+    else:
+        assert got.dtype == np.uint64
+        assert got.tolist() == _textfeat.token_hashes(folded).tolist() == \
+            [_core.hash64(t) for t in split_tokens(normalize(text))]
+
+
+def test_fold_token_hashes_on_fixed_cases():
+    long_token = "Ab" * 5000 + "é"     # longer than the run buffer it starts with
+    for text in ("don't 'quoted' it's'' a'b'c ''x", "東京都にiPhone'中y",
+                 "a_b __ 9'9 ", "x’s ‘q’", "中'a 'a中' 中''b",
+                 "……x ÉTÉ", "'" * 3, "a'", "ßİ", long_token,
+                 "word " * 3000, ""):
+        got = _textfeat.fold_token_hashes(text, fold_table())
+        assert got is not None, text
+        assert got.tolist() == [_core.hash64(t) for t in split_tokens(normalize(text))], text
+    assert _textfeat.fold_token_hashes("a 😀 b", fold_table()) is None
+    assert _textfeat.fold_token_hashes("x\ud800y", fold_table()) is None
+
+
 def test_fold_text_pairs_of_composing_starters():
     """Every pair (first character of a canonical composition, any table
     character): composition across characters is exactly what fold_text must

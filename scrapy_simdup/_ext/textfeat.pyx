@@ -17,12 +17,14 @@ compare it with:
 * ``fold_text(text, table)`` == ``tokens.normalize(text)`` in one pass over
   the text, or None when a character needs the full normalisation (see
   ``tokens.fold_table``).
+* ``fold_token_hashes(text, table)`` == ``token_hashes(fold_text(text, table))``
+  in one pass, without making the folded text (None where ``fold_text`` is).
 * ``utf8_valid(data)``: whether ``data.decode("utf-8")`` would succeed.
 """
 from libc.stdint cimport uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy, memset
 from libc.stdlib cimport calloc, free, qsort
-from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 from scrapy_simdup._ext.murmur3 cimport simdup_murmur3_64
@@ -385,6 +387,169 @@ def fold_text(str text, const uint16_t[:, ::1] table):
         return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, out, size)
     finally:
         PyMem_Free(out)
+
+
+# ``re``'s Unicode ``\\w`` over the Basic Multilingual Plane, one bit per
+# code point (every character fold_token_hashes passes on is in it)
+cdef unsigned char _BMP_WORD[8192]
+
+
+cdef void _fill_bmp_word() noexcept:
+    cdef uint32_t c
+    memset(_BMP_WORD, 0, sizeof(_BMP_WORD))
+    for c in range(65536):
+        if Py_UNICODE_ISALNUM(c) or c == 95:
+            _BMP_WORD[c >> 3] |= 1 << (c & 7)
+
+
+_fill_bmp_word()
+
+
+cdef struct _Tokens:
+    uint64_t *hashes            # the token hashes made so far
+    Py_ssize_t count, room
+    unsigned char *run          # UTF-8 of the current run of the current token
+    Py_ssize_t run_len, run_room
+    bint in_token               # the last character was part of a token
+    bint apostrophe             # ... followed by an apostrophe, not yet known to be inside it
+
+
+cdef int _grow(void **buf, Py_ssize_t *room, Py_ssize_t need, size_t item) except -1:
+    cdef Py_ssize_t new_room = room[0]
+    while new_room < need:
+        new_room *= 2
+    cdef void *new = PyMem_Realloc(buf[0], new_room * item)
+    if new is NULL:
+        raise MemoryError()
+    buf[0] = new
+    room[0] = new_room
+    return 0
+
+
+cdef inline int _push_hash(_Tokens *t, uint64_t h) except -1:
+    if t.count == t.room:
+        _grow(<void **>&t.hashes, &t.room, t.count + 1, sizeof(uint64_t))
+    t.hashes[t.count] = h
+    t.count += 1
+    return 0
+
+
+cdef int _end_run(_Tokens *t) except -1:
+    """Hash the current run, less the apostrophes a cut at a no-space
+    character left at its ends (as ``_emit_run``), and start a new one."""
+    cdef Py_ssize_t lo = 0, hi = t.run_len
+    while lo < hi and t.run[lo] == 39:
+        lo += 1
+    while hi > lo and t.run[hi - 1] == 39:
+        hi -= 1
+    t.run_len = 0
+    if hi > lo:
+        _push_hash(t, simdup_murmur3_64(<const char *>t.run + lo, hi - lo, 0))
+    return 0
+
+
+cdef inline int _append_utf8(_Tokens *t, uint32_t c) except -1:
+    if t.run_len + 4 > t.run_room:
+        _grow(<void **>&t.run, &t.run_room, t.run_len + 4, 1)
+    cdef unsigned char *p = t.run + t.run_len
+    if c < 0x80:
+        p[0] = c
+        t.run_len += 1
+    elif c < 0x800:
+        p[0] = 0xC0 | (c >> 6)
+        p[1] = 0x80 | (c & 0x3F)
+        t.run_len += 2
+    else:       # (BMP only: see _BMP_WORD)
+        p[0] = 0xE0 | (c >> 12)
+        p[1] = 0x80 | ((c >> 6) & 0x3F)
+        p[2] = 0x80 | (c & 0x3F)
+        t.run_len += 3
+    return 0
+
+
+cdef inline int _token_char(_Tokens *t, uint32_t c) except -1:
+    """Feed one character of the normalised text to the tokenizer (the
+    states of ``token_hashes``' loop, without looking ahead)."""
+    cdef bint word
+    if c < 128:
+        word = _ASCII_WORD[c]
+    else:
+        word = (_BMP_WORD[c >> 3] >> (c & 7)) & 1
+    if t.apostrophe:
+        t.apostrophe = False
+        if word:                # an inner apostrophe: the token goes on
+            _append_utf8(t, 39)
+        else:
+            _end_run(t)
+            t.in_token = False
+    if not word:
+        if t.in_token:
+            if c == 39:
+                t.apostrophe = True
+            else:
+                _end_run(t)
+                t.in_token = False
+        return 0
+    t.in_token = True
+    if c >= 0x0E00 and is_nospace(c):   # its own token; the run before it ends
+        _end_run(t)
+        _append_utf8(t, c)
+        _end_run(t)
+    else:
+        _append_utf8(t, c)
+    return 0
+
+
+def fold_token_hashes(str text, const uint16_t[:, ::1] table):
+    """``token_hashes(fold_text(text, table))`` in one pass, without making
+    the folded text or its UTF-8 form; None when ``fold_text`` gives None (a
+    character that needs the full normalisation)."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), i, k
+    cdef Py_ssize_t limit = table.shape[0]
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void *data = PyUnicode_DATA(text)
+    cdef uint32_t c
+    cdef uint16_t length
+    cdef _Tokens t
+    cdef uint64_t[::1] o
+    memset(&t, 0, sizeof(t))
+    t.room = n // 2 + 16        # a token and a separator at least, mostly
+    t.run_room = 256
+    t.hashes = <uint64_t *>PyMem_Malloc(t.room * sizeof(uint64_t))
+    t.run = <unsigned char *>PyMem_Malloc(t.run_room)
+    try:
+        if t.hashes is NULL or t.run is NULL:
+            raise MemoryError()
+        for i in range(n):
+            c = PyUnicode_READ(kind, data, i)
+            if c < 128:
+                if _ASCII_WORD[c] and not t.apostrophe and t.run_len < t.run_room:
+                    # the common case, inline: a letter or digit of a token
+                    t.run[t.run_len] = c + 32 if 65 <= c <= 90 else c
+                    t.run_len += 1
+                    t.in_token = True
+                else:
+                    _token_char(&t, c + 32 if 65 <= c <= 90 else c)
+            elif c < limit:
+                length = table[c, 0]
+                if length == 0:
+                    return None
+                for k in range(length):
+                    _token_char(&t, table[c, 1 + k])
+            elif (0x4E00 <= c <= 0x9FFF or 0x3400 <= c <= 0x4DBF or 0xAC00 <= c <= 0xD7A3):
+                _token_char(&t, c)
+            else:
+                return None
+        if t.in_token:
+            _end_run(&t)
+        out = np.empty(t.count, dtype=np.uint64)
+        o = out
+        if t.count:
+            memcpy(&o[0], t.hashes, t.count * sizeof(uint64_t))
+        return out
+    finally:
+        PyMem_Free(t.hashes)
+        PyMem_Free(t.run)
 
 
 def utf8_valid(const unsigned char[::1] data):

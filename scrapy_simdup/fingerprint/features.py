@@ -85,10 +85,12 @@ def text_token_hashes(text: str) -> np.ndarray:
     """Hashes of ``tokenize(text)``, made in compiled code."""
     if not text:
         return np.empty(0, np.uint64)
-    # one compiled pass instead of normalize()'s replace/NFKC/casefold passes,
-    # for text whose characters all normalise on their own
-    folded = None if text.isascii() else textfeat.fold_text(text, fold_table())
-    text = folded if folded is not None else normalize(text)
+    # one compiled pass (normalise, cut, hash) for text whose characters all
+    # normalise on their own; normalize()'s passes for the rest
+    th = textfeat.fold_token_hashes(text, fold_table())
+    if th is not None:
+        return th
+    text = normalize(text)
     th = textfeat.token_hashes(text)
     return th if th is not None else token_hashes(split_tokens(text))  # no UTF-8 form
 
