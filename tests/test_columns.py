@@ -46,6 +46,11 @@ def test_key_column_at_scale_and_missing_keys():
     rng = random.Random(3)
     for row in rng.sample(range(len(urls)), 500):
         assert column[row] == urls[row] and column.row_of(urls[row]) == row
+    # rows of a few blocks read again and again (kept decompressed), and of
+    # more blocks than are kept, in turn
+    for blocks in (3, 12):
+        for row in [rng.randrange(64 * b, 64 * b + 64) for b in range(100, 100 + blocks)] * 3:
+            assert column[row] == urls[row]
     assert column.row_of("https://nowhere.example/") is None
     column[len(urls)] = urls[7]                 # a key stored again: its newest row
     assert column.row_of(urls[7]) == len(urls)

@@ -532,3 +532,50 @@ def test_a_target_recall_that_cannot_be_held_is_said_once_naming_the_setting(cap
     stated = crawler.stats.get_value("simdup/expected_recall")
     assert 0.9 < stated < 1.0
     assert f"expected recall {stated:.3f} at this size" in middleware.logstats.setup("news")
+
+
+# -- per-page DEBUG lines -----------------------------------------------------------
+
+def test_per_page_debug_lines_are_made_only_where_a_handler_keeps_them(monkeypatch):
+    """Scrapy leaves its loggers at NOTSET and filters in the root handler:
+    a tagged near-duplicate's DEBUG line is made when a handler keeps DEBUG,
+    and not built at all under LOG_LEVEL = INFO."""
+    made = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            made.append(record.getMessage())
+
+    root, ours = logging.getLogger(), logging.getLogger("scrapy_simdup")
+    handler = Keep(logging.INFO)
+    monkeypatch.setattr(root, "handlers", [handler])
+    monkeypatch.setattr(root, "level", logging.NOTSET)
+    monkeypatch.setattr(ours, "level", logging.NOTSET)
+    monkeypatch.setattr(ours, "handlers", [])
+    monkeypatch.setattr(ours, "propagate", True)
+    for logger in (root, ours):
+        monkeypatch.setattr(logger, "_cache", {})
+    built = []
+    real = logging.Logger.makeRecord
+    monkeypatch.setattr(logging.Logger, "makeRecord",
+                        lambda self, name, level, fn, lno, msg, *a, **k:
+                        built.append(msg) or real(self, name, level, fn, lno, msg, *a, **k))
+
+    def crawl_two_copies():
+        middleware = SimdupDownloaderMiddleware.from_crawler(make_crawler(
+            {"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag", "SIMDUP_LOG_INTERVAL": 0}))
+        _check(middleware, "http://a/", 7)
+        return _check(middleware, "http://b/", 7)
+
+    assert crawl_two_copies()["duplicate_of"] == "http://a/"
+    assert not any("Tagged near-duplicate" in str(msg) for msg in built)
+    handler.setLevel(logging.DEBUG)
+    assert crawl_two_copies()["duplicate_of"] == "http://a/"
+    assert "Tagged near-duplicate http://b/ of http://a/ (distance 0)" in made
+    assert any("Tagged near-duplicate" in msg for msg in built)
+    # a logger that does not propagate, and no handler on the way: nothing shown
+    ours.propagate = False
+    from scrapy_simdup.integration.component import debug_shown
+    assert not debug_shown(ours)
+    ours.handlers = [logging.NullHandler(logging.DEBUG)]
+    assert debug_shown(ours)

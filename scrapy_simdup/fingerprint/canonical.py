@@ -12,6 +12,7 @@ anything else is None.
 from __future__ import annotations
 
 import codecs
+import functools
 import html
 import re
 from urllib.parse import urljoin, urlsplit
@@ -56,6 +57,14 @@ def _resolve(href: str, base: str) -> str | None:
     return url if scheme in ("http", "https") else None
 
 
+@functools.lru_cache(maxsize=64)
+def _codec_name(encoding: str) -> str:
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return "utf-8"
+
+
 def _head_bytes(body: bytes | str, encoding: str | None) -> tuple[bytes, int, str]:
     """``(data, limit, codec)``: bytes in an ASCII-compatible ``codec`` whose
     first ``limit`` bytes hold the head (a str, or a page in UTF-16/32, is
@@ -63,10 +72,7 @@ def _head_bytes(body: bytes | str, encoding: str | None) -> tuple[bytes, int, st
     if isinstance(body, str):
         data = body[:HEAD_BYTES].encode("utf-8", "surrogatepass")
         return data, len(data), "utf-8"
-    try:
-        name = codecs.lookup(encoding or "utf-8").name
-    except LookupError:
-        name = "utf-8"
+    name = _codec_name(encoding or "utf-8")
     if name.startswith(("utf-16", "utf-32")):
         data = body[:HEAD_BYTES].decode(name, "replace").encode("utf-8", "surrogatepass")
         return data, len(data), "utf-8"

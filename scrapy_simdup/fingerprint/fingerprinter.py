@@ -145,8 +145,13 @@ def _scrapy_response_classes(response) -> frozenset:
     fingerprint layer does not import Scrapy, so ``TextResponse``,
     ``HtmlResponse`` and ``XmlResponse`` (or subclasses of them) are told
     apart by the class names in the response's MRO."""
-    return frozenset(cls.__name__ for cls in type(response).__mro__
-                     if cls.__module__ == "scrapy" or cls.__module__.startswith("scrapy."))
+    return _scrapy_classes(type(response))
+
+
+@functools.lru_cache(maxsize=64)
+def _scrapy_classes(cls: type) -> frozenset:
+    return frozenset(c.__name__ for c in cls.__mro__
+                     if c.__module__ == "scrapy" or c.__module__.startswith("scrapy."))
 
 
 def has_text_features(features: str) -> bool:

@@ -7,6 +7,7 @@ hundred bytes a page; these keep it to the data plus a few bytes.
 from __future__ import annotations
 
 import zlib
+from collections import OrderedDict
 
 import numpy as np
 
@@ -28,6 +29,8 @@ _ZDICT_BYTES = 32 * 1024
 #: per block, allocated among a crawl's short-lived ones, would keep a page
 #: of the heap each from being given back
 _ARENA_BYTES = 1 << 20
+#: blocks kept decompressed, the least recently read dropped first
+_CACHED_BLOCKS = 8
 
 
 class Column:
@@ -194,7 +197,8 @@ class KeyColumn:
         self._long: dict[int, int] = {}         # rows whose key has _LONG bytes or more
         self._rows = keymap.KeyMap()
         self._moved: dict[int, str] = {}        # rows given another key later (rare)
-        self._cached = (-1, b"")                # the last block decompressed
+        self._preset = b""                      # zlib's preset dictionary: _zdict's tail
+        self._cached: OrderedDict[int, bytes] = OrderedDict()   # blocks decompressed lately
 
     def __len__(self) -> int:
         return self._lengths.n
@@ -210,15 +214,22 @@ class KeyColumn:
             return self._open           # (read in place: only the key is copied)
         if b == 0:
             return self._zdict
-        if self._cached[0] != b:
-            start, size = self._starts[b - 1], self._sizes[b - 1]
-            if not size:            # a block of rows without keys
-                return b""
-            arena, at = divmod(start, _ARENA_BYTES)
-            inflate = zlib.decompressobj(zdict=self._zdict[-_ZDICT_BYTES:])
-            data = inflate.decompress(self._arenas[arena][at:at + size]) + inflate.flush()
-            self._cached = (b, data)
-        return self._cached[1]
+        data = self._cached.get(b)
+        if data is not None:
+            self._cached.move_to_end(b)
+            return data
+        start, size = self._starts[b - 1], self._sizes[b - 1]
+        if not size:            # a block of rows without keys
+            return b""
+        arena, at = divmod(start, _ARENA_BYTES)
+        inflate = zlib.decompressobj(zdict=self._preset)
+        data = inflate.decompress(self._arenas[arena][at:at + size]) + inflate.flush()
+        # (a crawl's copies of one page often come close together: their
+        # matches read the same few blocks)
+        self._cached[b] = data
+        if len(self._cached) > _CACHED_BLOCKS:
+            self._cached.popitem(last=False)
+        return data
 
     def _empty_blocks(self, count: int) -> None:
         """``count`` full blocks of rows without keys (no bytes stored)."""
@@ -290,10 +301,11 @@ class KeyColumn:
         if (row + 1) % self._block_rows == 0:
             if row + 1 == self._block_rows:
                 self._zdict = bytes(self._open)
+                self._preset = self._zdict[-_ZDICT_BYTES:]
             elif not self._open:
                 self._empty_blocks(1)
             else:
-                deflate = zlib.compressobj(zdict=self._zdict[-_ZDICT_BYTES:])
+                deflate = zlib.compressobj(zdict=self._preset)
                 self._pack(deflate.compress(self._open) + deflate.flush())
             self._open.clear()
 

@@ -36,6 +36,26 @@ logger = logging.getLogger("scrapy_simdup")
 _REFUSALS_LOGGED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
+def debug_shown(log: logging.Logger = logger) -> bool:
+    """Whether a DEBUG record of ``log`` would reach a handler that keeps it.
+
+    Scrapy leaves the loggers at NOTSET and filters by ``LOG_LEVEL`` in its
+    root handler, so ``isEnabledFor(DEBUG)`` is true in every crawl and each
+    per-page ``logger.debug`` call would build a record only to drop it.
+    """
+    if not log.isEnabledFor(logging.DEBUG):
+        return False
+    node: logging.Logger | None = log
+    while node is not None:
+        for handler in node.handlers:
+            if handler.level <= logging.DEBUG:
+                return True
+        if not node.propagate:
+            return False
+        node = node.parent
+    return False    # (no handler at all: logging's last resort shows WARNING and up)
+
+
 class Verdict:
     """The outcome of checking one page or item.
 
@@ -87,6 +107,12 @@ class SimdupComponent:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
+        # (bound once: Scrapy's stats collector wraps each method look-up)
+        self._inc_stat = self.stats.inc_value
+        self._set_stat = self.stats.set_value
+        self._stat_keys = {name: self.prefix + name for name in (
+            "checked", "truncated", "index_size", "probes", "revisits", "duplicates")}
+        self._recorded_recall: float | None = None
         #: the crawl's close reason when the component refuses to work (a
         #: corrupt saved index with SIMDUP_ON_ERROR = "stop", Redis unreachable)
         self.refused: str | None = None
@@ -122,8 +148,9 @@ class SimdupComponent:
         finds at the index's size and budget; one WARNING when SIMDUP_RECALL
         can no longer be held within the look-up's time budget."""
         recall = self.backend.expected_recall
-        if recall is None:
+        if recall is None or recall == self._recorded_recall:
             return
+        self._recorded_recall = recall
         self.stats.set_value(self.prefix + "expected_recall", round(recall, 3))
         target = self.config.recall
         if target is not None and recall < target - 0.0005 and not self._recall_warned:
@@ -234,14 +261,14 @@ class SimdupComponent:
         if own_key:
             self.backend.note_checked(key)
         self.logstats.record(self.kind, t1 - t0, t2 - t1)
-        stats = self.stats
-        stats.inc_value(self.prefix + "checked")
+        inc, keys = self._inc_stat, self._stat_keys
+        inc(keys["checked"])
         if fp.truncated:     # from a cut text (SIMDUP_MAX_BYTES/MAX_TOKENS)
-            stats.inc_value(self.prefix + "truncated")
-        stats.set_value(self.prefix + "index_size", len(self.backend))
+            inc(keys["truncated"])
+        self._set_stat(keys["index_size"], len(self.backend))
         probes = self.backend.probes
         if probes is not None:
-            stats.set_value(self.prefix + "probes", probes)
+            self._set_stat(keys["probes"], probes)
         self._record_recall()
         if match is None and self.fingerprinter.idf is not None:
             # weighting "idf": learn from kept pages, before the writer may
@@ -253,9 +280,9 @@ class SimdupComponent:
             except Exception:  # noqa: BLE001 (disk full, SIMDUP_DIR gone: the page goes on)
                 self.error(key, "writing to SIMDUP_DIR")
         if revisit:
-            stats.inc_value(self.prefix + "revisits")
+            inc(keys["revisits"])
         elif match is not None:
-            stats.inc_value(self.prefix + "duplicates")
+            inc(keys["duplicates"])
         if self.config.debug:
             logger.debug("Simdup checked %s %s: simhash %016x, %s", self.kind[:-1], key, value,
                          f"revisit (stored before, distance {match.distance})" if revisit else
@@ -269,7 +296,7 @@ class SimdupComponent:
         crawl at INFO, with how to see the others; the others at DEBUG."""
         noun = self.kind[:-1]
         if self._logged_first_drop:
-            if self.kind == "items":    # Scrapy logs every dropped item at DEBUG
+            if self.kind == "items" or not debug_shown():   # (Scrapy logs dropped items)
                 return
             logger.debug("Dropped %s %s %s of %s (distance %d%s)", what, noun, key,
                          match.duplicate_of, match.distance, note,

@@ -9,7 +9,7 @@ from scrapy.http import HtmlResponse
 
 from scrapy_simdup.exceptions import CorruptFileError
 from scrapy_simdup.fingerprint.canonical import declared_canonical
-from scrapy_simdup.integration.component import SimdupComponent
+from scrapy_simdup.integration.component import SimdupComponent, debug_shown
 from scrapy_simdup.integration.urlrules import NearDuplicateRequest, UrlRules
 
 __all__ = ["SimdupDownloaderMiddleware", "NearDuplicateResponse", "NearDuplicateRequest"]
@@ -119,11 +119,12 @@ class SimdupDownloaderMiddleware(SimdupComponent):
                 # a start page leads to the rest of the crawl: it reaches the spider, tagged
                 drop, show = False, True
                 self.stats.inc_value("simdup/start_requests_kept")
-                logger.debug("Kept start page %s, a %s of %s (distance %d)", url, what,
-                             match.duplicate_of, match.distance,
-                             extra={"spider": self.crawler.spider})
+                if debug_shown():
+                    logger.debug("Kept start page %s, a %s of %s (distance %d)", url, what,
+                                 match.duplicate_of, match.distance,
+                                 extra={"spider": self.crawler.spider})
             elif drop:
-                self.stats.inc_value("simdup/dropped")
+                self._inc_stat("simdup/dropped")
                 note = ""
                 if canonical is not None and canonical != match.duplicate_of:
                     note = (f"; it declares rel=canonical {canonical}"
@@ -132,10 +133,11 @@ class SimdupDownloaderMiddleware(SimdupComponent):
                 raise NearDuplicateResponse(url, match.duplicate_of, match.distance,
                                             verdict.simhash, match.similarity)
             elif not verdict.revisit:  # tag mode
-                self.stats.inc_value("simdup/tagged")
-                logger.debug("Tagged near-duplicate %s of %s (distance %d)", url,
-                             match.duplicate_of, match.distance,
-                             extra={"spider": self.crawler.spider})
+                self._inc_stat("simdup/tagged")
+                if debug_shown():
+                    logger.debug("Tagged near-duplicate %s of %s (distance %d)", url,
+                                 match.duplicate_of, match.distance,
+                                 extra={"spider": self.crawler.spider})
         # every response passed on carries the verdict (in drop mode: not a
         # duplicate, but for a start page)
         request.meta["simdup"] = dict(verdict.as_tag(with_match=show), canonical=canonical)

@@ -19,6 +19,7 @@ from scrapy.exceptions import IgnoreRequest
 
 from scrapy_simdup.index.crawldir import namespace_dir
 from scrapy_simdup.index.redis.log import CONNECTION_DEFAULTS
+from scrapy_simdup.integration.component import debug_shown
 from scrapy_simdup.urlrules import PatternBudget, RuleHit, UrlRuleLearner
 from scrapy_simdup.urlrules.persist import forget_rules, load_rules, save_rules
 from scrapy_simdup.urlrules.shared import RuleShare
@@ -90,8 +91,9 @@ class UrlRules:
             if pattern is not None:
                 if drop:
                     self.stats.inc_value("simdup/traps/dropped")
-                    logger.debug("Dropped %s: pattern %s is over its budget", url, pattern,
-                                 extra={"spider": self.crawler.spider})
+                    if debug_shown():
+                        logger.debug("Dropped %s: pattern %s is over its budget", url, pattern,
+                                     extra={"spider": self.crawler.spider})
                     raise NearDuplicateRequest(url, None, f"trap budget of {pattern}")
                 self.stats.inc_value("simdup/traps/deprioritized")
                 return request.replace(priority=request.priority - 1000, dont_filter=True,
@@ -114,8 +116,9 @@ class UrlRules:
             return None
         self.learner.skipped(hit)
         self.stats.inc_value("simdup/url_rules/skipped")
-        logger.debug("Skipped %s, a near-duplicate of %s by the URL rule %s", url,
-                     hit.duplicate_of, rule, extra={"spider": self.crawler.spider})
+        if debug_shown():
+            logger.debug("Skipped %s, a near-duplicate of %s by the URL rule %s", url,
+                         hit.duplicate_of, rule, extra={"spider": self.crawler.spider})
         raise NearDuplicateRequest(url, hit.duplicate_of, rule)
 
     # -- after the check -------------------------------------------------------------
