@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 from scrapy_simdup._ext import hashing as _core
 from scrapy_simdup._ext import textfeat as _textfeat
 from scrapy_simdup.fingerprint.features import (
+    _M,
     _SALT,
     STOP_HASHES,
     STOPWORDS,
     _logtf_of_count,
     features_from_token_hashes,
     features_from_tokens,
+    fmix64,
     shingle_hashes,
     text_token_hashes,
     weigh,
@@ -191,6 +193,39 @@ def test_compiled_text_features_match_numpy(tokens, k, sets):
     assert got.tolist() == expected
     assert _textfeat.text_features(th, k, False, False, STOP_HASHES, _SALT["shingles"],
                                    _SALT["spots"]).size == 0
+
+
+# hash values that share their table slot and bitmap bit, 0, and others
+_POOL = [0, 1, 2**63, (5 << 20), (5 << 20) + 1, (5 << 20) | (1 << 40), 2**64 - 1,
+         0xF00D << 48, (0xF00D << 48) + 7]
+
+
+@given(st.lists(st.sampled_from(_POOL) | st.integers(0, 2**64 - 1), max_size=60),
+       st.lists(st.sampled_from(_POOL) | st.integers(0, 2**64 - 1), max_size=300, unique=True))
+def test_spot_signatures_with_any_stopword_set(tokens, stopwords):
+    """The stopword table (open addressing, a hash 0 kept apart) is np.isin."""
+    th = np.array(tokens, dtype=np.uint64)
+    stops = np.array(sorted(stopwords), dtype=np.uint64)
+    got = _textfeat.text_features(th, 3, False, True, stops, 1, _SALT["spots"]).tolist()
+    assert got == _spot_hashes_with(th, stops)
+
+
+def _spot_hashes_with(th, stops, chain=2):
+    """tests.reference.features.spot_hashes with another stopword set."""
+    if th.shape[0] < chain + 1:
+        return []
+    is_stop = np.isin(th, stops)
+    ante, content = np.flatnonzero(is_stop), np.flatnonzero(~is_stop)
+    if ante.size == 0 or content.size < chain:
+        return []
+    j = np.searchsorted(content, ante, side="right")
+    ok = j + chain <= content.size
+    ante, j = ante[ok], j[ok]
+    with np.errstate(over="ignore"):
+        h = th[ante] ^ np.uint64(_SALT["spots"])
+        for c in range(chain):
+            h = h * _M + th[content[j + c]]
+    return fmix64(h).tolist()
 
 
 def _weighted_reference(th, names, k, weighting):

@@ -28,7 +28,6 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 from scrapy_simdup._ext.murmur3 cimport simdup_murmur3_64
-from scrapy_simdup._ext.sorted cimport simdup_find_u64
 from scrapy_simdup._ext.pyapi cimport (Py_UNICODE_ISALNUM, PyUnicode_4BYTE_KIND, PyUnicode_DATA,
                                        PyUnicode_FromKindAndData, PyUnicode_GET_LENGTH,
                                        PyUnicode_IS_COMPACT_ASCII, PyUnicode_KIND,
@@ -187,23 +186,50 @@ cdef Py_ssize_t _features_into(const uint64_t[::1] th, Py_ssize_t shingle_size, 
         o[i] = fmix64(s)
     if not spots or n < chain + 1:
         return m
-    # positions of stopword tokens (binary search in the sorted stopword
-    # hashes, as np.isin) and of content tokens, both in text order
-    content = <int64_t *>PyMem_Malloc(2 * n * sizeof(int64_t))
+    # positions of stopword tokens (as np.isin with the stopword hashes) and
+    # of content tokens, both in text order
+    cdef Py_ssize_t slots = 64, mask, slot
+    while slots < 4 * n_stop:
+        slots *= 2
+    mask = slots - 1
+    content = <int64_t *>PyMem_Malloc(2 * n * sizeof(int64_t) + slots * sizeof(uint64_t))
     if content is NULL:
         raise MemoryError()
     stops = content + n
-    cdef const uint64_t *stop_ptr = &stop_hashes[0] if n_stop else NULL
-    # a bitmap of the stopwords' top 12 bits: most tokens are not stopwords,
-    # and it turns them away before the binary search
+    # the stopwords in an open-addressing table (0: an empty slot; a stopword
+    # hash 0 is kept apart), behind a bitmap of their top 12 bits: most
+    # tokens are not stopwords, and the bitmap turns them away
+    cdef uint64_t *table = <uint64_t *>(stops + n)
+    cdef uint64_t x
+    cdef bint zero_stop = False, stop
     cdef uint64_t stop_bits[64]
     memset(stop_bits, 0, sizeof(stop_bits))
+    memset(table, 0, slots * sizeof(uint64_t))
     for q in range(n_stop):
-        stop_bits[stop_ptr[q] >> 58] |= (<uint64_t>1) << ((stop_ptr[q] >> 52) & 63)
+        x = stop_hashes[q]
+        stop_bits[x >> 58] |= (<uint64_t>1) << ((x >> 52) & 63)
+        if x == 0:
+            zero_stop = True
+            continue
+        slot = (x >> 20) & mask
+        while table[slot] != 0 and table[slot] != x:
+            slot = (slot + 1) & mask
+        table[slot] = x
     try:
         for i in range(n):
-            if (stop_bits[th[i] >> 58] >> ((th[i] >> 52) & 63)) & 1 and \
-                    simdup_find_u64(stop_ptr, n_stop, th[i]) >= 0:
+            x = th[i]
+            stop = False
+            if (stop_bits[x >> 58] >> ((x >> 52) & 63)) & 1:
+                if x == 0:
+                    stop = zero_stop
+                else:
+                    slot = (x >> 20) & mask
+                    while table[slot] != 0:
+                        if table[slot] == x:
+                            stop = True
+                            break
+                        slot = (slot + 1) & mask
+            if stop:
                 stops[n_stops] = i
                 n_stops += 1
             else:
