@@ -27,7 +27,9 @@ from scrapy_simdup.fingerprint.features import (
 )
 from scrapy_simdup.fingerprint.tokens import (
     FOLD_LIMIT,
+    FOLD_SEGMENTS,
     composition_seconds,
+    fold_segments,
     fold_table,
     normalize,
     split_tokens,
@@ -315,7 +317,25 @@ _FOLD_SAME = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xAC00, 0xD7A3)]  # mapped to
 
 
 def _fold(text):
-    return _textfeat.fold_text(text, fold_table())
+    return _textfeat.fold_text(text, fold_table(), fold_segments())
+
+
+def _row(cp: int) -> int | None:
+    """The fold table's row of a code point (FOLD_SEGMENTS), or None."""
+    row = 0
+    for lo, hi in FOLD_SEGMENTS:
+        if lo <= cp < hi:
+            return row + cp - lo
+        row += hi - lo
+    return None
+
+
+def _folds_alone(cp: int) -> bool:
+    """Whether the table (or the ranges mapped to themselves) takes ``cp``."""
+    row = _row(cp)
+    if row is None:
+        return any(lo <= cp <= hi for lo, hi in _FOLD_SAME)
+    return cp < 128 or bool(fold_table()[row, 0])
 
 
 def test_fold_text_on_every_single_character():
@@ -335,9 +355,10 @@ def test_fold_table_knows_every_composing_character():
     some composites) finds every one that the whole of Unicode has there."""
     full = composition_seconds([(0, 0x110000)])
     relevant = {cp for cp in full
-                if cp < FOLD_LIMIT or any(lo <= cp <= hi for lo, hi in _FOLD_SAME)}
+                if _row(cp) is not None or any(lo <= cp <= hi for lo, hi in _FOLD_SAME)}
     assert relevant <= composition_seconds()
-    assert not fold_table()[[cp for cp in relevant if cp < FOLD_LIMIT], 0].any()
+    rows = [_row(cp) for cp in relevant if _row(cp) is not None]
+    assert rows and not fold_table()[rows, 0].any()
 
 
 # characters that fold on their own, with the ones that compose, combine or
@@ -346,7 +367,9 @@ _fold_alphabet = st.one_of(
     st.sampled_from(list("aZ \xa0\u2026\u2019\u2018\u02bc'.-9\xe9\xc9\xdf\u0130\u03a3\u03c2"
                          "\u1e9e\ufb01\u00b5\u2160\u00bd\u3000\u4e2d\uac00\u3042\u304b"
                          "\u0301\u0308\u0338\u3099\u309a\u1161\u11a8\u05b4\u0915\u093c"
-                         "\u0b47\u0b3e\u0dd9\u0dcf\u1100\uff21\U0001d400\ud800")),
+                         "\u0b47\u0b3e\u0dd9\u0dcf\u1100\uff21\U0001d400\ud800"
+                         "\uff0c\uff07\uff70\ufe0f\ufeff\ufe10\ufe35\uffe0\U0001F600"
+                         "\U0001F3FD\U0001F1E6\U0001F100\U0001F130\U0001F21A")),
     st.characters(max_codepoint=FOLD_LIMIT + 0x100),
     st.characters())
 
@@ -357,14 +380,12 @@ def test_fold_text_equals_normalize(text):
     if got is not None:
         assert got == normalize(text)
     else:   # only a character outside the table makes it give up
-        assert any(ord(c) >= FOLD_LIMIT and not any(lo <= ord(c) <= hi for lo, hi in _FOLD_SAME)
-                   or ord(c) < FOLD_LIMIT and ord(c) >= 128 and not fold_table()[ord(c), 0]
-                   for c in text)
+        assert not all(_folds_alone(ord(c)) for c in text)
 
 
 @given(st.one_of(st.text(alphabet=_fold_alphabet, max_size=60), tricky_text))
 def test_fold_token_hashes_is_fold_text_then_token_hashes(text):
-    got = _textfeat.fold_token_hashes(text, fold_table())
+    got = _textfeat.fold_token_hashes(text, fold_table(), fold_segments())
     folded = _fold(text)
     if folded is None:
         assert got is None
@@ -379,12 +400,17 @@ def test_fold_token_hashes_on_fixed_cases():
     for text in ("don't 'quoted' it's'' a'b'c ''x", "東京都にiPhone'中y",
                  "a_b __ 9'9 ", "x’s ‘q’", "中'a 'a中' 中''b",
                  "……x ÉTÉ", "'" * 3, "a'", "ßİ", long_token,
-                 "word " * 3000, ""):
-        got = _textfeat.fold_token_hashes(text, fold_table())
+                 "word " * 3000, "",
+                 # full-width punctuation and letters, variation selectors, a BOM, emoji
+                 "\uff37\uff4f\uff52\uff4c\uff44\uff0c\u4f60\u597d\uff01",
+                 "x\ufe0fy\ufeffz \U0001F600\U0001F44D\U0001F3FD a\U0001F600b"):
+        got = _textfeat.fold_token_hashes(text, fold_table(), fold_segments())
         assert got is not None, text
         assert got.tolist() == [_core.hash64(t) for t in split_tokens(normalize(text))], text
-    assert _textfeat.fold_token_hashes("a 😀 b", fold_table()) is None
-    assert _textfeat.fold_token_hashes("x\ud800y", fold_table()) is None
+    for text in ("a \U0001D400 b", "x\ud800y", "e\u0301", "\U00020001"):
+        assert _textfeat.fold_token_hashes(text, fold_table(), fold_segments()) is None, text
+    with pytest.raises(ValueError, match="fold table"):
+        _textfeat.fold_token_hashes("a", fold_table()[:100], fold_segments())
 
 
 def test_fold_text_pairs_of_composing_starters():
@@ -396,8 +422,8 @@ def test_fold_text_pairs_of_composing_starters():
         d = unicodedata.decomposition(chr(cp))
         if d and not d.startswith("<") and len(d.split()) == 2:
             firsts.add(int(d.split()[0], 16))
-    table = fold_table()
-    accepted = [cp for cp in range(128, FOLD_LIMIT) if table[cp, 0]]
+    accepted = [cp for lo, hi in FOLD_SEGMENTS for cp in range(max(lo, 128), hi)
+                if _folds_alone(cp)]
     seconds_like = [cp for cp in accepted if unicodedata.normalize("NFKC", chr(cp)) != chr(cp)]
     for x in sorted(firsts):
         for y in seconds_like + accepted[::97]:

@@ -14,10 +14,10 @@ compare it with:
 * ``unique_counts(sorted_hashes)`` == ``np.unique(..., return_counts=True)``.
 * ``weighted_features(...)`` == ``fingerprint.features.weigh(text_features(...), weighting)``
   for the count, logtf and binary weightings, in one call.
-* ``fold_text(text, table)`` == ``tokens.normalize(text)`` in one pass over
-  the text, or None when a character needs the full normalisation (see
-  ``tokens.fold_table``).
-* ``fold_token_hashes(text, table)`` == ``token_hashes(fold_text(text, table))``
+* ``fold_text(text, table, segments)`` == ``tokens.normalize(text)`` in one
+  pass over the text, or None when a character needs the full normalisation
+  (see ``tokens.fold_table``).
+* ``fold_token_hashes(text, table, segments)`` == ``token_hashes(fold_text(...))``
   in one pass, without making the folded text (None where ``fold_text`` is).
 * ``utf8_valid(data)``: whether ``data.decode("utf-8")`` would succeed.
 """
@@ -379,16 +379,46 @@ def unique_counts(const uint64_t[::1] sorted_hashes):
     return uniq[:u], counts[:u]
 
 
-def fold_text(str text, const uint16_t[:, ::1] table):
+# a fold table row's length for "the character itself" (tokens.FOLD_SELF)
+cdef uint16_t FOLD_SELF = 0x8000
+
+
+cdef inline Py_ssize_t _fold_row(uint32_t c, const uint32_t[:, ::1] segments) noexcept:
+    """The table row of ``c`` (rows follow ``segments``, ``[start, stop)``
+    code point ranges in order), or -1 when the table has none."""
+    cdef Py_ssize_t k, row = 0
+    for k in range(segments.shape[0]):
+        if c < segments[k, 1]:
+            return row + <Py_ssize_t>(c - segments[k, 0]) if c >= segments[k, 0] else -1
+        row += segments[k, 1] - segments[k, 0]
+    return -1
+
+
+cdef inline bint _folds_to_itself(uint32_t c) noexcept:
+    """CJK ideographs and Hangul syllables (outside the table)."""
+    return 0x4E00 <= c <= 0x9FFF or 0x3400 <= c <= 0x4DBF or 0xAC00 <= c <= 0xD7A3
+
+
+cdef int _check_table(const uint16_t[:, ::1] table, const uint32_t[:, ::1] segments) except -1:
+    cdef Py_ssize_t k, rows = 0
+    for k in range(segments.shape[0]):
+        rows += segments[k, 1] - segments[k, 0]
+    if table.shape[0] != rows or segments.shape[1] != 2 or table.shape[1] < 2:
+        raise ValueError(f"the fold table has {table.shape[0]} rows, its segments {rows}")
+    return 0
+
+
+def fold_text(str text, const uint16_t[:, ::1] table, const uint32_t[:, ::1] segments):
     """``normalize(text)`` for a text whose every character maps on its own
-    (``table[c, 0] > 0``; CJK ideographs and Hangul syllables map to
-    themselves); None as soon as one does not."""
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), i, k, size = 0
-    cdef Py_ssize_t limit = table.shape[0], width = table.shape[1] - 1
+    (its ``table`` row's length is not 0; CJK ideographs and Hangul syllables
+    map to themselves); None as soon as one does not."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), i, k, row, size = 0
+    cdef Py_ssize_t width = table.shape[1] - 1
     cdef int kind = PyUnicode_KIND(text)
     cdef void *data = PyUnicode_DATA(text)
     cdef uint32_t c        # not Py_UCS4: Cython would treat c + 32 as str arithmetic
     cdef uint16_t length
+    _check_table(table, segments)
     cdef Py_UCS4 *out = <Py_UCS4 *>PyMem_Malloc((n * width + 1) * sizeof(Py_UCS4))
     if out is NULL:
         raise MemoryError()
@@ -398,25 +428,25 @@ def fold_text(str text, const uint16_t[:, ::1] table):
             if c < 128:
                 out[size] = c + 32 if 65 <= c <= 90 else c
                 size += 1
-            elif c < limit:
-                length = table[c, 0]
-                if length == 0:
-                    return None
-                for k in range(length):
-                    out[size + k] = table[c, 1 + k]
-                size += length
-            elif (0x4E00 <= c <= 0x9FFF or 0x3400 <= c <= 0x4DBF or 0xAC00 <= c <= 0xD7A3):
+                continue
+            row = _fold_row(c, segments)
+            length = table[row, 0] if row >= 0 else (1 if _folds_to_itself(c) else 0)
+            if length == 0:
+                return None
+            if row < 0 or length == FOLD_SELF:
                 out[size] = c
                 size += 1
             else:
-                return None
+                for k in range(length):
+                    out[size + k] = table[row, 1 + k]
+                size += length
         return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, out, size)
     finally:
         PyMem_Free(out)
 
 
 # ``re``'s Unicode ``\\w`` over the Basic Multilingual Plane, one bit per
-# code point (every character fold_token_hashes passes on is in it)
+# code point (the characters above it that fold_token_hashes meets are few)
 cdef unsigned char _BMP_WORD[8192]
 
 
@@ -485,11 +515,17 @@ cdef inline int _append_utf8(_Tokens *t, uint32_t c) except -1:
         p[0] = 0xC0 | (c >> 6)
         p[1] = 0x80 | (c & 0x3F)
         t.run_len += 2
-    else:       # (BMP only: see _BMP_WORD)
+    elif c < 0x10000:
         p[0] = 0xE0 | (c >> 12)
         p[1] = 0x80 | ((c >> 6) & 0x3F)
         p[2] = 0x80 | (c & 0x3F)
         t.run_len += 3
+    else:
+        p[0] = 0xF0 | (c >> 18)
+        p[1] = 0x80 | ((c >> 12) & 0x3F)
+        p[2] = 0x80 | ((c >> 6) & 0x3F)
+        p[3] = 0x80 | (c & 0x3F)
+        t.run_len += 4
     return 0
 
 
@@ -499,8 +535,10 @@ cdef inline int _token_char(_Tokens *t, uint32_t c) except -1:
     cdef bint word
     if c < 128:
         word = _ASCII_WORD[c]
-    else:
+    elif c < 0x10000:
         word = (_BMP_WORD[c >> 3] >> (c & 7)) & 1
+    else:
+        word = Py_UNICODE_ISALNUM(c)
     if t.apostrophe:
         t.apostrophe = False
         if word:                # an inner apostrophe: the token goes on
@@ -526,18 +564,19 @@ cdef inline int _token_char(_Tokens *t, uint32_t c) except -1:
     return 0
 
 
-def fold_token_hashes(str text, const uint16_t[:, ::1] table):
-    """``token_hashes(fold_text(text, table))`` in one pass, without making
-    the folded text or its UTF-8 form; None when ``fold_text`` gives None (a
-    character that needs the full normalisation)."""
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), i, k
-    cdef Py_ssize_t limit = table.shape[0]
+def fold_token_hashes(str text, const uint16_t[:, ::1] table,
+                      const uint32_t[:, ::1] segments):
+    """``token_hashes(fold_text(text, table, segments))`` in one pass, without
+    making the folded text or its UTF-8 form; None when ``fold_text`` gives
+    None (a character that needs the full normalisation)."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), i, k, row
     cdef int kind = PyUnicode_KIND(text)
     cdef void *data = PyUnicode_DATA(text)
     cdef uint32_t c
     cdef uint16_t length
     cdef _Tokens t
     cdef uint64_t[::1] o
+    _check_table(table, segments)
     memset(&t, 0, sizeof(t))
     t.room = n // 2 + 16        # a token and a separator at least, mostly
     t.run_room = 256
@@ -556,16 +595,16 @@ def fold_token_hashes(str text, const uint16_t[:, ::1] table):
                     t.in_token = True
                 else:
                     _token_char(&t, c + 32 if 65 <= c <= 90 else c)
-            elif c < limit:
-                length = table[c, 0]
+            else:
+                row = _fold_row(c, segments)
+                length = table[row, 0] if row >= 0 else (1 if _folds_to_itself(c) else 0)
                 if length == 0:
                     return None
-                for k in range(length):
-                    _token_char(&t, table[c, 1 + k])
-            elif (0x4E00 <= c <= 0x9FFF or 0x3400 <= c <= 0x4DBF or 0xAC00 <= c <= 0xD7A3):
-                _token_char(&t, c)
-            else:
-                return None
+                if row < 0 or length == FOLD_SELF:
+                    _token_char(&t, c)
+                else:
+                    for k in range(length):
+                        _token_char(&t, table[row, 1 + k])
         if t.in_token:
             _end_run(&t)
         out = np.empty(t.count, dtype=np.uint64)

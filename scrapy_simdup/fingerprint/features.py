@@ -30,7 +30,7 @@ import numpy as np
 
 from scrapy_simdup._ext import hashing as _core
 from scrapy_simdup._ext import textfeat
-from scrapy_simdup.fingerprint.tokens import fold_table, normalize, split_tokens
+from scrapy_simdup.fingerprint.tokens import fold_segments, fold_table, normalize, split_tokens
 
 FEATURES_VERSION = 1
 FEATURE_SETS = ("shingles", "spots", "structure")
@@ -87,7 +87,7 @@ def text_token_hashes(text: str) -> np.ndarray:
         return np.empty(0, np.uint64)
     # one compiled pass (normalise, cut, hash) for text whose characters all
     # normalise on their own; normalize()'s passes for the rest
-    th = textfeat.fold_token_hashes(text, fold_table())
+    th = textfeat.fold_token_hashes(text, fold_table(), fold_segments())
     if th is not None:
         return th
     text = normalize(text)

@@ -68,14 +68,19 @@ def normalize(text: str) -> str:
 # decomposition is the concatenation of the characters' decompositions, no
 # pair composes across a boundary, and NFKC of the whole text is the
 # concatenation of NFKC of each character (casefold is per character in any
-# case). The table maps every such character below FOLD_LIMIT to its output
-# (at most FOLD_WIDTH BMP code points) and marks every other one, on which the
-# compiled pass gives up and normalize() is used. CJK ideographs and Hangul
-# syllables (above the limit) map to themselves, which the tests check like
-# every table entry.
+# case). The table maps every such character of FOLD_SEGMENTS to its output
+# (at most FOLD_WIDTH BMP code points, or FOLD_SELF: itself) and marks every
+# other one, on which the compiled pass gives up and normalize() is used. CJK
+# ideographs and Hangul syllables (outside the segments) map to themselves,
+# which the tests check like every table entry.
 
 FOLD_LIMIT = 0x3100             # Latin ... CJK symbols, kana, Bopomofo
+#: the code points the table has rows for, in order: below FOLD_LIMIT; the
+#: variation selectors, CJK compatibility forms, half- and full-width forms
+#: (the punctuation of CJK text) and specials (BOM); emoji and pictographs
+FOLD_SEGMENTS = ((0, FOLD_LIMIT), (0xFE00, 0x10000), (0x1F000, 0x1FB00))
 FOLD_WIDTH = 3                  # longest output kept (e.g. "\u2026" -> "...")
+FOLD_SELF = 0x8000              # a row's length for "maps to itself" (above the BMP)
 _APOSTROPHES = {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"}
 
 
@@ -84,7 +89,7 @@ def composition_seconds(ranges=((0, FOLD_LIMIT), (0xFB1D, 0xFB50))) -> set[int]:
     decomposition of a character in ``ranges`` (a superset of those that
     compose with a preceding character), plus the conjoining Hangul vowels and
     trailing consonants (composed algorithmically). The default ranges hold
-    every composite whose second character is below ``FOLD_LIMIT`` (the tests
+    every composite whose second character is in ``FOLD_SEGMENTS`` (the tests
     check it against all of Unicode)."""
     seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
     for lo, hi in ranges:
@@ -98,27 +103,37 @@ def composition_seconds(ranges=((0, FOLD_LIMIT), (0xFB1D, 0xFB50))) -> set[int]:
 
 
 _fold_table = None
+_fold_segments = np.array(FOLD_SEGMENTS, dtype=np.uint32)
+
+
+def fold_segments() -> np.ndarray:
+    """``uint32[k, 2]``: FOLD_SEGMENTS, for the compiled pass."""
+    return _fold_segments
 
 
 def fold_table():
-    """``uint16[FOLD_LIMIT, 1 + FOLD_WIDTH]``: output length (0: not a simple
-    map, take the full normalize()) and the output code points of each
-    character (built once per process, from this Python's Unicode data)."""
+    """``uint16[rows, 1 + FOLD_WIDTH]``, a row per code point of
+    ``FOLD_SEGMENTS`` in order: output length (0: not a simple map, take the
+    full normalize(); FOLD_SELF: the character itself) and the output code
+    points (built once per process, from this Python's Unicode data)."""
     global _fold_table
     if _fold_table is None:
         seconds = composition_seconds()
         combining, normalize_ = unicodedata.combining, unicodedata.normalize
         rows = []
-        for cp in range(FOLD_LIMIT):
-            c = chr(cp)
-            row = (0,)
-            if not (cp in seconds or combining(c) or 0xD800 <= cp <= 0xDFFF):
-                nfkc = normalize_("NFKC", _APOSTROPHES.get(c, c))
-                out = nfkc.casefold()
-                if (len(out) <= FOLD_WIDTH and max(out) <= "\uffff" and (nfkc == c or not any(
-                        combining(x) or ord(x) in seconds for x in nfkc))):
-                    row = (len(out), *map(ord, out))
-            rows.append(row + (0,) * (1 + FOLD_WIDTH - len(row)))
+        for lo, hi in FOLD_SEGMENTS:
+            for cp in range(lo, hi):
+                c = chr(cp)
+                row = (0,)
+                if not (cp in seconds or combining(c) or 0xD800 <= cp <= 0xDFFF):
+                    nfkc = normalize_("NFKC", _APOSTROPHES.get(c, c))
+                    out = nfkc.casefold()
+                    if nfkc == c or not any(combining(x) or ord(x) in seconds for x in nfkc):
+                        if out == c and cp > 0xFFFF:
+                            row = (FOLD_SELF,)
+                        elif len(out) <= FOLD_WIDTH and max(out) <= "\uffff":
+                            row = (len(out), *map(ord, out))
+                rows.append(row + (0,) * (1 + FOLD_WIDTH - len(row)))
         _fold_table = np.array(rows, dtype=np.uint16)
     return _fold_table
 
