@@ -394,9 +394,20 @@ cdef inline Py_ssize_t _fold_row(uint32_t c, const uint32_t[:, ::1] segments) no
     return -1
 
 
-cdef inline bint _folds_to_itself(uint32_t c) noexcept:
-    """CJK ideographs and Hangul syllables (outside the table)."""
-    return 0x4E00 <= c <= 0x9FFF or 0x3400 <= c <= 0x4DBF or 0xAC00 <= c <= 0xD7A3
+cdef inline uint16_t _fold(uint32_t c, const uint16_t[:, ::1] table,
+                           const uint32_t[:, ::1] segments, Py_ssize_t *row) noexcept:
+    """How many characters non-ASCII ``c`` folds to: 0 when it needs the full
+    normalisation; else ``row`` is its table row, or -1 when it maps to
+    itself (FOLD_SELF, and CJK ideographs and Hangul syllables, which are
+    outside the table)."""
+    row[0] = _fold_row(c, segments)
+    if row[0] < 0:
+        return 1 if (0x4E00 <= c <= 0x9FFF or 0x3400 <= c <= 0x4DBF
+                     or 0xAC00 <= c <= 0xD7A3) else 0
+    if table[row[0], 0] == FOLD_SELF:
+        row[0] = -1
+        return 1
+    return table[row[0], 0]
 
 
 cdef int _check_table(const uint16_t[:, ::1] table, const uint32_t[:, ::1] segments) except -1:
@@ -429,11 +440,10 @@ def fold_text(str text, const uint16_t[:, ::1] table, const uint32_t[:, ::1] seg
                 out[size] = c + 32 if 65 <= c <= 90 else c
                 size += 1
                 continue
-            row = _fold_row(c, segments)
-            length = table[row, 0] if row >= 0 else (1 if _folds_to_itself(c) else 0)
+            length = _fold(c, table, segments, &row)
             if length == 0:
                 return None
-            if row < 0 or length == FOLD_SELF:
+            if row < 0:
                 out[size] = c
                 size += 1
             else:
@@ -482,25 +492,12 @@ cdef int _grow(void **buf, Py_ssize_t *room, Py_ssize_t need, size_t item) excep
     return 0
 
 
-cdef inline int _push_hash(_Tokens *t, uint64_t h) except -1:
+cdef int _end_run(_Tokens *t) except -1:
+    """Hash the current run (``_emit_run``) and start a new one."""
     if t.count == t.room:
         _grow(<void **>&t.hashes, &t.room, t.count + 1, sizeof(uint64_t))
-    t.hashes[t.count] = h
-    t.count += 1
-    return 0
-
-
-cdef int _end_run(_Tokens *t) except -1:
-    """Hash the current run, less the apostrophes a cut at a no-space
-    character left at its ends (as ``_emit_run``), and start a new one."""
-    cdef Py_ssize_t lo = 0, hi = t.run_len
-    while lo < hi and t.run[lo] == 39:
-        lo += 1
-    while hi > lo and t.run[hi - 1] == 39:
-        hi -= 1
+    t.count += _emit_run(<const char *>t.run, 0, t.run_len, &t.hashes[t.count])
     t.run_len = 0
-    if hi > lo:
-        _push_hash(t, simdup_murmur3_64(<const char *>t.run + lo, hi - lo, 0))
     return 0
 
 
@@ -596,11 +593,10 @@ def fold_token_hashes(str text, const uint16_t[:, ::1] table,
                 else:
                     _token_char(&t, c + 32 if 65 <= c <= 90 else c)
             else:
-                row = _fold_row(c, segments)
-                length = table[row, 0] if row >= 0 else (1 if _folds_to_itself(c) else 0)
+                length = _fold(c, table, segments, &row)
                 if length == 0:
                     return None
-                if row < 0 or length == FOLD_SELF:
+                if row < 0:
                     _token_char(&t, c)
                 else:
                     for k in range(length):
