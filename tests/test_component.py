@@ -579,3 +579,51 @@ def test_per_page_debug_lines_are_made_only_where_a_handler_keeps_them(monkeypat
     assert not debug_shown(ours)
     ours.handlers = [logging.NullHandler(logging.DEBUG)]
     assert debug_shown(ours)
+
+
+# -- stats written per page ---------------------------------------------------------
+
+def test_per_page_counters_go_into_scrapys_own_collector_and_through_any_other():
+    """Scrapy's default collector is written into directly (its methods cost
+    microseconds each), live and as its own methods would; a collector that
+    is not StatsCollector's own (DummyStatsCollector, or one that overrides
+    inc_value) gets its methods called."""
+    from scrapy.statscollectors import DummyStatsCollector, MemoryStatsCollector
+
+    from scrapy_simdup.integration.statswriter import stat_writers
+
+    crawler = make_crawler({})
+    stats = MemoryStatsCollector(crawler)
+    stats.set_value("simdup/checked", 4)
+    writers = stat_writers(stats)
+    assert writers.direct
+    writers.inc("simdup/checked")
+    writers.inc("simdup/duplicates", 3)
+    writers.set("simdup/index_size", 12)
+    assert stats.get_value("simdup/checked") == 5      # read back at once: live
+    assert stats.get_value("simdup/duplicates") == 3
+    assert stats.get_value("simdup/index_size") == 12
+
+    class Counting(MemoryStatsCollector):
+        def inc_value(self, key, count=1, start=0, spider=None):
+            super().inc_value(key, count * 10, start)
+
+    stats = Counting(crawler)
+    writers = stat_writers(stats)
+    assert not writers.direct
+    writers.inc("simdup/checked")
+    assert stats.get_value("simdup/checked") == 10     # the override ran
+    dummy = stat_writers(DummyStatsCollector(crawler))
+    assert not dummy.direct
+    dummy.inc("simdup/checked")     # (a collector that keeps nothing: nothing to see, no error)
+
+
+def test_a_crawl_with_the_default_collector_counts_every_page():
+    middleware = SimdupDownloaderMiddleware.from_crawler(make_crawler(
+        {"SIMDUP_ENABLED": True, "SIMDUP_ACTION": "tag", "SIMDUP_LOG_INTERVAL": 0}))
+    assert _check(middleware, "http://a/", 7)["duplicate_of"] is None
+    assert _check(middleware, "http://b/", 7)["duplicate_of"] == "http://a/"
+    assert _check(middleware, "http://c/", 8)["duplicate_of"] is None
+    get = middleware.stats.get_value
+    assert (get("simdup/checked"), get("simdup/duplicates"), get("simdup/tagged"),
+            get("simdup/index_size")) == (3, 1, 1, 3)

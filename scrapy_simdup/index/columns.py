@@ -118,7 +118,7 @@ class ChunkedColumn:
     def __getitem__(self, i: int):
         if not 0 <= i < self.n:
             raise IndexError(i)
-        return self._chunks[i >> self._shift][i & (self._chunk - 1)].item()
+        return self._chunks[i >> self._shift].item(i & (self._chunk - 1))
 
     def __setitem__(self, i: int, value) -> None:
         if not 0 <= i < self.n:

@@ -29,6 +29,7 @@ from scrapy_simdup.integration.backends import (
     setting_message,
 )
 from scrapy_simdup.integration.config import SimdupConfig
+from scrapy_simdup.integration.statswriter import stat_writers
 
 logger = logging.getLogger("scrapy_simdup")
 
@@ -107,9 +108,9 @@ class SimdupComponent:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
-        # (bound once: Scrapy's stats collector wraps each method look-up)
-        self._inc_stat = self.stats.inc_value
-        self._set_stat = self.stats.set_value
+        # (the counters written on every page: see statswriter)
+        writers = stat_writers(self.stats)
+        self._inc_stat, self._set_stat = writers.inc, writers.set
         self._stat_keys = {name: self.prefix + name for name in (
             "checked", "truncated", "index_size", "probes", "revisits", "duplicates")}
         self._recorded_recall: float | None = None
@@ -151,7 +152,7 @@ class SimdupComponent:
         if recall is None or recall == self._recorded_recall:
             return
         self._recorded_recall = recall
-        self.stats.set_value(self.prefix + "expected_recall", round(recall, 3))
+        self._set_stat(self.prefix + "expected_recall", round(recall, 3))
         target = self.config.recall
         if target is not None and recall < target - 0.0005 and not self._recall_warned:
             self._recall_warned = True
