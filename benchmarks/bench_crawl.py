@@ -15,7 +15,9 @@ information). A fourth mode, ``tree-only``, runs no plugin but a downloader
 middleware that only builds ``response.selector`` at the plugin's position,
 which the spider then reuses: it measures what moving the page's parse from
 the callback to a downloader middleware costs by itself (the features issue
-asks the plugin to reuse that tree instead of parsing twice). Crawls alternate
+asks the plugin to reuse that tree instead of parsing twice). A fifth,
+``control``, is the off crawl again: its ratio to the off crawl beside it
+shows how far two identical crawls differ on this machine today. Crawls alternate
 and the minimum over ``--repeat`` runs is kept, to damp the noise of a shared
 machine.
 
@@ -28,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import resource
 import shutil
 import statistics
@@ -116,6 +119,18 @@ def child(args) -> None:
         json.dump(result, f)
 
 
+def median_interval(values: list[float], level: float = 0.95, draws: int = 10_000,
+                    seed: int = 1) -> tuple[float, float]:
+    """A bootstrap interval of the median of ``values``: how far the median of
+    this many rounds moves with the noise of a shared machine (see the
+    ``control`` mode)."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
+                     for _ in range(draws))
+    cut = int(draws * (1 - level) / 2)
+    return medians[cut], medians[draws - 1 - cut]
+
+
 def run_children(modes: list[str], urls_path: str) -> list[dict]:
     """Crawl once in each of ``modes`` at the same time (one process each)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -183,7 +198,7 @@ def main() -> None:
     parser.add_argument("--modes", default="off,on,on-drop,tree-only",
                         help="crawls of each round, in order (off and on are needed for the "
                              "ratio; the order alternates from one round to the next)")
-    parser.add_argument("--child", choices=("off", "on", "on-drop", "tree-only"),
+    parser.add_argument("--child", choices=("off", "on", "on-drop", "tree-only", "control"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--urls", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -225,8 +240,9 @@ def main() -> None:
         urls_path = f.name
     best: dict[str, dict] = {}
     modes = [m for m in args.modes.split(",") if m]
-    if not {"off", "on"} <= set(modes) or not set(modes) <= {"off", "on", "on-drop", "tree-only"}:
-        parser.error("--modes: off and on, and any of on-drop and tree-only")
+    if not {"off", "on"} <= set(modes) or \
+            not set(modes) <= {"off", "on", "on-drop", "tree-only", "control"}:
+        parser.error("--modes: off and on, and any of on-drop, tree-only and control")
     # per mode, the ratio of each crawl's CPU to the off crawl it is paired with
     # (the one of its round, or with --together the one beside it)
     pairs: dict[str, list[float]] = {mode: [] for mode in modes if mode != "off"}
@@ -292,10 +308,12 @@ def main() -> None:
     print("per-round ratios (each crawl / off of the same round): " + "; ".join(
         f"{mode} " + ", ".join(f"{r:.3f}" for r in rs) for mode, rs in pairs.items()))
     tag = statistics.median(pairs["on"])
-    print("median of the per-round ratios: " + ", ".join(
-        f"{mode} {statistics.median(rs):.3f}" for mode, rs in pairs.items()))
-    print(f"crawl CPU ratio, tag mode (median of {repeat} rounds): {tag:.3f}  "
-          f"(target <= 1.15: {'OK' if tag <= 1.15 else 'MISSED'})")
+    print("median of the per-round ratios (95% bootstrap interval): " + ", ".join(
+        f"{mode} {statistics.median(rs):.3f} ({'-'.join(f'{v:.3f}' for v in median_interval(rs))})"
+        for mode, rs in pairs.items()))
+    low, high = median_interval(pairs["on"])
+    print(f"crawl CPU ratio, tag mode (median of {repeat} rounds): {tag:.3f}, 95% interval "
+          f"{low:.3f}-{high:.3f}  (target <= 1.15: {'OK' if tag <= 1.15 else 'MISSED'})")
     if on.get("fp") is not None:
         print(f"inside the middleware (tag run, per checked page): fingerprint "
               f"{1e3 * on['fp']:.3f} ms (includes building the lxml tree the spider then "
