@@ -603,6 +603,9 @@ def test_per_page_counters_go_into_scrapys_own_collector_and_through_any_other()
     assert stats.get_value("simdup/checked") == 5      # read back at once: live
     assert stats.get_value("simdup/duplicates") == 3
     assert stats.get_value("simdup/index_size") == 12
+    stats.set_stats({"item_scraped_count": 2})      # a new dict: followed
+    writers.inc("simdup/checked")
+    assert stats.get_stats() == {"item_scraped_count": 2, "simdup/checked": 1}
 
     class Counting(MemoryStatsCollector):
         def inc_value(self, key, count=1, start=0, spider=None):

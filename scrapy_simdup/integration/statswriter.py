@@ -19,8 +19,8 @@ from scrapy.statscollectors import StatsCollector
 
 __all__ = ["StatWriters", "stat_writers"]
 
-#: the methods whose behaviour the direct writes copy
-_COPIED = ("inc_value", "set_value", "get_stats", "set_stats")
+#: the methods whose behaviour the direct writes copy, or that read what they write
+_COPIED = ("inc_value", "set_value", "get_value", "get_stats", "set_stats")
 
 
 class StatWriters:
@@ -39,26 +39,30 @@ class StatWriters:
 def stat_writers(stats) -> StatWriters:
     """The cheapest writers of ``stats`` that do what its ``inc_value`` and
     ``set_value`` do."""
-    live = _live_dict(stats)
-    if live is None:
+    attrs = _own_attributes(stats)
+    if attrs is None:
         return StatWriters(stats.inc_value, stats.set_value, False)
 
+    # (the dict is looked up on each write, as the methods do: set_stats may replace it)
     def inc(key: str, count: int = 1) -> None:
-        live[key] = live.get(key, 0) + count
+        values = attrs["_stats"]
+        values[key] = values.get(key, 0) + count
 
     def set_(key: str, value: Any) -> None:
-        live[key] = value
+        attrs["_stats"][key] = value
 
     return StatWriters(inc, set_, True)
 
 
-def _live_dict(stats) -> dict | None:
-    """The dict ``stats`` keeps its values in, when its writing methods are
-    ``StatsCollector``'s own (so that writing into it is what they do)."""
+def _own_attributes(stats) -> dict | None:
+    """The instance attributes of ``stats`` (its ``_stats`` dict among them),
+    when its methods are ``StatsCollector``'s own: then writing into
+    ``_stats`` is what they do."""
     cls = type(stats)
     if not isinstance(stats, StatsCollector) or any(
             getattr(cls, name, None) is not getattr(StatsCollector, name) for name in _COPIED):
         return None
-    live = stats.get_stats()
-    # (the same dict twice: the collector's own, not a copy)
-    return live if type(live) is dict and live is stats.get_stats() else None
+    attrs = getattr(stats, "__dict__", None)
+    if not isinstance(attrs, dict) or type(attrs.get("_stats")) is not dict:
+        return None
+    return attrs
