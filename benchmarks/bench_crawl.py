@@ -123,7 +123,8 @@ def median_interval(values: list[float], level: float = 0.95, draws: int = 10_00
                     seed: int = 1) -> tuple[float, float]:
     """A bootstrap interval of the median of ``values``: how far the median of
     this many rounds moves with the noise of a shared machine (see the
-    ``control`` mode)."""
+    ``control`` mode). Rounds of one run share the machine's drift, so runs
+    made at other times spread further than this."""
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(values, k=len(values)))
                      for _ in range(draws))
